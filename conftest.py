@@ -1,0 +1,1 @@
+"""Repository-wide pytest hooks (xdist worker pinning lives here)."""

@@ -1,0 +1,28 @@
+"""jaxcore: pytree dataclasses, implicit and quantized arrays, named axes, fused kernels.
+
+Submodules are imported lazily (``jaxcore.named``, ``jaxcore.quant``, ...) so that
+``import jaxcore`` stays cheap; installed backend plugins are discovered at import.
+"""
+
+import importlib as _importlib
+
+from jaxcore._version import __version__
+
+_SUBMODULES = frozenset(
+    {"implicit", "kernels", "lens", "named", "plugins", "quant", "tree", "utils"}
+)
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return _importlib.import_module(f"jaxcore.{name}")
+    raise AttributeError(f"module 'jaxcore' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _SUBMODULES)
+
+
+from jaxcore import plugins as _plugins  # noqa: E402
+
+_plugins.load_plugins()
