@@ -1,5 +1,376 @@
-"""Backend plugin discovery (entry-point group ``jaxcore_plugins``)."""
+"""Backend plugin discovery: entry-point group ``jaxcore_plugins`` plus the source tree.
+
+A backend plugin is a Python package that exposes ``__version__`` and
+``initialize(platforms=...)``; ``initialize`` registers the plugin's kernels with
+:mod:`jaxcore.kernels` for each platform it is asked to serve. Plugins are found in two
+places:
+
+* installed wheels announce themselves in the entry-point group ``jaxcore_plugins``
+  (entry-point name = the platform, value = the module, e.g. ``cuda = jaxcore_cuda12``);
+* when running from the repository (Bazel or pytest, no wheels installed) the source
+  packages ``jaxcore_gpu`` and ``jaxcore_tpu`` are picked up if importable, for the
+  platforms no entry-point plugin already serves.
+
+A plugin whose version differs from jaxcore's, or that fails to import or initialise,
+produces one :class:`PluginWarning` naming the package and the versions, and is skipped:
+the portable reference kernels keep working. The environment variable
+``JAXCORE_PLUGINS`` selects what loads: unset, empty or ``all`` loads everything,
+``none`` loads nothing, and a comma-separated list (``cuda,tpu``) loads only plugins for
+those platforms (a plugin name such as ``gpu`` selects all of that plugin's platforms).
+:func:`info` reports what was found, what loaded and what was skipped, and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
+from typing import Any
+
+from jaxcore._version import __version__ as _JAXCORE_VERSION
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ENV_VAR",
+    "PluginInfo",
+    "PluginStatus",
+    "PluginWarning",
+    "info",
+    "load_plugins",
+]
+
+ENTRY_POINT_GROUP = "jaxcore_plugins"
+"""The entry-point group plugin wheels register under."""
+
+ENV_VAR = "JAXCORE_PLUGINS"
+"""Environment variable selecting which plugins load (``none``, ``all`` or a list)."""
+
+# Plugins that live in the repository; loaded from source when importable.
+# Maps the name shown in `info()` to the importable package name.
+_SOURCE_PLUGINS = {"gpu": "jaxcore_gpu", "tpu": "jaxcore_tpu"}
+
+_KNOWN_PLATFORMS = frozenset({"cpu", "cuda", "rocm", "tpu"})
 
 
-def load_plugins() -> None:
-    """Discovers and initialises installed plugins (filled in by the plugins work)."""
+class PluginWarning(UserWarning):
+    """A jaxcore plugin was skipped (wrong version, import error, failed initialize)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginStatus:
+    """What happened to one discovered plugin.
+
+    Attributes:
+      name: entry-point name (``cuda``, ``rocm``, ``tpu``) or source-tree name
+        (``gpu``, ``tpu``).
+      module: the importable module name (``jaxcore_cuda12``, ``jaxcore_gpu``, ...).
+      origin: ``"entry_point"`` for an installed wheel, ``"source"`` for the repository.
+      distribution: ``"<dist name> <version>"`` of the wheel, or ``None`` from source.
+      version: the plugin's ``__version__`` (or its distribution version when the
+        module was never imported), ``None`` when unknown.
+      platforms: platforms the plugin registered kernels for (empty unless loaded).
+      loaded: whether ``initialize`` ran successfully.
+      reason: why the plugin was skipped (``None`` when loaded).
+    """
+
+    name: str
+    module: str
+    origin: str
+    distribution: str | None
+    version: str | None
+    platforms: tuple[str, ...]
+    loaded: bool
+    reason: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    """Result of plugin discovery, as returned by :func:`info`.
+
+    Attributes:
+      jaxcore_version: the version every plugin must match.
+      selection: the effective ``JAXCORE_PLUGINS`` value (``"all"`` when unset).
+      plugins: one :class:`PluginStatus` per plugin found, in discovery order.
+    """
+
+    jaxcore_version: str
+    selection: str
+    plugins: tuple[PluginStatus, ...]
+
+    @property
+    def loaded(self) -> tuple[PluginStatus, ...]:
+        """The plugins whose ``initialize`` ran."""
+        return tuple(p for p in self.plugins if p.loaded)
+
+    @property
+    def skipped(self) -> tuple[PluginStatus, ...]:
+        """The plugins that were found but not loaded."""
+        return tuple(p for p in self.plugins if not p.loaded)
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """Every platform some loaded plugin registered kernels for."""
+        out: list[str] = []
+        for p in self.loaded:
+            out.extend(x for x in p.platforms if x not in out)
+        return tuple(out)
+
+    def format(self) -> str:
+        """A human-readable, one-line-per-plugin report."""
+        lines = [f"jaxcore {self.jaxcore_version}; {ENV_VAR}={self.selection}"]
+        if not self.plugins:
+            lines.append("  no plugins found")
+        for p in self.plugins:
+            where = p.distribution or f"{p.origin} package"
+            if p.loaded:
+                state = f"loaded for {', '.join(p.platforms)}"
+            else:
+                state = f"skipped: {p.reason}"
+            lines.append(f"  {p.name} ({p.module}, {where}): {state}")
+        return "\n".join(lines)
+
+
+_lock = threading.RLock()  # re-entrant: a plugin's initialize may call info()
+_info: PluginInfo | None = None
+
+
+def info() -> PluginInfo:
+    """Reports the installed plugins, which loaded and which were skipped, and why.
+
+    Runs discovery first if :func:`load_plugins` has not run yet.
+
+    Returns:
+      A :class:`PluginInfo`; ``print(jaxcore.plugins.info().format())`` for a summary.
+    """
+    return _info if _info is not None else load_plugins()
+
+
+def load_plugins(*, force: bool = False) -> PluginInfo:
+    """Discovers, version-checks and initialises the backend plugins.
+
+    Called once by ``import jaxcore``. Later calls return the first result unless
+    ``force`` is true. Never raises for a bad plugin: it warns once and skips it.
+
+    Args:
+      force: run discovery again (re-reading ``JAXCORE_PLUGINS`` and the installed
+        entry points), e.g. after installing a plugin into a running process.
+
+    Returns:
+      The :class:`PluginInfo` describing what was found and loaded.
+    """
+    global _info
+    with _lock:
+        if _info is not None and not force:
+            return _info
+        selection_text, selection = _parse_selection(os.environ.get(ENV_VAR))
+        statuses: list[PluginStatus] = []
+        served: set[str] = set()
+        for ep in _entry_points():
+            status = _load_entry_point(ep, selection, served)
+            statuses.append(status)
+            served.update(status.platforms)
+        for name, module_name in _SOURCE_PLUGINS.items():
+            status = _load_source_plugin(name, module_name, selection, served)
+            if status is not None:
+                statuses.append(status)
+                served.update(status.platforms)
+        _warn_unknown_selection(selection, statuses)
+        _info = PluginInfo(_JAXCORE_VERSION, selection_text, tuple(statuses))
+        return _info
+
+
+def _parse_selection(raw: str | None) -> tuple[str, frozenset[str] | None]:
+    """Parses ``JAXCORE_PLUGINS``: ``None`` means all, an empty set means none."""
+    text = (raw or "").strip().lower()
+    if text in ("", "all"):
+        return "all", None
+    if text == "none":
+        return "none", frozenset()
+    tokens = frozenset(t.strip() for t in text.split(",") if t.strip())
+    if "none" in tokens or "all" in tokens:
+        warnings.warn(
+            f"{ENV_VAR}={raw!r}: 'none' and 'all' cannot be combined with other names; "
+            "loading no plugins.",
+            PluginWarning,
+            stacklevel=3,
+        )
+        return text, frozenset()
+    return ",".join(sorted(tokens)), tokens
+
+
+def _warn_unknown_selection(
+    selection: frozenset[str] | None, statuses: Sequence[PluginStatus]
+) -> None:
+    """Warns about ``JAXCORE_PLUGINS`` names that match no platform and no plugin."""
+    if not selection:
+        return
+    known = _KNOWN_PLATFORMS | set(_SOURCE_PLUGINS) | {s.name for s in statuses}
+    unknown = sorted(selection - known)
+    if unknown:
+        warnings.warn(
+            f"{ENV_VAR} names {unknown}, which match no platform and no plugin found; "
+            f"known names: {sorted(known)}",
+            PluginWarning,
+            stacklevel=3,
+        )
+
+
+def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
+    """The installed entry points of group ``jaxcore_plugins``, deduplicated by module."""
+    seen: set[tuple[str, str]] = set()
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = (ep.name, ep.value)
+        if key not in seen:  # the same dist can be on sys.path twice
+            seen.add(key)
+            yield ep
+
+
+def _wanted(
+    name: str, platforms: Sequence[str], selection: frozenset[str] | None
+) -> tuple[str, ...]:
+    """The subset of ``platforms`` the selection asks for (all when the name is listed)."""
+    if selection is None or name in selection:
+        return tuple(platforms)
+    return tuple(p for p in platforms if p in selection)
+
+
+def _skip(reason: str, status: PluginStatus, *, warn: bool) -> PluginStatus:
+    if warn:
+        warnings.warn(
+            f"jaxcore plugin {status.module!r} ({status.distribution or status.origin}) "
+            f"skipped: {reason}",
+            PluginWarning,
+            stacklevel=4,
+        )
+    return dataclasses.replace(status, loaded=False, reason=reason, platforms=())
+
+
+def _load_entry_point(
+    ep: importlib.metadata.EntryPoint,
+    selection: frozenset[str] | None,
+    served: set[str],
+) -> PluginStatus:
+    """Checks and loads one entry-point plugin (platform = entry-point name)."""
+    dist = getattr(ep, "dist", None)
+    dist_text = f"{dist.name} {dist.version}" if dist is not None else None
+    module_name = ep.value.split(":")[0].strip()
+    status = PluginStatus(
+        name=ep.name,
+        module=module_name,
+        origin="entry_point",
+        distribution=dist_text,
+        version=dist.version if dist is not None else None,
+        platforms=(),
+        loaded=False,
+        reason=None,
+    )
+    if dist is not None and dist.version != _JAXCORE_VERSION:
+        return _skip(
+            f"distribution {dist.name} is version {dist.version} but jaxcore is "
+            f"{_JAXCORE_VERSION}; install {dist.name}=={_JAXCORE_VERSION}",
+            status,
+            warn=True,
+        )
+    if not _wanted(ep.name, (ep.name,), selection):
+        return _skip(f"not selected by {ENV_VAR}", status, warn=False)
+    return _import_and_initialize(status, ep.load, selection, served)
+
+
+def _load_source_plugin(
+    name: str,
+    module_name: str,
+    selection: frozenset[str] | None,
+    served: set[str],
+) -> PluginStatus | None:
+    """Loads a repository plugin package if importable; ``None`` when it is absent."""
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return None
+    status = PluginStatus(
+        name=name,
+        module=module_name,
+        origin="source",
+        distribution=None,
+        version=None,
+        platforms=(),
+        loaded=False,
+        reason=None,
+    )
+    if selection is not None and not selection:
+        return _skip(f"not selected by {ENV_VAR}", status, warn=False)
+    return _import_and_initialize(
+        status, lambda: importlib.import_module(module_name), selection, served
+    )
+
+
+def _import_and_initialize(
+    status: PluginStatus,
+    load: Callable[[], Any],
+    selection: frozenset[str] | None,
+    served: set[str],
+) -> PluginStatus:
+    """Imports a plugin, checks its version and runs ``initialize`` for its platforms."""
+    try:
+        module = load()
+    except Exception as e:  # noqa: BLE001 - a broken plugin must never break jaxcore
+        return _skip(f"import failed: {type(e).__name__}: {e}", status, warn=True)
+    if not isinstance(module, ModuleType):
+        return _skip(
+            f"entry point does not name a module (got {type(module).__name__})",
+            status,
+            warn=True,
+        )
+    version = getattr(module, "__version__", None)
+    status = dataclasses.replace(status, version=version)
+    if version != _JAXCORE_VERSION:
+        return _skip(
+            f"plugin version {version} does not match jaxcore version "
+            f"{_JAXCORE_VERSION}",
+            status,
+            warn=True,
+        )
+    initialize = getattr(module, "initialize", None)
+    if not callable(initialize):
+        return _skip("module has no initialize() function", status, warn=True)
+    declared = _declared_platforms(module, status)
+    unknown = [p for p in declared if p not in _KNOWN_PLATFORMS]
+    if unknown:
+        return _skip(
+            f"declares unknown platform(s) {unknown}; known: {sorted(_KNOWN_PLATFORMS)}",
+            status,
+            warn=True,
+        )
+    platforms = _wanted(status.name, declared, selection)
+    if not platforms:
+        return _skip(f"not selected by {ENV_VAR}", status, warn=False)
+    fresh = tuple(p for p in platforms if p not in served)
+    if not fresh:
+        return _skip(
+            f"platform(s) {', '.join(platforms)} already served by an installed plugin",
+            status,
+            warn=False,
+        )
+    try:
+        initialize(platforms=fresh)
+    except Exception as e:  # noqa: BLE001 - see above
+        return _skip(
+            f"initialize() failed: {type(e).__name__}: {e}", status, warn=True
+        )
+    return dataclasses.replace(status, platforms=fresh, loaded=True, reason=None)
+
+
+def _declared_platforms(module: ModuleType, status: PluginStatus) -> tuple[str, ...]:
+    """The platforms a plugin serves: its ``PLATFORMS``, else its entry-point name."""
+    platforms = getattr(module, "PLATFORMS", None)
+    if platforms is None:
+        return (status.name,)
+    return tuple(platforms)
