@@ -1,0 +1,163 @@
+"""`quantized_matmul`: dense activations times a quantised weight, dispatched per platform.
+
+The registered implementations of kernel ``"quantized_matmul"`` become the branches of ONE
+`jax.lax.platform_dependent`, with the portable reference as the default, so a single
+jitted (or exported) program picks the fused kernel of whatever platform it is compiled
+for. Gradients are defined with `jax.custom_vjp` using the reference kernels, so fused
+kernels need no autodiff rules and the backward pass also works slab by slab.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcore.kernels import _formats, _interpret, _reference, _registry
+
+KERNEL_NAME = "quantized_matmul"
+
+
+def _dispatch(x2d, qvalue, scale, fmt, block_size, out_dtype):
+    """Calls the registered impls through one `platform_dependent` (reference as default)."""
+    impls = _registry.registered_kernels(KERNEL_NAME)
+    interpret_on = _interpret.interpret_platform(KERNEL_NAME, impls)
+    static = dict(fmt=fmt, block_size=block_size, out_dtype=out_dtype)
+    branches = {
+        platform: functools.partial(impl, interpret=False, **static) for platform, impl in impls.items()
+    }
+    if interpret_on is not None:
+        branches["cpu"] = functools.partial(impls[interpret_on], interpret=True, **static)
+    default = functools.partial(_reference.reference_quantized_matmul, **static)
+    return jax.lax.platform_dependent(x2d, qvalue, scale, default=default, **branches)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _matmul(x2d, qvalue, scale, fmt, block_size, out_dtype):
+    return _dispatch(x2d, qvalue, scale, fmt, block_size, out_dtype)
+
+
+def _matmul_fwd(x2d, qvalue, scale, fmt, block_size, out_dtype):
+    return _matmul(x2d, qvalue, scale, fmt, block_size, out_dtype), (x2d, qvalue, scale)
+
+
+def _matmul_bwd(fmt, block_size, out_dtype, residuals, g):
+    x2d, qvalue, scale = residuals
+    dx = _matmul_t(g, qvalue, scale, fmt, block_size, x2d.dtype)
+    dscale = _reference.reference_scale_gradient(x2d, g, qvalue, scale, fmt=fmt, block_size=block_size)
+    return dx, None, dscale
+
+
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _matmul_t(x2d, qvalue, scale, fmt, block_size, out_dtype):
+    return _reference.reference_quantized_matmul_transposed(
+        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+    )
+
+
+def _matmul_t_fwd(x2d, qvalue, scale, fmt, block_size, out_dtype):
+    return _matmul_t(x2d, qvalue, scale, fmt, block_size, out_dtype), (x2d, qvalue, scale)
+
+
+def _matmul_t_bwd(fmt, block_size, out_dtype, residuals, g):
+    x2d, qvalue, scale = residuals
+    dx = _matmul(g, qvalue, scale, fmt, block_size, x2d.dtype)
+    dscale = _reference.reference_scale_gradient(g, x2d, qvalue, scale, fmt=fmt, block_size=block_size)
+    return dx, None, dscale
+
+
+_matmul_t.defvjp(_matmul_t_fwd, _matmul_t_bwd)
+
+
+def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int]:
+    """Reads (fmt, block_size, qvalue, scale, axis) off a quantised array, checking the layout."""
+    missing = [a for a in ("fmt", "block_size", "qvalue", "block_scales") if not hasattr(q, a)]
+    if missing:
+        raise TypeError(
+            f"q must be a quantised array (jaxcore.quant.ArrayInt8/ArrayInt4/ArrayNF4 or one with "
+            f"fmt, block_size, qvalue and block_scales()); {type(q).__name__} lacks {missing}"
+        )
+    fmt, block_size, qvalue = q.fmt, q.block_size, q.qvalue
+    scale = q.block_scales()
+    _formats.check_layout(fmt, qvalue, scale, block_size)
+    axis = getattr(q, "axis", 0)
+    if axis not in (0, 1):
+        raise ValueError(f"q.axis must be 0 or 1 (the axis its blocks run along), got {axis!r}")
+    return fmt, block_size, qvalue, scale, axis
+
+
+def _apply(x, q, preferred_element_type, transposed: bool):
+    fmt, block_size, qvalue, scale, axis = _stored(q)
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"x must be floating point, got dtype {x.dtype}")
+    k = _formats.logical_rows(fmt, qvalue.shape[0])
+    n = qvalue.shape[1]
+    logical = (k, n) if axis == 0 else (n, k)
+    contracted = logical[1] if transposed else logical[0]
+    if x.ndim < 1 or x.shape[-1] != contracted:
+        what = "x @ W.T" if transposed else "x @ W"
+        raise ValueError(
+            f"{what}: x's last axis must equal {contracted} for a weight of logical shape "
+            f"{logical}, got x.shape={x.shape}"
+        )
+    out_dtype = np.dtype(x.dtype if preferred_element_type is None else preferred_element_type)
+    lead = x.shape[:-1]
+    x2d = x.reshape(math.prod(lead), contracted)
+    # In the stored (K, N) layout, x @ S runs the dispatched kernel and x @ S.T the transposed
+    # reference; a weight stored along axis 1 is S.T, which swaps the two.
+    if transposed == (axis == 1):
+        out = _matmul(x2d, qvalue, scale, fmt, block_size, out_dtype)
+    else:
+        out = _matmul_t(x2d, qvalue, scale, fmt, block_size, out_dtype)
+    return out.reshape(*lead, out.shape[-1])
+
+
+def quantized_matmul(x: jax.Array, q, *, preferred_element_type=None) -> jax.Array:
+    """Computes ``x @ W`` for dense ``x`` of shape (..., K) and a quantised (K, N) weight ``q``.
+
+    ``x`` is flattened to (M, K) and the kernel registered for the platform the program is
+    compiled for runs (through one `jax.lax.platform_dependent`; the portable reference is
+    the default and serves CPU unless a plugin or ``JAXCORE_PALLAS_INTERPRET`` says
+    otherwise). Differentiable in ``x`` and in the block scales; ``vmap`` and ``jit`` apply.
+
+    Args:
+      x: floating array (..., K).
+      q: a quantised array (``jaxcore.quant.ArrayInt8``/``ArrayInt4``/``ArrayNF4``).
+      preferred_element_type: result dtype; default ``x.dtype``. Accumulation is float32.
+
+    Returns:
+      Array (..., N).
+
+    Raises:
+      TypeError: if ``q`` is not a quantised array or ``x`` is not floating point.
+      ValueError: if the shapes do not contract or ``q``'s layout is malformed.
+    """
+    return _apply(x, q, preferred_element_type, transposed=False)
+
+
+def quantized_matmul_transposed(x: jax.Array, q, *, preferred_element_type=None) -> jax.Array:
+    """Computes ``x @ W.T`` for dense ``x`` of shape (..., N) and a quantised (K, N) weight ``q``.
+
+    Used for contractions along a weight's output axis (tied embeddings, ``q @ dense``) and
+    for gradients. It runs the portable slab-wise reference kernel on every platform.
+
+    Args:
+      x: floating array (..., N).
+      q: a quantised array.
+      preferred_element_type: result dtype; default ``x.dtype``.
+
+    Returns:
+      Array (..., K).
+
+    Raises:
+      TypeError: if ``q`` is not a quantised array or ``x`` is not floating point.
+      ValueError: if the shapes do not contract or ``q``'s layout is malformed.
+    """
+    return _apply(x, q, preferred_element_type, transposed=True)

@@ -1,0 +1,64 @@
+"""The kernel registry: implementations keyed by (kernel name, platform).
+
+Plugins (`jaxcore_gpu`, `jaxcore_tpu`) register their fused kernels here at import; the
+dispatchers in this package read the registry at trace time, so a kernel registered before
+a function is traced is used by that trace.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu")
+
+_lock = threading.Lock()
+# name -> {platform: impl}; dicts keep registration order, which "first registered" uses.
+_registry: dict[str, dict[str, Callable]] = {}
+
+
+def _check_name_platform(name: str, platform: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"kernel name must be a non-empty string, got {name!r}")
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r} for kernel {name!r}; expected one of {PLATFORMS}")
+
+
+def register_kernel(name: str, platform: str, impl: Callable) -> None:
+    """Registers ``impl`` as kernel ``name`` for ``platform``, replacing any previous one.
+
+    Args:
+      name: kernel name, e.g. ``"quantized_matmul"``.
+      platform: one of ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``.
+      impl: the implementation. For ``"quantized_matmul"`` its signature is
+        ``impl(x2d, qvalue, scale, *, fmt, block_size, out_dtype, interpret=False) -> (M, N)``.
+
+    Raises:
+      ValueError: for an empty name or an unknown platform.
+      TypeError: if ``impl`` is not callable.
+    """
+    _check_name_platform(name, platform)
+    if not callable(impl):
+        raise TypeError(f"impl for kernel {name!r} on {platform!r} must be callable, got {impl!r}")
+    with _lock:
+        _registry.setdefault(name, {})[platform] = impl
+
+
+def unregister_kernel(name: str, platform: str) -> Callable:
+    """Removes and returns the implementation of ``name`` for ``platform``.
+
+    Raises:
+      KeyError: if none is registered.
+    """
+    _check_name_platform(name, platform)
+    with _lock:
+        impls = _registry.get(name, {})
+        if platform not in impls:
+            raise KeyError(f"no kernel {name!r} registered for platform {platform!r}")
+        return impls.pop(platform)
+
+
+def registered_kernels(name: str) -> dict[str, Callable]:
+    """Returns a copy of ``{platform: impl}`` for kernel ``name``, in registration order."""
+    with _lock:
+        return dict(_registry.get(name, {}))
