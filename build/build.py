@@ -1,5 +1,27 @@
 #!/usr/bin/env python3
-"""Builds jaxcore's wheels with Bazel and runs its test suite (work in progress)."""
+"""Builds jaxcore's wheels with Bazel, and runs its test suite.
+
+  python3 build/build.py build --wheels=all        # the four wheels, into dist/
+  python3 build/build.py test                      # the whole CPU test suite
+  python3 build/build.py setup                     # Bazel + .venv + generated bazelrc only
+
+It finds (or, on Debian/Ubuntu as root, installs) Bazel, writes the machine-specific
+settings to .jaxcore_configure.bazelrc (which .bazelrc imports), and drives Bazel. Settings
+in that file are never repeated on the Bazel command line, so a plain `bazel build` or
+`bazel test` afterwards behaves exactly like the commands this script runs.
+"""
+
+import argparse
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
 
 # Toolchain versions. The Dockerfiles' ARG defaults and .bazelrc must use the same numbers
 # (tests/docker_config_test.py checks).
@@ -9,3 +31,512 @@ DEFAULT_CUDA_MAJOR_VERSION = 12
 CUDA_VERSIONS = {12: "12.8.1", 13: "13.0.0"}
 CUDNN_VERSION = "9.8.0"
 ROCM_VERSION = "6.4.1"
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIGURE_BAZELRC = REPO_ROOT / ".jaxcore_configure.bazelrc"
+LOCK_FILE = REPO_ROOT / "build" / "requirements_lock.txt"
+VERSION_BZL = REPO_ROOT / "jaxcore" / "version.bzl"
+BACKENDS = ("cpu", "cuda", "rocm", "tpu")
+# Debian packages that give an offline Bazel 4.2.3 and the rules the WORKSPACE points at.
+BAZEL_DEBIAN_PACKAGES = ("bazel-bootstrap", "bazel-rules-java", "bazel-platforms")
+BAZEL_LOCAL_REPOSITORIES = (Path("/usr/share/bazel/rules/java"), Path("/usr/share/bazel/platforms"))
+# Packages the test suite imports, by distribution name, with pinned versions where pinned.
+TEST_REQUIREMENTS = {
+    "jax": "0.10.2",
+    "jaxlib": "0.10.2",
+    "numpy": None,
+    "absl-py": None,
+    "pytest": None,
+    "pytest-xdist": None,
+    "hypothesis": None,
+}
+
+
+class BuildError(Exception):
+    """A problem the user can fix; the message says what and how."""
+
+
+def _log(msg):
+    print(f"build.py: {msg}", flush=True)
+
+
+def _fmt(cmd):
+    return " ".join(shlex.quote(str(c)) for c in cmd)
+
+
+def _run(cmd, *, verbose, env=None, check=True, capture=False, cwd=REPO_ROOT):
+    if verbose:
+        _log(f"running: {_fmt(cmd)}")
+    try:
+        result = subprocess.run(
+            [str(c) for c in cmd],
+            cwd=cwd,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.PIPE if capture else None,
+        )
+    except FileNotFoundError as e:
+        raise BuildError(f"cannot run {cmd[0]}: {e.strerror}") from None
+    if check and result.returncode != 0:
+        detail = f"\n{result.stderr.strip()}" if capture and result.stderr else ""
+        raise BuildError(f"command failed with exit code {result.returncode}: {_fmt(cmd)}{detail}")
+    return result
+
+
+# --- Wheels -------------------------------------------------------------------------------
+
+
+def jaxcore_version():
+    """Reads the version the Bazel wheel rules use (jaxcore/version.bzl)."""
+    found = re.search(r'JAXCORE_VERSION\s*=\s*"([^"]+)"', VERSION_BZL.read_text())
+    if not found:
+        raise BuildError(f"{VERSION_BZL} defines no JAXCORE_VERSION")
+    return found.group(1)
+
+
+def wheel_specs(cuda_major):
+    """Maps each wheel's dist name to its Bazel target."""
+    return {
+        "jaxcore": "//jaxcore/tools:jaxcore_wheel",
+        f"jaxcore-cuda{cuda_major}": "//jaxcore/tools:jaxcore_cuda12_wheel",
+        "jaxcore-rocm6": "//jaxcore/tools:jaxcore_rocm6_wheel",
+        "jaxcore-tpu": "//jaxcore/tools:jaxcore_tpu_wheel",
+    }
+
+
+def wheel_filename(dist_name, version):
+    return f"{re.sub(r'[-_.]+', '_', dist_name)}-{version}-py3-none-any.whl"
+
+
+def parse_wheels(value, cuda_major):
+    """Turns `--wheels=a,b` (or `all`) into the ordered list of dist names."""
+    specs = wheel_specs(cuda_major)
+    names = [w.strip() for w in value.split(",") if w.strip()]
+    if not names:
+        raise BuildError("--wheels is empty; give a comma-separated list or 'all'")
+    if names == ["all"]:
+        return list(specs)
+    unknown = [n for n in names if n not in specs]
+    if unknown:
+        raise BuildError(
+            f"unknown wheel {', '.join(repr(u) for u in unknown)} in --wheels; "
+            f"choose from {', '.join(specs)} or 'all'"
+        )
+    return list(dict.fromkeys(names))
+
+
+# --- Python -------------------------------------------------------------------------------
+
+
+def venv_dir():
+    return Path(os.environ.get("JAXCORE_VENV") or REPO_ROOT / ".venv").resolve()
+
+
+def check_python(path):
+    """Checks that `path` is a Python 3.9+ interpreter; returns its absolute path."""
+    python = Path(path)
+    if not python.is_absolute():
+        found = shutil.which(str(path))
+        if not found:
+            raise BuildError(f"Python interpreter {path!r} not found (--python_bin_path)")
+        python = Path(found)
+    if not python.exists():
+        raise BuildError(f"Python interpreter {python} does not exist (--python_bin_path)")
+    if not os.access(python, os.X_OK):
+        raise BuildError(f"Python interpreter {python} is not executable (--python_bin_path)")
+    try:
+        out = subprocess.run(
+            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60,
+        )
+    except OSError as e:
+        raise BuildError(f"{python} does not run as a Python interpreter: {e}") from None
+    if out.returncode != 0 or not re.fullmatch(r"\d+\.\d+", out.stdout.strip()):
+        raise BuildError(f"{python} does not run as a Python interpreter (--python_bin_path)")
+    major, minor = map(int, out.stdout.strip().split("."))
+    if (major, minor) < (3, 9):
+        raise BuildError(f"{python} is Python {major}.{minor}; jaxcore needs Python 3.9 or newer")
+    return python
+
+
+def missing_requirements(python):
+    """Returns the test requirements `python` lacks, as 'name==version' strings."""
+    probe = (
+        "import json, sys\n"
+        "from importlib import metadata\n"
+        "out = {}\n"
+        "for name in json.loads(sys.argv[1]):\n"
+        "    try: out[name] = metadata.version(name)\n"
+        "    except metadata.PackageNotFoundError: out[name] = None\n"
+        "print(json.dumps(out))\n"
+    )
+    import json
+
+    result = subprocess.run(
+        [str(python), "-c", probe, json.dumps(list(TEST_REQUIREMENTS))],
+        capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        raise BuildError(f"cannot inspect the packages of {python}: {result.stderr.strip()}")
+    found = json.loads(result.stdout)
+    missing = []
+    for name, pinned in TEST_REQUIREMENTS.items():
+        have = found.get(name)
+        if have is None or (pinned and have != pinned):
+            want = f"{name}=={pinned}" if pinned else name
+            missing.append(want + (f" (has {have})" if have else ""))
+    return missing
+
+
+def _lock_stamp(python):
+    digest = hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
+    return f"{digest} {python}"
+
+
+def ensure_venv(*, verbose, dry_run):
+    """Creates the managed venv and installs the hash-locked requirements into it."""
+    venv = venv_dir()
+    python = venv / "bin" / "python"
+    stamp = venv / ".jaxcore_requirements_stamp"
+    if not LOCK_FILE.exists():
+        raise BuildError(f"{LOCK_FILE} is missing; it pins every test requirement with hashes")
+    create = [sys.executable, "-m", "venv", str(venv)]
+    install = [str(python), "-m", "pip", "install", "--disable-pip-version-check",
+               "--require-hashes", "-r", str(LOCK_FILE)]
+    if dry_run:
+        if not python.exists():
+            print(_fmt(create))
+        print(_fmt(install))
+        return python
+    if not python.exists():
+        _log(f"creating the virtual environment {venv}")
+        result = _run(create, verbose=verbose, check=False, capture=True)
+        if result.returncode != 0:
+            if "ensurepip" not in (result.stderr + result.stdout):
+                raise BuildError(f"could not create {venv}: {result.stderr.strip()}")
+            shutil.rmtree(venv, ignore_errors=True)
+            minor = "%d.%d" % sys.version_info[:2]
+            apt_install([f"python{minor}-venv"], reason="Python's venv module", verbose=verbose)
+            _run(create, verbose=verbose)
+    if stamp.exists() and stamp.read_text() == _lock_stamp(python):
+        return python
+    _log(f"installing {LOCK_FILE.relative_to(REPO_ROOT)} into {venv}")
+    _run(install, verbose=verbose)
+    missing = missing_requirements(python)
+    if missing:
+        raise BuildError(f"{python} still lacks {', '.join(missing)} after installing the lock file")
+    stamp.write_text(_lock_stamp(python))
+    return python
+
+
+# --- Bazel --------------------------------------------------------------------------------
+
+
+def _is_debian_root():
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return False
+    try:
+        release = Path("/etc/os-release").read_text()
+    except OSError:
+        return False
+    ids = re.findall(r"^(?:ID|ID_LIKE)=\"?([^\"\n]+)", release, re.MULTILINE)
+    return any(word in ("debian", "ubuntu") for line in ids for word in line.split())
+
+
+def apt_install(packages, *, reason, verbose):
+    """Installs Debian packages; only where that is possible without asking anybody."""
+    if not _is_debian_root():
+        raise BuildError(
+            f"{reason} is missing. Install the Debian/Ubuntu packages "
+            f"{' '.join(packages)} (apt-get install {' '.join(packages)}), or on other systems "
+            "install Bazel 4.2.3 (https://bazel.build) and pass --bazel_path."
+        )
+    _log(f"installing {' '.join(packages)} with apt-get ({reason})")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    _run(["apt-get", "update", "-qq"], verbose=verbose, env=env)
+    _run(["apt-get", "install", "-y", "-qq", *packages], verbose=verbose, env=env)
+
+
+def bazel_version(bazel):
+    """Returns Bazel's version as a tuple, reading Debian's package version if need be."""
+    result = subprocess.run([str(bazel), "--version"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"{bazel} --version failed: {(result.stderr or result.stdout).strip()}")
+    text = result.stdout.strip()
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    if not found and "no_version" in text and shutil.which("dpkg-query"):
+        # Debian's bazel-bootstrap is built without a version stamp.
+        pkg = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "bazel-bootstrap"],
+                             capture_output=True, text=True)
+        found = re.match(r"(\d+)\.(\d+)\.(\d+)", pkg.stdout.strip())
+    if not found:
+        raise BuildError(f"cannot tell the version of {bazel} (it printed {text!r})")
+    return tuple(int(v) for v in found.groups())
+
+
+def find_bazel(bazel_path, *, verbose, dry_run):
+    """Finds Bazel (installing Debian's where possible) and checks its version."""
+    if bazel_path:
+        bazel = Path(bazel_path)
+        if not bazel.is_file() or not os.access(bazel, os.X_OK):
+            raise BuildError(f"--bazel_path={bazel_path} is not an executable file")
+    else:
+        found = shutil.which("bazel")
+        missing_repos = [str(p) for p in BAZEL_LOCAL_REPOSITORIES if not p.is_dir()]
+        if not found or missing_repos:
+            what = "Bazel" if not found else f"Bazel's local rule repositories ({', '.join(missing_repos)})"
+            if dry_run:
+                print(_fmt(["apt-get", "install", "-y", *BAZEL_DEBIAN_PACKAGES]))
+                return Path(found or "bazel")
+            apt_install(BAZEL_DEBIAN_PACKAGES, reason=what, verbose=verbose)
+            found = shutil.which("bazel")
+            if not found:
+                raise BuildError("apt-get installed bazel-bootstrap but no `bazel` is on PATH")
+        bazel = Path(found)
+    version = bazel_version(bazel)
+    want = tuple(int(v) for v in BAZEL_VERSION.split("."))
+    if version < want:
+        raise BuildError(
+            f"Bazel {'.'.join(map(str, version))} at {bazel} is too old; jaxcore needs "
+            f"{BAZEL_VERSION} or newer (4.x; see .bazelversion)"
+        )
+    if version[0] != want[0]:
+        _log(f"warning: Bazel {'.'.join(map(str, version))} is untested; jaxcore's WORKSPACE targets Bazel {BAZEL_VERSION}")
+    if verbose:
+        _log(f"using Bazel {'.'.join(map(str, version))} at {bazel}")
+    return bazel
+
+
+# --- The generated bazelrc ------------------------------------------------------------------
+
+
+def configure_bazelrc_text(*, python, cuda_major, rocm_version):
+    """Returns the text of .jaxcore_configure.bazelrc: one line per setting."""
+    lines = [
+        "# Written by build/build.py; re-run it to change these settings. Do not edit.",
+        f"build --repo_env=PYTHON_BIN_PATH={python}",
+        f"build --action_env=PYTHON_BIN_PATH={python}",
+        "build --action_env=SOURCE_DATE_EPOCH",
+        f"build --define=jaxcore_cuda_major={cuda_major}",
+        f"build:cuda --action_env=JAXCORE_CUDA_VERSION={CUDA_VERSIONS[cuda_major]}",
+        f"build:cuda --action_env=JAXCORE_CUDNN_VERSION={CUDNN_VERSION}",
+        f"build:rocm --action_env=JAXCORE_ROCM_VERSION={rocm_version}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path, text):
+    """Replaces `path` in one step, so readers never see a half-written file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# --- Commands -----------------------------------------------------------------------------
+
+
+def _check_versions(args):
+    if args.cuda_major_version not in CUDA_VERSIONS:
+        raise BuildError(
+            f"--cuda_major_version={args.cuda_major_version} is not supported; "
+            f"choose from {', '.join(map(str, CUDA_VERSIONS))}"
+        )
+    if not re.fullmatch(r"6\.\d+(\.\d+)?", args.rocm_version):
+        raise BuildError(
+            f"--rocm_version={args.rocm_version!r} is not supported; the jaxcore-rocm6 wheel "
+            "needs a ROCm 6.x version such as " + ROCM_VERSION
+        )
+
+
+def configure(args, python):
+    """Finds Bazel and writes the generated bazelrc; returns the Bazel path."""
+    bazel = find_bazel(args.bazel_path, verbose=args.verbose, dry_run=args.dry_run)
+    text = configure_bazelrc_text(
+        python=python, cuda_major=args.cuda_major_version, rocm_version=args.rocm_version
+    )
+    if args.dry_run:
+        print(f"# would write {CONFIGURE_BAZELRC.name}:")
+        print(text, end="")
+    else:
+        write_atomically(CONFIGURE_BAZELRC, text)
+        if args.verbose:
+            _log(f"wrote {CONFIGURE_BAZELRC}")
+    return bazel
+
+
+def bazel_command(bazel, args, command, *options_and_targets):
+    return [str(bazel), *args.bazel_startup_options, command, *args.bazel_options, *options_and_targets]
+
+
+def _default_python(args):
+    if args.python_bin_path:
+        return check_python(args.python_bin_path)
+    venv_python = venv_dir() / "bin" / "python"
+    if venv_python.exists():
+        return venv_python
+    return Path(sys.executable)
+
+
+def cmd_build(args):
+    _check_versions(args)
+    wheels = parse_wheels(args.wheels, args.cuda_major_version)
+    output = Path(args.output_path)
+    if not output.is_absolute():
+        output = REPO_ROOT / output
+    if output.exists() and not output.is_dir():
+        raise BuildError(f"--output_path={args.output_path} exists and is not a directory")
+    python = _default_python(args)
+    bazel = configure(args, python)
+    if args.configure_only:
+        return 0
+    specs = wheel_specs(args.cuda_major_version)
+    targets = [specs[w] for w in wheels]
+    build = bazel_command(bazel, args, "build", *targets)
+    info = bazel_command(bazel, args, "info", "bazel-bin")
+    if args.dry_run:
+        print(_fmt(build))
+        return 0
+    _run(build, verbose=args.verbose)
+    bazel_bin = Path(_run(info, verbose=args.verbose, capture=True).stdout.strip())
+    version = jaxcore_version()
+    built = []
+    for dist in wheels:
+        package_dir = specs[dist].split(":")[0].lstrip("/")
+        path = bazel_bin / package_dir / wheel_filename(dist, version)
+        if not path.is_file():
+            raise BuildError(f"Bazel reported success but {path} is missing")
+        with zipfile.ZipFile(path) as zf:
+            if zf.testzip() is not None:
+                raise BuildError(f"{path} is a corrupt zip file")
+        built.append(path)
+    install_outputs(built, output)
+    for path in built:
+        digest = hashlib.sha256((output / path.name).read_bytes()).hexdigest()
+        print(f"{output / path.name}  sha256={digest}")
+    return 0
+
+
+def install_outputs(paths, output):
+    """Copies every wheel into `output`, all or none: nothing partial is ever left there."""
+    output.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".jaxcore-wheels-", dir=output))
+    try:
+        for path in paths:
+            shutil.copyfile(path, staging / path.name)
+        for path in paths:
+            os.replace(staging / path.name, output / path.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def setup(args):
+    """Bazel, the managed venv (or a checked interpreter) and the generated bazelrc."""
+    _check_versions(args)
+    if args.python_bin_path:
+        python = check_python(args.python_bin_path)
+        missing = missing_requirements(python)
+        if missing:
+            raise BuildError(
+                f"{python} lacks the test requirements {', '.join(missing)}; install "
+                f"{LOCK_FILE.relative_to(REPO_ROOT)} into it, or drop --python_bin_path to "
+                "let build.py manage .venv"
+            )
+    else:
+        python = ensure_venv(verbose=args.verbose, dry_run=args.dry_run)
+    bazel = configure(args, python)
+    return python, bazel
+
+
+def cmd_setup(args):
+    python, _ = setup(args)
+    if not args.dry_run:
+        _log(f"ready: tests run with {python}")
+    return 0
+
+
+def cmd_test(args):
+    python, bazel = setup(args)
+    env = dict(
+        os.environ,
+        JAXCORE_SKIP_SETUP="1",
+        JAXCORE_PYTHON=str(python),
+        JAXCORE_BAZEL=str(bazel),
+        JAXCORE_BAZEL_OPTIONS=" ".join(shlex.quote(o) for o in args.bazel_options),
+        JAXCORE_BAZEL_STARTUP_OPTIONS=" ".join(shlex.quote(o) for o in args.bazel_startup_options),
+    )
+    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
+    unknown = [r for r in runners if r not in ("bazel", "pytest")]
+    if unknown or not runners:
+        raise BuildError(f"--runners must list bazel and/or pytest, got {args.runners!r}")
+    scripts = [REPO_ROOT / "ci" / f"run_{r}_test_{args.backend}.sh" if r == "bazel"
+               else REPO_ROOT / "ci" / f"run_pytest_{args.backend}.sh" for r in runners]
+    failed = []
+    for script in scripts:
+        cmd = ["bash", str(script)]
+        if args.dry_run:
+            print(_fmt(cmd))
+            continue
+        if not script.exists():
+            raise BuildError(f"{script.relative_to(REPO_ROOT)} is missing")
+        _log(f"running {script.relative_to(REPO_ROOT)}")
+        if _run(cmd, verbose=args.verbose, env=env, check=False).returncode != 0:
+            failed.append(script.name)
+    if failed:
+        raise BuildError(f"test run failed: {', '.join(failed)}")
+    if not args.dry_run:
+        _log("all tests passed")
+    return 0
+
+
+def make_parser():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--python_bin_path", help="Python for Bazel's toolchain (default: the managed .venv, else this interpreter)")
+    common.add_argument("--bazel_path", help="Bazel binary (default: `bazel` on PATH, installed with apt-get if missing)")
+    common.add_argument("--bazel_options", action="append", default=[], help="extra Bazel command option (repeatable)")
+    common.add_argument("--bazel_startup_options", action="append", default=[], help="Bazel startup option (repeatable)")
+    common.add_argument("--configure_only", action="store_true", help="write .jaxcore_configure.bazelrc and stop")
+    common.add_argument("--dry_run", action="store_true", help="print the commands instead of running them")
+    common.add_argument("--verbose", action="store_true", help="print every command before it runs")
+    common.add_argument("--cuda_major_version", type=int, default=DEFAULT_CUDA_MAJOR_VERSION, help="CUDA major version (12 or 13)")
+    common.add_argument("--rocm_version", default=ROCM_VERSION, help="ROCm version (6.x)")
+    common.add_argument("--output_path", default="dist", help="where wheels are copied (default: dist/)")
+
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", parents=[common], help="build wheels into --output_path")
+    build.add_argument("--wheels", default="jaxcore",
+                       help="comma-separated: jaxcore, jaxcore-cuda12, jaxcore-rocm6, jaxcore-tpu, or all")
+    build.set_defaults(func=cmd_build)
+    test = sub.add_parser("test", parents=[common], help="run the test suite (Bazel, then pytest)")
+    test.add_argument("--backend", choices=BACKENDS, default="cpu")
+    test.add_argument("--runners", default="bazel,pytest", help="bazel, pytest, or both (default)")
+    test.set_defaults(func=cmd_test)
+    setup_parser = sub.add_parser("setup", parents=[common], help="install Bazel and .venv, write the bazelrc")
+    setup_parser.add_argument("--backend", choices=BACKENDS, default="cpu")
+    setup_parser.set_defaults(func=cmd_setup)
+    return parser
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
+    if args.command == "test" and args.configure_only:
+        args.func = cmd_setup
+    try:
+        return args.func(args)
+    except BuildError as e:
+        print(f"build.py: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("build.py: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,26 +7,55 @@ load("//jaxcore:version.bzl", "JAXCORE_VERSION")
 # replaced by one naming the wheel's single platform.
 _BUILD_CONFIG = '''"""Generated when the {dist_name} wheel was built; do not edit."""
 
-PLATFORMS = ({platforms})
+PLATFORMS = ("%s",)
 VERSION = "{version}"
 DIST_NAME = "{dist_name}"
 '''
 
-def plugin_wheel(name, dist_name, src, package, platform, summary, deps, classifiers = []):
-    """A wheel of plugin sources `src` shipped as `package`, registered for `platform`."""
+def _attrs(dist_name, src, package, platform):
+    return struct(
+        dist_name = dist_name,
+        packages = {src: package},
+        generated_files = {
+            package + "/_build_config.py": _BUILD_CONFIG % platform,
+            package + "/py.typed": "",
+        },
+        entry_points = {"jaxcore_plugins": "%s=%s" % (platform, package)},
+    )
+
+def _pick(default, cases, field):
+    if not cases:
+        return getattr(default, field)
+    branches = {k: getattr(c, field) for k, c in cases.items()}
+    branches["//conditions:default"] = getattr(default, field)
+    return select(branches)
+
+def plugin_wheel(name, dist_name, src, package, platform, summary, deps, classifiers = [], variants = None):
+    """A wheel of plugin sources `src` shipped as `package`, registered for `platform`.
+
+    Args:
+      name: target name.
+      dist_name: distribution name, e.g. jaxcore-rocm6.
+      src: source directory of the plugin package (e.g. jaxcore_gpu).
+      package: the package name inside the wheel.
+      platform: the one JAX platform this wheel registers kernels for.
+      summary: one-line description.
+      deps: py_library targets holding the sources.
+      classifiers: trove classifiers.
+      variants: optional {config_setting label: (dist_name, package)} chosen by select(),
+        e.g. the CUDA major version; the default case uses dist_name/package.
+    """
+    default = _attrs(dist_name, src, package, platform)
+    cases = {k: _attrs(v[0], src, v[1], platform) for k, v in (variants or {}).items()}
     py_wheel_dist(
         name = name,
-        dist_name = dist_name,
+        dist_name = _pick(default, cases, "dist_name"),
         version = JAXCORE_VERSION,
         summary = summary,
         classifiers = classifiers,
         deps = deps,
-        packages = {src: package},
-        generated_files = {
-            package + "/_build_config.py": _BUILD_CONFIG.replace("{platforms}", '"%s",' % platform),
-            package + "/py.typed": "",
-        },
+        packages = _pick(default, cases, "packages"),
+        generated_files = _pick(default, cases, "generated_files"),
         requires = ["jaxcore=={version}"],
-        entry_points = {"jaxcore_plugins": "%s=%s" % (platform, package)},
+        entry_points = _pick(default, cases, "entry_points"),
     )
-
