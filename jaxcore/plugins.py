@@ -27,6 +27,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -43,6 +44,7 @@ __all__ = [
     "PluginWarning",
     "info",
     "load_plugins",
+    "plugin_imported",
 ]
 
 ENTRY_POINT_GROUP = "jaxcore_plugins"
@@ -136,8 +138,49 @@ class PluginInfo:
         return "\n".join(lines)
 
 
+_DEFERRED_REASON = "still being imported; it initialises when its import completes"
+
 _lock = threading.RLock()  # re-entrant: a plugin's initialize may call info()
 _info: PluginInfo | None = None
+# Plugins found half-imported (imported by user code before jaxcore), by module name,
+# with the selection in force when they were found.
+_deferred: dict[str, frozenset[str] | None] = {}
+
+
+def _is_initializing(module: ModuleType) -> bool:
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def plugin_imported(module_name: str) -> None:
+    """Completes the loading of a plugin that was imported before jaxcore.
+
+    A plugin package calls this as the last line of its ``__init__``. When user code
+    imports the plugin first, the plugin's import of jaxcore runs discovery while the
+    plugin is still half-initialised; discovery defers it, and this call then checks
+    its version and runs its ``initialize``. For a plugin loaded normally it does
+    nothing.
+
+    Args:
+      module_name: the plugin package's ``__name__``.
+    """
+    global _info
+    with _lock:
+        if _info is None or module_name not in _deferred:
+            return
+        selection = _deferred.pop(module_name)
+        module = sys.modules.get(module_name)
+        statuses = list(_info.plugins)
+        for i, status in enumerate(statuses):
+            if status.module == module_name and status.reason == _DEFERRED_REASON:
+                if module is None:
+                    statuses[i] = _skip("import did not complete", status, warn=True)
+                else:
+                    statuses[i] = _check_and_initialize(
+                        status, module, selection, set(_info.platforms)
+                    )
+                break
+        _info = dataclasses.replace(_info, plugins=tuple(statuses))
 
 
 def info() -> PluginInfo:
@@ -168,6 +211,7 @@ def load_plugins(*, force: bool = False) -> PluginInfo:
     with _lock:
         if _info is not None and not force:
             return _info
+        _deferred.clear()
         selection_text, selection = _parse_selection(os.environ.get(ENV_VAR))
         statuses: list[PluginStatus] = []
         served: set[str] = set()
@@ -282,6 +326,11 @@ def _load_entry_point(
     return _import_and_initialize(status, ep.load, selection, served)
 
 
+def _is_namespace_only(spec) -> bool:
+    """A directory without ``__init__.py`` (e.g. an empty checkout folder)."""
+    return spec.origin is None and spec.submodule_search_locations is not None
+
+
 def _load_source_plugin(
     name: str,
     module_name: str,
@@ -293,7 +342,7 @@ def _load_source_plugin(
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
         spec = None
-    if spec is None:
+    if spec is None or _is_namespace_only(spec):
         return None
     status = PluginStatus(
         name=name,
@@ -329,6 +378,23 @@ def _import_and_initialize(
             status,
             warn=True,
         )
+    if _is_initializing(module):
+        # User code imported the plugin before jaxcore: the plugin's own import led
+        # here, so it is half-initialised. It calls `plugin_imported` when complete.
+        _deferred[module.__name__] = selection
+        return dataclasses.replace(
+            status, reason=_DEFERRED_REASON, loaded=False, platforms=()
+        )
+    return _check_and_initialize(status, module, selection, served)
+
+
+def _check_and_initialize(
+    status: PluginStatus,
+    module: ModuleType,
+    selection: frozenset[str] | None,
+    served: set[str],
+) -> PluginStatus:
+    """Checks an imported plugin's version and runs its ``initialize``."""
     version = getattr(module, "__version__", None)
     status = dataclasses.replace(status, version=version)
     if version != _JAXCORE_VERSION:

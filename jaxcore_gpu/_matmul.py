@@ -1,0 +1,201 @@
+"""The weight-only quantized matmul as a Pallas kernel with the Triton lowering.
+
+One kernel serves CUDA and ROCm (Mosaic GPU is NVIDIA-only). Each program owns a
+``(block_m, block_n)`` output tile and loops over K in steps of ``block_k`` logical rows:
+it loads the quantized tile (1 byte per int8 weight, half a byte per int4/NF4 weight),
+decodes it in registers, and feeds Triton's ``dot``. Weights are therefore read from
+HBM once, in their compressed form, instead of XLA's dequantise-to-HBM-then-matmul.
+
+Scales are applied where it is cheapest: when a K step lies inside one scale block the
+product ``x @ q`` is scaled once per output element; otherwise the decoded tile is scaled
+row-group by row-group before the dot. For int4/NF4 the even and odd rows of a packed
+byte pair with the even and odd columns of x, which the wrapper de-interleaves (x is
+small next to the weights), so the kernel never re-interleaves nibbles.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _blocks
+from . import _checks
+from . import _dequant
+
+
+def quantized_matmul(
+    x,
+    qvalue,
+    scale,
+    *,
+    fmt: str,
+    block_size: int,
+    out_dtype=None,
+    interpret: bool = False,
+    config: _blocks.BlockConfig | None = None,
+):
+    """``x @ dequantize(qvalue, scale)`` with the weights decoded inside the kernel.
+
+    Args:
+      x: activations (M, K), float16 / bfloat16 / float32.
+      qvalue: int8 (K, N) or nibble-packed uint8 (K // 2, N) (see ``jaxcore.kernels``).
+      scale: float32 (K // block_size, N) per-block scale (the absmax for NF4).
+      fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
+      block_size: logical weight rows per scale row.
+      out_dtype: dtype of the result; defaults to ``x.dtype``.
+      interpret: run the kernel in Pallas interpret mode (any backend, e.g. CPU).
+      config: explicit tiles; default: the table of :mod:`._blocks` (plus any
+        :func:`block_config` override active while tracing).
+
+    Returns:
+      The (M, N) product in ``out_dtype``.
+
+    Raises:
+      ValueError, TypeError: operands that do not fit the layout contract, or a
+        ``config`` that breaks a tiling rule.
+    """
+    problem = _checks.check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
+    out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
+    if config is None:
+        config = _blocks.choose(problem)
+    else:
+        _blocks._validate(config, problem)
+    if config is None:
+        # K (or the scale block) is not a multiple of 16 qvalue rows: no Triton tile
+        # fits, so this shape takes XLA's dequantise-then-dot path.
+        return _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype)
+    return _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret)
+
+
+def _nf4_code() -> tuple[float, ...]:
+    from jaxcore import kernels  # the codebook's single source of truth
+
+    return tuple(float(c) for c in np.asarray(kernels.NF4_CODE))
+
+
+def _split_x(x, problem: _checks.Problem) -> list:
+    """x for int8; its (even, odd) columns for the nibble-packed formats."""
+    if not problem.packed:
+        return [x]
+    pairs = x.reshape(x.shape[0], problem.k // 2, 2)
+    return [pairs[:, :, 0], pairs[:, :, 1]]
+
+
+def _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype):
+    """Dequantise-then-dot in plain jax.numpy, for shapes no Triton tile fits."""
+    code = _nf4_code() if problem.fmt == "nf4" else None
+    parts = _dequant.decode(qvalue, problem.fmt, code, jnp.float32)
+    rows = jnp.repeat(scale, problem.group_packed, axis=0)
+    acc = sum(
+        jnp.dot(xp.astype(jnp.float32), v * rows, precision=jax.lax.Precision.HIGHEST)
+        for xp, v in zip(_split_x(x, problem), parts)
+    )
+    return acc.astype(out_dtype)
+
+
+def _kernel(*refs, fmt, code, nparts, step, group, steps_per_split, n, block_n,
+            compute_dtype, precision):
+    """One program: a (block_m, block_n) tile over one split of the K steps."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as pltriton
+
+    x_refs, (q_ref, s_ref, o_ref) = refs[:nparts], refs[nparts:]
+    block_m = x_refs[0].shape[0]
+    j, split = pl.program_id(1), pl.program_id(2)
+    if n % block_n:
+        cols = j * block_n + jax.lax.broadcasted_iota(jnp.int32, (1, block_n), 1)
+        col_mask = cols < n
+    else:
+        col_mask = None
+    one_scale_row = group % step == 0
+
+    def load(ref):
+        if col_mask is None:
+            return ref[...]
+        return pltriton.load(ref, mask=col_mask, other=0)
+
+    def body(t, acc):
+        k0 = pl.multiple_of((split * steps_per_split + t) * step, step)
+        q = load(q_ref.at[pl.ds(k0, step), :])
+        n_rows = 1 if one_scale_row else step // group
+        s = load(s_ref.at[pl.ds(k0 // group, n_rows), :])
+        if one_scale_row:
+            values = _dequant.decode(q, fmt, code, compute_dtype)
+            part = None
+            for x_ref, v in zip(x_refs, values):
+                d = jnp.dot(x_ref[:, pl.ds(k0, step)], v, precision=precision,
+                            preferred_element_type=jnp.float32)
+                part = d if part is None else part + d
+            return acc + part * s
+        values = _dequant.decode(q, fmt, code, jnp.float32)
+        for x_ref, v in zip(x_refs, values):
+            w = (v.reshape(n_rows, group, block_n) * s[:, None, :]).reshape(step, block_n)
+            acc = acc + jnp.dot(x_ref[:, pl.ds(k0, step)], w.astype(compute_dtype),
+                                precision=precision, preferred_element_type=jnp.float32)
+        return acc
+
+    acc = jax.lax.fori_loop(0, steps_per_split, body,
+                            jnp.zeros((block_m, block_n), jnp.float32))
+    o_ref[...] = acc.astype(o_ref.dtype)
+
+
+def _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret):
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as pltriton
+
+    bm, bn, split = config.block_m, config.block_n, config.split_k
+    step = config.block_k // (2 if problem.packed else 1)
+    steps = problem.k_packed // step
+    m_pad = -(-problem.m // bm) * bm
+    n_pad = -(-problem.n // bn) * bn
+    if m_pad != problem.m:  # activations are small: pad rows rather than mask them
+        x = jnp.pad(x, ((0, m_pad - problem.m), (0, 0)))
+    compute_dtype = x.dtype
+    precision = (jax.lax.Precision.HIGHEST if compute_dtype == jnp.float32
+                 else jax.lax.Precision.DEFAULT)
+    x_parts = _split_x(x, problem)
+    kernel = functools.partial(
+        _kernel,
+        fmt=problem.fmt,
+        code=_nf4_code() if problem.fmt == "nf4" else None,
+        nparts=len(x_parts),
+        step=step,
+        group=problem.group_packed,
+        steps_per_split=steps // split,
+        n=problem.n,
+        block_n=bn,
+        compute_dtype=compute_dtype,
+        precision=precision,
+    )
+    kp = problem.k_packed
+    grid = (m_pad // bm, n_pad // bn, split)
+    x_spec = pl.BlockSpec((bm, kp), lambda i, j, s: (i, 0))
+    in_specs = [x_spec] * len(x_parts) + [
+        pl.BlockSpec((kp, bn), lambda i, j, s: (0, j)),
+        pl.BlockSpec((scale.shape[0], bn), lambda i, j, s: (0, j)),
+    ]
+    if split == 1:
+        out_shape = jax.ShapeDtypeStruct((m_pad, n_pad), out_dtype)
+        out_spec = pl.BlockSpec((bm, bn), lambda i, j, s: (i, j))
+    else:  # per-split f32 partial sums, added up below
+        out_shape = jax.ShapeDtypeStruct((split, m_pad, n_pad), jnp.float32)
+        out_spec = pl.BlockSpec((None, bm, bn), lambda i, j, s: (s, i, j))
+    out = pl.pallas_call(
+        kernel,
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_spec,
+        out_shape=out_shape,
+        compiler_params=pltriton.CompilerParams(
+            num_warps=config.num_warps, num_stages=config.num_stages
+        ),
+        interpret=interpret,
+        name=f"jaxcore_quantized_matmul_{problem.fmt}",
+    )(*x_parts, qvalue, scale)
+    if split > 1:
+        out = out.sum(axis=0).astype(out_dtype)
+    return out[: problem.m, : problem.n]
+
