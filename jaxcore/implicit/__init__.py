@@ -1,1 +1,75 @@
-"""jaxcore.implicit."""
+"""jaxcore.implicit: array types that are not arrays, flowing through ordinary JAX code.
+
+Quantized weights, low-rank factors or symbolic zeros subclass :class:`ImplicitArray`;
+handlers registered with :func:`register` say how primitives act on them; functions
+wrapped with :func:`implicit` (alias :func:`use_implicit`) dispatch to those handlers
+under ``jit``, ``grad``, ``vmap`` and control flow, materialising only as a fallback.
+"""
+
+import warnings as _warnings_module
+
+from jaxcore import _jax_internals
+from jaxcore.implicit import _rules  # noqa: F401  (registers the control-flow rules)
+from jaxcore.implicit._base import ImplicitArray
+from jaxcore.implicit._base import UninitializedAval
+from jaxcore.implicit._base import aux_field
+from jaxcore.implicit._dispatch import AmbiguousHandlerError
+from jaxcore.implicit._dispatch import register
+from jaxcore.implicit._dispatch import registered_handlers
+from jaxcore.implicit._materialize import default_handler
+from jaxcore.implicit._materialize import materialize_handler
+from jaxcore.implicit._materialize import materialize_nested
+from jaxcore.implicit._ste import ste
+from jaxcore.implicit._trace import implicit
+from jaxcore.implicit._trace import use_implicit
+from jaxcore.implicit._tree import flatten_one_implicit_layer
+from jaxcore.implicit._tree import implicit_depth
+from jaxcore.implicit._tree import is_array
+from jaxcore.implicit._tree import leaf_predicate
+from jaxcore.implicit._tree import tree_flatten_with_implicit
+from jaxcore.implicit._tree import tree_flatten_with_path_with_implicit
+from jaxcore.implicit._tree import tree_leaves_with_implicit
+from jaxcore.implicit._tree import tree_map_with_implicit
+from jaxcore.implicit._tree import tree_map_with_path_with_implicit
+from jaxcore.implicit._tree import tree_structure_with_implicit
+from jaxcore.implicit._warnings import ENV_VAR as WARN_ENV_VAR
+from jaxcore.implicit._warnings import MaterializationWarning
+from jaxcore.implicit._warnings import materialization_warnings
+from jaxcore.implicit._warnings import reset_materialization_warnings
+
+if not _jax_internals.jax_version_supported():
+    _warnings_module.warn(
+        "jaxcore.implicit's interpreter was written against jax "
+        f"{_jax_internals.SUPPORTED_JAX_VERSIONS}; the installed jax may behave differently.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+__all__ = [
+    "AmbiguousHandlerError",
+    "ImplicitArray",
+    "MaterializationWarning",
+    "UninitializedAval",
+    "WARN_ENV_VAR",
+    "aux_field",
+    "default_handler",
+    "flatten_one_implicit_layer",
+    "implicit",
+    "implicit_depth",
+    "is_array",
+    "leaf_predicate",
+    "materialization_warnings",
+    "materialize_handler",
+    "materialize_nested",
+    "register",
+    "registered_handlers",
+    "reset_materialization_warnings",
+    "ste",
+    "tree_flatten_with_implicit",
+    "tree_flatten_with_path_with_implicit",
+    "tree_leaves_with_implicit",
+    "tree_map_with_implicit",
+    "tree_map_with_path_with_implicit",
+    "tree_structure_with_implicit",
+    "use_implicit",
+]

@@ -1,0 +1,332 @@
+"""The :class:`ImplicitArray` base class: a dataclass pytree that stands in for an array.
+
+An implicit array stores some cheaper representation (quantized codes and scales, two
+low-rank factors, nothing at all for a symbolic zero) and knows how to ``materialize``
+itself into a dense array. Its dataclass fields are split into pytree *children*
+(arrays, traced by JAX) and *aux* fields (static metadata declared with
+:func:`aux_field`). The logical ``shape``/``dtype`` are either passed explicitly,
+computed by ``compute_shape``/``compute_dtype``, or discovered lazily by
+``jax.eval_shape`` of ``materialize`` (cached per structure, so a tree round trip does
+not re-trace).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextvars
+import dataclasses
+import typing as tp
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_AUX_METADATA_KEY = "jaxcore_implicit_aux"
+_LAYOUT_ATTR = "_jaxcore_implicit_layout"
+_AVAL_ATTR = "_jaxcore_implicit_aval"
+
+
+class UninitializedAval(Exception):
+    """Raised when an implicit array's ``shape`` or ``dtype`` cannot be determined.
+
+    That happens when neither an explicit value, ``compute_shape``/``compute_dtype`` nor
+    ``jax.eval_shape`` of ``materialize`` gives one, e.g. when ``materialize`` itself
+    reads ``self.shape`` while the shape is being discovered.
+    """
+
+
+def aux_field(metadata: tp.Mapping[str, tp.Any] | None = None, **kwargs: tp.Any) -> tp.Any:
+    """Declares a dataclass field of an :class:`ImplicitArray` as static metadata.
+
+    Aux fields are not pytree children: they are not traced, batched or
+    differentiated, and they are part of the tree structure (so they must be hashable
+    and compare by value, like ``int``, ``str``, dtypes or tuples).
+
+    Args:
+        metadata: Extra field metadata to keep alongside the aux marker.
+        **kwargs: Forwarded to :func:`dataclasses.field` (``default``, ``kw_only``, ...).
+
+    Returns:
+        A :class:`dataclasses.Field` marked as auxiliary.
+    """
+    merged = dict(metadata) if metadata else {}
+    merged[_AUX_METADATA_KEY] = True
+    return dataclasses.field(metadata=merged, **kwargs)
+
+
+class _Layout(tp.NamedTuple):
+    children: tuple[str, ...]
+    aux: tuple[str, ...]
+
+
+def _layout(cls: type) -> _Layout:
+    """Returns (and caches on ``cls``) which dataclass fields are children and which aux."""
+    layout = cls.__dict__.get(_LAYOUT_ATTR)
+    if layout is not None:
+        return layout
+    own_fields = cls.__dict__.get("__dataclass_fields__")
+    if own_fields is None:
+        declared = [
+            name
+            for name, annotation in cls.__dict__.get("__annotations__", {}).items()
+            if "ClassVar" not in str(annotation)
+        ]
+        if declared:
+            raise TypeError(
+                f"{cls.__name__} declares fields {declared} but is not decorated with "
+                "@dataclasses.dataclass; ImplicitArray subclasses must be dataclasses."
+            )
+    children, aux = [], []
+    for f in dataclasses.fields(cls):
+        if f.name in ("shape", "dtype"):
+            continue
+        (aux if f.metadata.get(_AUX_METADATA_KEY) else children).append(f.name)
+    layout = _Layout(tuple(children), tuple(aux))
+    setattr(cls, _LAYOUT_ATTR, layout)
+    return layout
+
+
+class _AvalAttribute:
+    """Data descriptor for ``shape``/``dtype``: explicit value, else computed, else discovered.
+
+    As a dataclass field default it reads as ``None`` (meaning "not given"), so both
+    attributes are optional keyword-only constructor arguments.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.slot = f"_jaxcore_explicit_{name}"
+
+    def __get__(self, obj: tp.Any, owner: type | None = None) -> tp.Any:
+        if obj is None:
+            return None
+        explicit = obj.__dict__.get(self.slot)
+        if explicit is not None:
+            return explicit
+        return getattr(_resolve_aval(obj), self.name)
+
+    def __set__(self, obj: tp.Any, value: tp.Any) -> None:
+        if value is not None:
+            if self.name == "shape":
+                value = tuple(int(d) for d in value)
+            else:
+                value = jnp.dtype(value)
+        obj.__dict__[self.slot] = value
+        obj.__dict__.pop(_AVAL_ATTR, None)
+
+
+_discovering: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "jaxcore_implicit_discovering", default=frozenset()
+)
+_discovered_avals: dict[tp.Any, jax.ShapeDtypeStruct] = {}
+_MAX_DISCOVERY_CACHE = 4096
+
+
+def leaf_signature(leaf: tp.Any) -> tuple[tp.Any, tp.Any]:
+    """Returns ``(shape, dtype)`` of an array-like leaf (the type for a Python scalar)."""
+    shape = getattr(leaf, "shape", None)
+    if shape is None:
+        shape = np.shape(leaf)
+    return tuple(shape), getattr(leaf, "dtype", type(leaf))
+
+
+def _discover(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
+    """Finds the shape/dtype of ``materialize(obj)`` with ``jax.eval_shape``, with a cache."""
+    from jaxcore.implicit import _materialize  # local: _materialize imports this module
+
+    leaves, treedef = jax.tree_util.tree_flatten(obj)
+    try:
+        key = (treedef, tuple(leaf_signature(leaf) for leaf in leaves))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None:
+        found = _discovered_avals.get(key)
+        if found is not None:
+            return found
+    active = _discovering.get()
+    if id(obj) in active:
+        raise UninitializedAval(
+            f"{type(obj).__name__}.materialize() read self.shape or self.dtype while they "
+            "were being discovered from materialize(); pass shape=/dtype= explicitly or "
+            "override compute_shape()/compute_dtype()."
+        )
+    token = _discovering.set(active | {id(obj)})
+    try:
+        out = jax.eval_shape(
+            lambda o: _materialize.materialize_nested(o, full=True), obj
+        )
+    except UninitializedAval:
+        raise
+    except Exception as err:  # noqa: BLE001 - re-raised with the class named.
+        raise UninitializedAval(
+            f"could not discover the shape/dtype of {type(obj).__name__} by "
+            f"jax.eval_shape of its materialize(): {type(err).__name__}: {err}"
+        ) from err
+    finally:
+        _discovering.reset(token)
+    if not isinstance(out, jax.ShapeDtypeStruct):
+        raise UninitializedAval(
+            f"{type(obj).__name__}.materialize() must return one array, got a "
+            f"{type(out).__name__}"
+        )
+    if key is not None:
+        if len(_discovered_avals) >= _MAX_DISCOVERY_CACHE:
+            _discovered_avals.clear()
+        _discovered_avals[key] = out
+    return out
+
+
+def _resolve_aval(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
+    """Returns the logical shape/dtype of ``obj``, computing them at most once per instance."""
+    cached = obj.__dict__.get(_AVAL_ATTR)
+    if cached is not None:
+        return cached
+    d = obj.__dict__
+    shape = d.get("_jaxcore_explicit_shape")
+    dtype = d.get("_jaxcore_explicit_dtype")
+    if shape is None:
+        shape = obj.compute_shape()
+    if dtype is None:
+        dtype = obj.compute_dtype()
+    if shape is None or dtype is None:
+        found = _discover(obj)
+        shape = found.shape if shape is None else shape
+        dtype = found.dtype if dtype is None else dtype
+    aval = jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+    d[_AVAL_ATTR] = aval
+    return aval
+
+
+@dataclasses.dataclass
+class ImplicitArray(abc.ABC):
+    """Base class for array stand-ins that flow through JAX without materialising.
+
+    Subclasses are dataclasses. Plain fields are pytree children (arrays); fields
+    declared with :func:`aux_field` are static metadata. A subclass implements
+    :meth:`materialize`, and registers primitive handlers with
+    :func:`jaxcore.implicit.register`; functions wrapped with
+    :func:`jaxcore.implicit.implicit` then route primitives on the array to those
+    handlers, and materialise (with one warning per primitive and type) otherwise.
+
+    ``shape`` and ``dtype`` are optional keyword arguments. When omitted they come from
+    :meth:`compute_shape`/:meth:`compute_dtype`, or else from ``jax.eval_shape`` of
+    :meth:`materialize`. Explicit values are static (part of the tree structure), so
+    leave them out for arrays that will be ``vmap``-ed over: discovery then sees the
+    per-example children.
+
+    Class keyword arguments:
+        warn_on_materialize: ``False`` silences the fallback-materialisation warning for
+            this class (``class Zeros(ImplicitArray, warn_on_materialize=False)``).
+
+    Example:
+        >>> @dataclasses.dataclass
+        ... class Scaled(ImplicitArray):
+        ...     value: jax.Array
+        ...     scale: float = aux_field()
+        ...     def materialize(self):
+        ...         return self.value * self.scale
+    """
+
+    warn_on_materialize: tp.ClassVar[bool] = True
+    default_shape: tp.ClassVar[tuple[int, ...] | None] = None
+    default_dtype: tp.ClassVar[tp.Any] = None
+
+    _: dataclasses.KW_ONLY
+    shape: tuple[int, ...] = _AvalAttribute()  # type: ignore[assignment]
+    dtype: tp.Any = _AvalAttribute()
+
+    def __init_subclass__(cls, warn_on_materialize: bool | None = None, **kwargs: tp.Any):
+        super().__init_subclass__(**kwargs)
+        if warn_on_materialize is not None:
+            cls.warn_on_materialize = bool(warn_on_materialize)
+        jax.tree_util.register_pytree_with_keys(
+            cls, _flatten_with_keys, lambda aux, children: _unflatten(cls, aux, children),
+            _flatten,
+        )
+
+    @abc.abstractmethod
+    def materialize(self) -> jax.Array:
+        """Returns the dense array this object stands for."""
+
+    def compute_shape(self) -> tuple[int, ...] | None:
+        """Returns the logical shape without materialising, or ``None`` to discover it.
+
+        Override when the shape follows cheaply from the children (it is then correct
+        under ``vmap`` too). Defaults to the class attribute ``default_shape``.
+        """
+        return self.default_shape
+
+    def compute_dtype(self) -> tp.Any:
+        """Returns the logical dtype, or ``None`` to discover it (see :meth:`compute_shape`)."""
+        return self.default_dtype
+
+    @property
+    def aval(self) -> jax.core.ShapedArray:
+        """The abstract value (shape and dtype) of the materialised array."""
+        found = _resolve_aval(self)
+        return jax.core.ShapedArray(found.shape, found.dtype)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions of the materialised array."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements of the materialised array."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @classmethod
+    def default_handler(cls, primitive: tp.Any, *args: tp.Any, params: dict | None = None):
+        """Handles ``primitive`` when no registered handler matches: materialise and bind.
+
+        Override in a subclass to change the fallback for that class.
+
+        Args:
+            primitive: The JAX primitive being applied.
+            *args: Its operands; implicit arrays among them are materialised.
+            params: The primitive's parameters.
+
+        Returns:
+            The primitive's result on the materialised operands.
+        """
+        from jaxcore.implicit import _materialize
+
+        return _materialize.materialize_handler(primitive, *args, params=params or {})
+
+
+def _flatten(obj: ImplicitArray):
+    layout = _layout(type(obj))
+    d = obj.__dict__
+    children = [d[name] for name in layout.children]
+    aux = (
+        d.get("_jaxcore_explicit_shape"),
+        d.get("_jaxcore_explicit_dtype"),
+        *(d[name] for name in layout.aux),
+    )
+    return children, aux
+
+
+def _flatten_with_keys(obj: ImplicitArray):
+    children, aux = _flatten(obj)
+    names = _layout(type(obj)).children
+    return [(jax.tree_util.GetAttrKey(n), c) for n, c in zip(names, children)], aux
+
+
+def _unflatten(cls: type, aux: tuple, children: tp.Iterable[tp.Any]) -> ImplicitArray:
+    layout = _layout(cls)
+    obj = object.__new__(cls)
+    d = obj.__dict__
+    d["_jaxcore_explicit_shape"] = aux[0]
+    d["_jaxcore_explicit_dtype"] = aux[1]
+    for name, value in zip(layout.aux, aux[2:]):
+        d[name] = value
+    for name, value in zip(layout.children, children):
+        d[name] = value
+    return obj
+
+
+def is_implicit(x: tp.Any) -> bool:
+    """Returns whether ``x`` is an :class:`ImplicitArray` instance."""
+    return isinstance(x, ImplicitArray)

@@ -1,0 +1,310 @@
+"""Multiple dispatch of primitive handlers on the types of their operands.
+
+A handler is an ordinary function whose positional parameters are annotated with the
+operand types it accepts: an :class:`ImplicitArray` subclass (matched by
+``issubclass``), ``jax.Array`` (matches tracers, concrete JAX and NumPy arrays and
+scalars, but never an implicit array), a union of those, or nothing/``Any`` (matches
+everything). ``*args: T`` applies ``T`` to the remaining operands. Primitive
+parameters arrive as keyword arguments. A handler whose first positional parameter is
+named ``primitive``/``prim`` or annotated as a ``Primitive`` also receives the
+primitive.
+
+Among the handlers that match, the most specific wins (``A`` beats ``B`` when every
+parameter type of ``A`` is a subtype of ``B``'s); ties are broken by ``precedence``,
+and a remaining tie is an error. The resolution is cached per (primitive, operand
+types), and the cache is cleared whenever a handler is registered.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing as tp
+
+import jax
+import jax.extend.core as jex_core
+import numpy as np
+
+from jaxcore.implicit import _base
+
+_ANY = object
+_ARRAY = jax.Array
+_ARRAY_TYPES: tuple[type, ...] = (
+    jax.Array,
+    jax.core.Tracer,
+    np.ndarray,
+    np.generic,
+    bool,
+    int,
+    float,
+    complex,
+)
+_PRIMITIVE_PARAM_NAMES = frozenset({"primitive", "prim"})
+
+CT = tp.TypeVar("CT", bound=tp.Callable[..., tp.Any])
+
+
+class AmbiguousHandlerError(TypeError):
+    """Two or more equally specific handlers with the same precedence match the operands."""
+
+
+def _is_arraylike_type(t: type) -> bool:
+    if issubclass(t, _base.ImplicitArray):
+        return False
+    return issubclass(t, _ARRAY_TYPES)
+
+
+def _atom_matches(atom: type, t: type) -> bool:
+    if atom is _ANY:
+        return True
+    if atom is _ARRAY:
+        return _is_arraylike_type(t)
+    return issubclass(t, atom)
+
+
+def _atom_le(a: type, b: type) -> bool:
+    """Whether every operand type matched by atom ``a`` is also matched by atom ``b``."""
+    if b is _ANY:
+        return True
+    if a is _ANY:
+        return False
+    if b is _ARRAY:
+        return a is _ARRAY or _is_arraylike_type(a)
+    if a is _ARRAY:
+        return False
+    return issubclass(a, b)
+
+
+def _type_le(a: tuple[type, ...], b: tuple[type, ...]) -> bool:
+    return all(any(_atom_le(x, y) for y in b) for x in a)
+
+
+def _annotation_atoms(annotation: tp.Any, where: str) -> tuple[type, ...]:
+    """Turns a parameter annotation into a tuple of atom types (a union's members)."""
+    if annotation is inspect.Parameter.empty or annotation is tp.Any:
+        return (_ANY,)
+    if annotation is None:
+        return (type(None),)
+    origin = tp.get_origin(annotation)
+    if origin is tp.Union or isinstance(annotation, types.UnionType):
+        atoms: list[type] = []
+        for arg in tp.get_args(annotation):
+            atoms.extend(_annotation_atoms(arg, where))
+        return tuple(atoms)
+    if origin is not None and isinstance(origin, type):
+        return (origin,)
+    if isinstance(annotation, type):
+        return (annotation,)
+    raise TypeError(f"cannot dispatch on annotation {annotation!r} of {where}")
+
+
+def _resolve_annotations(fn: tp.Callable[..., tp.Any]) -> dict[str, tp.Any]:
+    """Evaluates ``fn``'s annotations, including string ones that refer to closure names."""
+    try:
+        return tp.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - fall back to a namespace with closure variables.
+        pass
+    namespace = dict(getattr(fn, "__globals__", {}))
+    code = getattr(fn, "__code__", None)
+    if code is not None and fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                namespace[name] = cell.cell_contents
+            except ValueError:
+                continue
+    resolved = {}
+    for name, annotation in getattr(fn, "__annotations__", {}).items():
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, namespace)  # noqa: S307 - annotation text.
+            except Exception as err:
+                raise TypeError(
+                    f"cannot evaluate annotation {annotation!r} of parameter {name!r} of "
+                    f"handler {getattr(fn, '__qualname__', fn)}: {err}"
+                ) from err
+        resolved[name] = annotation
+    return resolved
+
+
+class Handler:
+    """One registered handler and the operand types it accepts."""
+
+    __slots__ = ("fn", "precedence", "takes_primitive", "positional", "n_required", "varargs")
+
+    def __init__(self, fn: tp.Callable[..., tp.Any], precedence: int):
+        self.fn = fn
+        self.precedence = precedence
+        name = getattr(fn, "__qualname__", repr(fn))
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"cannot read the signature of handler {name}: {err}") from err
+        hints = _resolve_annotations(fn)
+        positional: list[tuple[type, ...]] = []
+        n_required = 0
+        varargs: tuple[type, ...] | None = None
+        takes_primitive = False
+        params = list(signature.parameters.values())
+        for index, p in enumerate(params):
+            annotation = hints.get(p.name, inspect.Parameter.empty)
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                if index == 0 and (
+                    p.name in _PRIMITIVE_PARAM_NAMES
+                    or (isinstance(annotation, type) and issubclass(annotation, jex_core.Primitive))
+                ):
+                    takes_primitive = True
+                    continue
+                positional.append(_annotation_atoms(annotation, f"parameter {p.name!r} of {name}"))
+                if p.default is p.empty:
+                    n_required = len(positional)
+            elif p.kind is p.VAR_POSITIONAL:
+                varargs = _annotation_atoms(annotation, f"parameter *{p.name} of {name}")
+        self.takes_primitive = takes_primitive
+        self.positional = tuple(positional)
+        self.n_required = n_required
+        self.varargs = varargs
+
+    def type_at(self, i: int) -> tuple[type, ...]:
+        if i < len(self.positional):
+            return self.positional[i]
+        assert self.varargs is not None
+        return self.varargs
+
+    def accepts(self, operand_types: tuple[type, ...]) -> bool:
+        n = len(operand_types)
+        if n < self.n_required or (self.varargs is None and n > len(self.positional)):
+            return False
+        for i, t in enumerate(operand_types):
+            if not any(_atom_matches(atom, t) for atom in self.type_at(i)):
+                return False
+        return True
+
+    def at_least_as_specific(self, other: Handler, n: int) -> bool:
+        return all(_type_le(self.type_at(i), other.type_at(i)) for i in range(n))
+
+    def __call__(self, primitive: tp.Any, values: tp.Sequence[tp.Any], params: dict) -> tp.Any:
+        if self.takes_primitive:
+            return self.fn(primitive, *values, **params)
+        return self.fn(*values, **params)
+
+    def __repr__(self) -> str:
+        return f"<handler {getattr(self.fn, '__qualname__', self.fn)} precedence={self.precedence}>"
+
+
+_handlers: dict[jex_core.Primitive, list[Handler]] = {}
+_cache: dict[tuple[jex_core.Primitive, tuple[type, ...]], Handler | None] = {}
+
+
+def lookup_primitive(name: str) -> jex_core.Primitive:
+    """Finds a primitive by its name (``"dot_general"`` or ``"dot_general_p"``).
+
+    Raises:
+        ValueError: If no primitive of that name exists in ``jax.extend.core.primitives``
+            or ``jax.lax``.
+    """
+    from jax.extend.core import primitives
+
+    attr = name if name.endswith("_p") else f"{name}_p"
+    for module in (primitives, jax.lax):
+        found = getattr(module, attr, None)
+        if isinstance(found, jex_core.Primitive):
+            return found
+    for module in (primitives, jax.lax):
+        for value in vars(module).values():
+            if isinstance(value, jex_core.Primitive) and value.name == name:
+                return value
+    raise ValueError(
+        f"unknown primitive {name!r}: no {attr} in jax.extend.core.primitives or jax.lax; "
+        "pass the Primitive object instead"
+    )
+
+
+def register(
+    primitive: jex_core.Primitive | str, *, precedence: int = 0
+) -> tp.Callable[[CT], CT]:
+    """Registers a handler for ``primitive`` applied to implicit arrays.
+
+    Example:
+        >>> @register("mul")
+        ... def _(x: Scaled, y: jax.Array):
+        ...     return Scaled(x.value * y, scale=x.scale)
+
+    Args:
+        primitive: The primitive, or its name (``"dot_general"``).
+        precedence: Breaks ties between equally specific handlers; higher wins.
+
+    Returns:
+        A decorator that registers the handler and returns it unchanged.
+
+    Raises:
+        ValueError: If ``primitive`` is an unknown name.
+        TypeError: If it is neither a name nor a primitive, or an annotation of the
+            handler cannot be dispatched on.
+    """
+    if isinstance(primitive, str):
+        primitive = lookup_primitive(primitive)
+    elif not isinstance(primitive, jex_core.Primitive):
+        raise TypeError(
+            f"register() expects a jax Primitive or its name, got {type(primitive).__name__}"
+        )
+    if not isinstance(precedence, int):
+        raise TypeError(f"precedence must be an int, got {precedence!r}")
+
+    def decorator(fn: CT) -> CT:
+        handler = Handler(fn, precedence)
+        _handlers.setdefault(primitive, []).append(handler)
+        _cache.clear()
+        return fn
+
+    return decorator
+
+
+def resolve(primitive: jex_core.Primitive, operand_types: tuple[type, ...]) -> Handler | None:
+    """Returns the handler for ``primitive`` on operands of these types, or ``None``.
+
+    Raises:
+        AmbiguousHandlerError: If several equally specific handlers of the same
+            precedence match.
+    """
+    key = (primitive, operand_types)
+    try:
+        return _cache[key]
+    except KeyError:
+        pass
+    found = _resolve_uncached(primitive, operand_types)
+    _cache[key] = found
+    return found
+
+
+def _resolve_uncached(
+    primitive: jex_core.Primitive, operand_types: tuple[type, ...]
+) -> Handler | None:
+    candidates = [h for h in _handlers.get(primitive, ()) if h.accepts(operand_types)]
+    if not candidates:
+        return None
+    n = len(operand_types)
+    best = [
+        h
+        for h in candidates
+        if not any(
+            o is not h and o.at_least_as_specific(h, n) and not h.at_least_as_specific(o, n)
+            for o in candidates
+        )
+    ]
+    top = max(h.precedence for h in best)
+    best = [h for h in best if h.precedence == top]
+    if len(best) > 1:
+        names = ", ".join(t.__name__ for t in operand_types)
+        raise AmbiguousHandlerError(
+            f"ambiguous handlers for primitive '{primitive}' on operands ({names}): "
+            f"{best}; give one of them a higher precedence"
+        )
+    return best[0]
+
+
+def registered_handlers(primitive: jex_core.Primitive | str) -> tuple[tp.Callable[..., tp.Any], ...]:
+    """Returns the functions registered for ``primitive``, oldest first."""
+    if isinstance(primitive, str):
+        primitive = lookup_primitive(primitive)
+    return tuple(h.fn for h in _handlers.get(primitive, ()))
+

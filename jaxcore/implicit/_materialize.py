@@ -1,0 +1,91 @@
+"""Materialisation: turning implicit arrays into dense ones, and the fallback handlers."""
+
+from __future__ import annotations
+
+import typing as tp
+
+from jaxcore.implicit import _base
+
+
+def has_implicit_children(x: _base.ImplicitArray) -> bool:
+    """Returns whether any child of ``x`` (at any container depth) is an implicit array."""
+    children, _ = _base._flatten(x)
+    for child in children:
+        if isinstance(child, _base.ImplicitArray):
+            return True
+        if isinstance(child, (list, tuple, dict)):
+            import jax
+
+            leaves = jax.tree_util.tree_leaves(child, is_leaf=_base.is_implicit)
+            if any(isinstance(leaf, _base.ImplicitArray) for leaf in leaves):
+                return True
+    return False
+
+
+def materialize_one_layer(x: _base.ImplicitArray) -> tp.Any:
+    """Calls ``x.materialize()``; primitives it applies to nested implicit children dispatch.
+
+    When ``x`` has implicit children, ``materialize`` runs under the implicit
+    interpreter with those children wrapped, so ``self.inner * 2`` inside
+    ``materialize`` works like any implicit-array operation.
+    """
+    if has_implicit_children(x):
+        from jaxcore.implicit import _trace
+
+        return _trace.call_with_nested_dispatch(type(x).materialize, (x,), {})
+    return x.materialize()
+
+
+def materialize_nested(implicit_arr: tp.Any, full: bool = False) -> tp.Any:
+    """Materialises an implicit array one layer, or (``full=True``) until it is dense.
+
+    Args:
+        implicit_arr: An implicit array (other values are returned unchanged).
+        full: If ``True``, keep materialising while the result is still implicit.
+
+    Returns:
+        The materialised value.
+    """
+    while isinstance(implicit_arr, _base.ImplicitArray):
+        implicit_arr = materialize_one_layer(implicit_arr)
+        if not full:
+            break
+    return implicit_arr
+
+
+def materialize_all(values: tp.Sequence[tp.Any]) -> list[tp.Any]:
+    """Fully materialises every implicit array in a flat sequence of operands."""
+    return [
+        materialize_nested(v, full=True) if isinstance(v, _base.ImplicitArray) else v
+        for v in values
+    ]
+
+
+def default_handler(primitive: tp.Any, *args: tp.Any, **params: tp.Any) -> tp.Any:
+    """Applies ``primitive`` to ``args`` as JAX normally would (no implicit dispatch).
+
+    Useful inside a handler to defer to the plain primitive for dense operands.
+
+    Args:
+        primitive: A JAX primitive, e.g. ``jax.lax.mul_p``.
+        *args: Dense operands.
+        **params: The primitive's parameters.
+
+    Returns:
+        ``primitive.bind(*args, **params)``.
+    """
+    return primitive.bind(*args, **params)
+
+
+def materialize_handler(primitive: tp.Any, *vals: tp.Any, params: dict[str, tp.Any]) -> tp.Any:
+    """Fallback handler: materialises every implicit operand, then applies ``primitive``.
+
+    Args:
+        primitive: The JAX primitive being applied.
+        *vals: Operands, some of which may be implicit arrays.
+        params: The primitive's parameters.
+
+    Returns:
+        The primitive's result on dense operands.
+    """
+    return primitive.bind(*materialize_all(vals), **params)

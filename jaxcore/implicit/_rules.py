@@ -1,0 +1,176 @@
+"""Rules for higher-order primitives (jit, cond, while, scan, checkpoint) on implicit arrays.
+
+Without a rule, such a primitive would materialise its implicit operands (correct: its
+jaxpr was traced against their dense abstract values). These rules instead re-run the
+inner jaxpr under the implicit interpreter, through the public ``jax.jit``,
+``jax.lax.switch``, ``jax.lax.while_loop``, ``jax.lax.scan`` and ``jax.checkpoint``,
+so implicit operands stay implicit inside and handlers keep applying. Where JAX
+requires equal types (branch outputs, loop carries), an output that is implicit in one
+place and different in another is materialised, and only that output. ``scan`` inputs
+that are scanned over (``xs``) and stacked outputs (``ys``) are always materialised:
+slicing an implicit array's children along axis 0 need not slice the array it stands for.
+
+The rules are registered with a very low precedence and accept any operands, so a
+user-registered, more specific handler for the same primitive wins.
+"""
+
+from __future__ import annotations
+
+import functools
+import typing as tp
+
+import jax
+import jax.extend.core as jex_core
+from jax.extend.core import primitives as prims
+
+from jaxcore.implicit import _base
+from jaxcore.implicit import _dispatch
+from jaxcore.implicit import _materialize
+from jaxcore.implicit import _trace
+
+_RULE_PRECEDENCE = -(2**30)
+
+
+@functools.lru_cache(maxsize=1024)
+def _implicit_jaxpr_fn(closed_jaxpr: jex_core.ClosedJaxpr) -> tp.Callable[..., list]:
+    """Returns ``implicit(jaxpr_as_fun(closed_jaxpr))``, cached per jaxpr object."""
+    return _trace.use_implicit(jex_core.jaxpr_as_fun(closed_jaxpr))
+
+
+@functools.lru_cache(maxsize=1024)
+def _jitted_jaxpr_fn(closed_jaxpr: jex_core.ClosedJaxpr, name: str) -> tp.Callable[..., list]:
+    fn = _implicit_jaxpr_fn(closed_jaxpr)
+
+    def run(*args):
+        return fn(*args)
+
+    run.__name__ = run.__qualname__ = name
+    return jax.jit(run)
+
+
+def _materialize_full(x: tp.Any) -> tp.Any:
+    return _materialize.materialize_nested(x, full=True)
+
+
+def _signature(x: tp.Any) -> tuple[tp.Any, tuple]:
+    """Tree structure plus (shape, dtype) of every leaf: what JAX requires to match."""
+    leaves, treedef = jax.tree_util.tree_flatten(x)
+    return treedef, tuple(_base.leaf_signature(leaf) for leaf in leaves)
+
+
+def _apply_mask(values: tp.Sequence[tp.Any], mask: tp.Sequence[bool]) -> list[tp.Any]:
+    return [_materialize_full(v) if m else v for v, m in zip(values, mask)]
+
+
+def _stable_carry_mask(
+    step: tp.Callable[..., list], init: tp.Sequence[tp.Any], extra: tp.Sequence[tp.Any] = ()
+) -> list[bool]:
+    """Finds which loop carries must be materialised for ``step`` to preserve carry types.
+
+    Starts from "materialise none" and materialises every carry whose output type
+    differs from its input type, until nothing changes (at most ``len(init)`` rounds).
+    """
+    mask = [False] * len(init)
+    while True:
+        carry = _apply_mask(init, mask)
+        out = jax.eval_shape(lambda c, e: _apply_mask(step(c, *e), mask), carry, list(extra))
+        new_mask = [
+            m or _signature(o) != _signature(c) for m, o, c in zip(mask, out, carry)
+        ]
+        if new_mask == mask:
+            return mask
+        mask = new_mask
+
+
+@_dispatch.register(prims.jit_p, precedence=_RULE_PRECEDENCE)
+def _jit_rule(primitive, *args: tp.Any, jaxpr, inline, name, **params):
+    del primitive, params  # shardings/donation refer to the dense operands.
+    if inline:
+        return list(_implicit_jaxpr_fn(jaxpr)(*args))
+    return list(_jitted_jaxpr_fn(jaxpr, name)(*args))
+
+
+@_dispatch.register(prims.remat_p, precedence=_RULE_PRECEDENCE)
+def _remat_rule(primitive, *args: tp.Any, jaxpr, prevent_cse, policy, **params):
+    del primitive, params
+    fn = _implicit_jaxpr_fn(jex_core.ClosedJaxpr(jaxpr, ()))
+    return list(jax.checkpoint(fn, prevent_cse=prevent_cse, policy=policy)(*args))
+
+
+@_dispatch.register(prims.cond_p, precedence=_RULE_PRECEDENCE)
+def _cond_rule(primitive, index: tp.Any, *operands: tp.Any, branches, **params):
+    del primitive, params
+    index = _materialize_full(index)
+    fns = [_implicit_jaxpr_fn(branch) for branch in branches]
+    shapes = [jax.eval_shape(fn, *operands) for fn in fns]
+    mask = [
+        len({_signature(branch_out[i]) for branch_out in shapes}) > 1
+        for i in range(len(shapes[0]))
+    ]
+    if any(mask):
+        fns = [
+            (lambda *ops, _fn=fn: _apply_mask(_fn(*ops), mask)) for fn in fns
+        ]
+    return list(jax.lax.switch(index, fns, *operands))
+
+
+@_dispatch.register(prims.while_p, precedence=_RULE_PRECEDENCE)
+def _while_rule(
+    primitive, *args: tp.Any, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **params
+):
+    del primitive, params
+    cond_consts = args[:cond_nconsts]
+    body_consts = args[cond_nconsts : cond_nconsts + body_nconsts]
+    init = list(args[cond_nconsts + body_nconsts :])
+    cond_fn = _implicit_jaxpr_fn(cond_jaxpr)
+    body_fn = _implicit_jaxpr_fn(body_jaxpr)
+
+    def step(carry: list) -> list:
+        return list(body_fn(*body_consts, *carry))
+
+    mask = _stable_carry_mask(step, init)
+
+    def cond(carry: list) -> tp.Any:
+        return _materialize_full(cond_fn(*cond_consts, *carry)[0])
+
+    def body(carry: list) -> list:
+        return _apply_mask(step(carry), mask)
+
+    return list(jax.lax.while_loop(cond, body, _apply_mask(init, mask)))
+
+
+@_dispatch.register(prims.scan_p, precedence=_RULE_PRECEDENCE)
+def _scan_rule(
+    primitive, *args: tp.Any, reverse, length, jaxpr, num_consts, num_carry, unroll, **params
+):
+    del primitive
+    consts = args[:num_consts]
+    init = list(args[num_consts : num_consts + num_carry])
+    xs = [_materialize_full(x) for x in args[num_consts + num_carry :]]
+    fn = _implicit_jaxpr_fn(jaxpr)
+
+    def body(carry: list, x: list) -> tuple[list, list]:
+        out = list(fn(*consts, *carry, *x))
+        return out[:num_carry], [_materialize_full(y) for y in out[num_carry:]]
+
+    x_slice = [jax.ShapeDtypeStruct(tuple(x.shape)[1:], x.dtype) for x in xs]
+    mask = _stable_carry_mask(lambda carry, *x: body(carry, list(x))[0], init, x_slice)
+
+    def masked_body(carry: list, x: list) -> tuple[list, list]:
+        new_carry, ys = body(carry, x)
+        return _apply_mask(new_carry, mask), ys
+
+    extra = {}
+    if "_split_transpose" in params:
+        extra["_split_transpose"] = params["_split_transpose"]
+    carry, ys = jax.lax.scan(
+        masked_body,
+        _apply_mask(init, mask),
+        xs,
+        length=length,
+        reverse=reverse,
+        unroll=unroll,
+        **extra,
+    )
+    return [*carry, *ys]
+

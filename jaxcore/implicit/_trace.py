@@ -1,0 +1,230 @@
+"""The interpreter: a JAX ``Trace`` that routes primitives on implicit arrays to handlers.
+
+:func:`use_implicit` wraps every implicit array among a function's inputs in an
+:class:`_ImplicitTracer` of a fresh :class:`_ImplicitTrace` whose parent is the trace
+that was current at the call (eager evaluation, an enclosing ``jit``, ``grad`` or
+``vmap``...). Every primitive bound while the function runs reaches
+:meth:`_ImplicitTrace.process_primitive`: operands without implicit arrays go straight
+to the parent trace; otherwise the registered handler for the operand types runs (in
+the parent trace), or, when none matches, the implicit operands are materialised.
+Handler results that are implicit arrays are wrapped again, dense ones are returned
+as they are, so code after a handled op keeps running at full speed.
+
+Because the interpreter is a trace, transformations compose in either order:
+``grad(implicit(f))`` differentiates the handlers, ``implicit(grad(f))`` runs the
+JVP/transpose rules' primitives through the handlers.
+"""
+
+from __future__ import annotations
+
+import functools
+import typing as tp
+
+import jax
+import jax.extend.core as jex_core
+
+from jaxcore.implicit import _base
+from jaxcore.implicit import _dispatch
+from jaxcore.implicit import _materialize
+from jaxcore.implicit import _warnings
+
+_ImplicitArray = _base.ImplicitArray
+
+
+class _ImplicitTracer(jax.core.Tracer):
+    """A tracer standing for one implicit array inside :func:`use_implicit`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, trace: _ImplicitTrace, value: _base.ImplicitArray):
+        super().__init__(trace, value.aval)
+        self.value = value
+
+    def full_lower(self) -> _ImplicitTracer:
+        return self
+
+    def to_concrete_value(self) -> None:
+        return None
+
+    def _short_repr(self) -> str:
+        return f"ImplicitTracer<{type(self.value).__name__}{self.aval.str_short()}>"
+
+
+class _ImplicitTrace(jax.core.Trace):
+    """Dispatches primitives whose operands include implicit arrays of this trace."""
+
+    __slots__ = ("parent_trace", "tag")
+
+    def __init__(self, parent_trace: jax.core.Trace):
+        super().__init__()
+        self.parent_trace = parent_trace
+        self.tag = jex_core.TraceTag()
+
+    def _values(self, tracers: tp.Sequence[tp.Any]) -> tuple[list[tp.Any], bool]:
+        values = []
+        found = False
+        for t in tracers:
+            if type(t) is _ImplicitTracer and t._trace is self:
+                values.append(t.value)
+                found = True
+            else:
+                values.append(t)
+        return values, found
+
+    def _wrap(self, out: tp.Any) -> tp.Any:
+        if isinstance(out, _ImplicitArray):
+            return _ImplicitTracer(self, out)
+        return out
+
+    def process_primitive(self, primitive, tracers, params):
+        values, found = self._values(tracers)
+        with jex_core.set_current_trace(self.parent_trace):
+            if not found:
+                return primitive.bind(*values, **params)
+            out = apply_primitive(primitive, values, params)
+        if primitive.multiple_results:
+            return [self._wrap(o) for o in out]
+        return self._wrap(out)
+
+    def _materialized_values(self, primitive, tracers) -> list[tp.Any]:
+        values, found = self._values(tracers)
+        if found:
+            _warn_for(primitive, values)
+            with jex_core.set_current_trace(self.parent_trace):
+                values = _materialize.materialize_all(values)
+        return values
+
+    def _bind_on_parent(self, primitive, values, params):
+        avals = tuple(jax.typeof(v) for v in values)
+        return primitive.bind_with_trace(self.parent_trace, tuple(values), avals, params)
+
+    def process_call(self, call_primitive, f, tracers, params):
+        values = self._materialized_values(call_primitive, tracers)
+        return self._bind_on_parent(call_primitive, values, dict(params, subfuns=(f,)))
+
+    def process_custom_jvp_call(self, primitive, fun, jvp, tracers, *, symbolic_zeros):
+        values = self._materialized_values(primitive, tracers)
+        return self._bind_on_parent(
+            primitive, values, dict(subfuns=(fun, jvp), symbolic_zeros=symbolic_zeros)
+        )
+
+    def process_custom_vjp_call(
+        self, primitive, fun, fwd, bwd, tracers, *, out_trees, symbolic_zeros
+    ):
+        values = self._materialized_values(primitive, tracers)
+        return self._bind_on_parent(
+            primitive,
+            values,
+            dict(subfuns=(fun, fwd, bwd), out_trees=out_trees, symbolic_zeros=symbolic_zeros),
+        )
+
+    def process_shard_map(self, primitive, fun, tracers, **params):
+        values = self._materialized_values(primitive, tracers)
+        return self._bind_on_parent(primitive, values, dict(params, subfuns=(fun,)))
+
+
+def _warn_for(primitive: tp.Any, values: tp.Sequence[tp.Any]) -> None:
+    for v in values:
+        if isinstance(v, _ImplicitArray):
+            _warnings.warn_materialize(primitive, type(v))
+
+
+def apply_primitive(primitive: tp.Any, values: list[tp.Any], params: dict) -> tp.Any:
+    """Applies ``primitive`` to operands that include implicit arrays (current trace: parent).
+
+    Runs the matching handler, or the fallback (``default_handler`` of the first
+    implicit operand's class, which materialises) with a one-time warning.
+    """
+    handler = _dispatch.resolve(primitive, tuple(map(type, values)))
+    if handler is None:
+        first = next(v for v in values if isinstance(v, _ImplicitArray))
+        _warn_for(primitive, values)
+        return type(first).default_handler(primitive, *values, params=params)
+    if any(
+        isinstance(v, _ImplicitArray) and _materialize.has_implicit_children(v) for v in values
+    ):
+        return call_with_nested_dispatch(handler, (primitive, values, params), {})
+    return handler(primitive, values, params)
+
+
+def _is_tracer_of(trace: _ImplicitTrace) -> tp.Callable[[tp.Any], tp.Any]:
+    def unwrap(x: tp.Any) -> tp.Any:
+        if type(x) is _ImplicitTracer and x._trace is trace:
+            return x.value
+        return x
+
+    return unwrap
+
+
+def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs: dict) -> tp.Any:
+    """Calls ``fn`` so that primitives on implicit arrays *nested inside* its arguments dispatch.
+
+    The implicit arrays among ``args`` stay plain objects (``fn`` reads their fields),
+    but their implicit children are wrapped as tracers of a fresh implicit trace.
+    """
+    with jex_core.take_current_trace() as parent:
+        trace = _ImplicitTrace(parent)
+
+    def wrap_children(x: tp.Any) -> tp.Any:
+        if not isinstance(x, _ImplicitArray):
+            return x
+        return jax.tree_util.tree_map(
+            lambda c: _ImplicitTracer(trace, c) if isinstance(c, _ImplicitArray) else c,
+            x,
+            is_leaf=lambda c: c is not x and isinstance(c, _ImplicitArray),
+        )
+
+    args, kwargs = jax.tree_util.tree_map(
+        wrap_children, (args, kwargs), is_leaf=_base.is_implicit
+    )
+    try:
+        with jex_core.set_current_trace(trace):
+            out = fn(*args, **kwargs)
+        return jax.tree_util.tree_map(_is_tracer_of(trace), out)
+    finally:
+        trace.invalidate()
+
+
+def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
+    """Wraps ``fn`` so that implicit arrays among its inputs dispatch to registered handlers.
+
+    Implicit arrays anywhere in the arguments (and in ``fn`` itself when it is a pytree,
+    e.g. a ``jax.tree_util.Partial``) are intercepted at primitive level: every
+    primitive applied to them runs the handler registered with
+    :func:`jaxcore.implicit.register` for the operand types, or materialises them when
+    none matches. Implicit arrays in the outputs are returned as implicit arrays.
+    Composes with ``jit``, ``grad``, ``vmap`` and the control-flow primitives in either
+    order.
+
+    Args:
+        fn: The function to wrap.
+
+    Returns:
+        The wrapped function, with ``fn``'s signature.
+    """
+
+    @functools.wraps(fn)
+    def implicit_fn(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        leaves, treedef = jax.tree_util.tree_flatten(
+            (fn, args, kwargs), is_leaf=_base.is_implicit
+        )
+        if not any(isinstance(leaf, _ImplicitArray) for leaf in leaves):
+            return fn(*args, **kwargs)
+        with jex_core.take_current_trace() as parent:
+            trace = _ImplicitTrace(parent)
+        leaves = [
+            _ImplicitTracer(trace, leaf) if isinstance(leaf, _ImplicitArray) else leaf
+            for leaf in leaves
+        ]
+        f, args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+        try:
+            with jex_core.set_current_trace(trace):
+                out = f(*args, **kwargs)
+            return jax.tree_util.tree_map(_is_tracer_of(trace), out)
+        finally:
+            trace.invalidate()
+
+    return implicit_fn
+
+
+implicit = use_implicit

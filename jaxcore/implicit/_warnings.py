@@ -1,0 +1,79 @@
+"""The warning issued when an implicit array falls back to materialisation.
+
+It is issued once per (primitive, implicit type) per process. It can be switched off
+for the whole process with the environment variable
+``JAXCORE_IMPLICIT_WARN_MATERIALIZE=0`` (read when the warning would be issued), for
+a block of code with ``with materialization_warnings(False):``, or per class with
+``class MyArray(ImplicitArray, warn_on_materialize=False)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+import typing as tp
+import warnings
+
+ENV_VAR = "JAXCORE_IMPLICIT_WARN_MATERIALIZE"
+_FALSE_VALUES = frozenset({"0", "false", "no", "off"})
+
+
+class MaterializationWarning(UserWarning):
+    """An implicit array was materialised because no handler matched a primitive."""
+
+
+_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxcore_implicit_materialize_warnings", default=True
+)
+_warned: set[tuple[str, type]] = set()
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def materialization_warnings(enabled: bool) -> tp.Iterator[None]:
+    """Turns the fallback-materialisation warning on or off inside a ``with`` block.
+
+    Args:
+        enabled: Whether to warn inside the block.
+
+    Yields:
+        Nothing.
+    """
+    token = _enabled.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _enabled.reset(token)
+
+
+def _env_allows() -> bool:
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in _FALSE_VALUES
+
+
+def warn_materialize(primitive: tp.Any, implicit_type: type) -> None:
+    """Warns (once per primitive and type) that ``implicit_type`` is being materialised."""
+    key = (str(primitive), implicit_type)
+    if key in _warned:
+        return
+    if not _enabled.get() or not _env_allows() or not implicit_type.warn_on_materialize:
+        return
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(
+        f"No handler registered for primitive '{primitive}' with "
+        f"{implicit_type.__name__} operands; materialising the {implicit_type.__name__}. "
+        f"Register one with jaxcore.implicit.register('{primitive}'), or silence this "
+        f"with {ENV_VAR}=0 or jaxcore.implicit.materialization_warnings(False).",
+        MaterializationWarning,
+        stacklevel=3,
+    )
+
+
+def reset_materialization_warnings() -> None:
+    """Forgets which (primitive, type) pairs already warned, so they warn again."""
+    with _lock:
+        _warned.clear()
