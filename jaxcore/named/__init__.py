@@ -1,1 +1,73 @@
-"""jaxcore.named."""
+"""jaxcore.named: arrays whose axes have names (the Haliax API), used as ``import jaxcore.named as hax``.
+
+Axes are addressed by name instead of position: ``x.sum("batch")``, ``x["seq", 0:16]``,
+and binary operations align operands by axis name. Everything here is a thin layer over
+``jax.numpy`` / ``jax.lax``: after ``jax.jit`` a named program lowers to the same HLO as
+the positional one.
+"""
+
+# ruff: noqa: F401, A004
+
+from jaxcore.named._axis import (
+    Axis,
+    AxisSelection,
+    AxisSelector,
+    AxisSpec,
+    PartialShapeDict,
+    ShapeDict,
+    axis_name,
+    concat_axes,
+    eliminate_axes,
+    intersect_axes,
+    is_axis_compatible,
+    make_axes,
+    selects_axis,
+    union_axes,
+    without_axes,
+)
+from jaxcore.named._core import (
+    AxesSpec,
+    NamedArray,
+    NamedOrNumeric,
+    broadcast_arrays,
+    broadcast_axis,
+    broadcast_to,
+    dblock,
+    ds,
+    dslice,
+    index,
+    named,
+    slice,
+    take,
+    updated_slice,
+)
+from jaxcore.named._creation import (
+    arange,
+    full,
+    full_like,
+    geomspace,
+    linspace,
+    logspace,
+    ones,
+    ones_like,
+    zeros,
+    zeros_like,
+)
+from jaxcore.named._ops import *  # noqa: F403 - the generated op table and friends
+from jaxcore.named._ops import BINARY_OPS, UNARY_OPS
+from jaxcore.named._shape import (
+    concatenate,
+    flatten_axes,
+    ravel,
+    rearrange,
+    rename,
+    split,
+    stack,
+    unbind,
+    unflatten_axis,
+)
+from jaxcore.named._shape import flatten as _flatten_array
+
+# ``hax.flatten`` is the pytree helper when the tree helpers are present (the spec lists
+# it under the PyTree helpers); until then it is the array ravel.
+flatten = _flatten_array
