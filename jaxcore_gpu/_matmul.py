@@ -121,7 +121,7 @@ def _kernel(*refs, fmt, code, nparts, step, group, steps_per_split, n, block_n,
         k0 = pl.multiple_of((split * steps_per_split + t) * step, step)
         q = load(q_ref.at[pl.ds(k0, step), :])
         n_rows = 1 if one_scale_row else step // group
-        s = load(s_ref.at[pl.ds(k0 // group, n_rows), :])
+        s = load(s_ref.at[pl.ds(jax.lax.div(k0, group), n_rows), :])
         if one_scale_row:
             values = _dequant.decode(q, fmt, code, compute_dtype)
             part = None

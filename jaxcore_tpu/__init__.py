@@ -1,0 +1,77 @@
+"""jaxcore's TPU plugin: Pallas quantized-matmul kernels with the Mosaic TPU lowering.
+
+Ships as the ``jaxcore-tpu`` wheel (package ``jaxcore_tpu``, platform ``tpu``).
+``import jaxcore`` finds this package and calls :func:`initialize`; Pallas itself is
+imported only when a kernel is first traced, so importing jaxcore stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import _build_config
+from ._blocks import BlockConfig, block_config
+from ._matmul import quantized_matmul
+
+__all__ = [
+    "BlockConfig",
+    "DIST_NAME",
+    "PLATFORMS",
+    "block_config",
+    "initialize",
+    "quantized_matmul",
+    "quantized_matmul_impl",
+]
+
+__version__: str = _build_config.VERSION
+PLATFORMS: tuple[str, ...] = tuple(_build_config.PLATFORMS)
+DIST_NAME: str | None = _build_config.DIST_NAME
+
+
+def quantized_matmul_impl(
+    x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False
+):
+    """The ``jaxcore.kernels`` entry point for kernel ``"quantized_matmul"``.
+
+    Args:
+      x2d: activations (M, K).
+      qvalue: quantized weights (int8 (K, N) or packed uint8 (K // 2, N)).
+      scale: float32 (K // block_size, N) block scales.
+      fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
+      block_size: weight rows per scale row.
+      out_dtype: result dtype.
+      interpret: run in Pallas TPU interpret mode (forced-interpret runs on CPU).
+
+    Returns:
+      The (M, N) product.
+    """
+    return quantized_matmul(
+        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
+        interpret=interpret,
+    )
+
+
+def initialize(platforms: Sequence[str] | None = None) -> None:
+    """Registers the kernels with ``jaxcore.kernels`` for this build's platforms.
+
+    Args:
+      platforms: the subset of :data:`PLATFORMS` to register for; default: all.
+
+    Raises:
+      ValueError: a platform this build does not serve.
+    """
+    chosen = PLATFORMS if platforms is None else tuple(platforms)
+    extra = [p for p in chosen if p not in PLATFORMS]
+    if extra:
+        raise ValueError(f"{__name__} serves platforms {PLATFORMS}, not {extra}")
+    from jaxcore import kernels
+
+    for platform in chosen:
+        kernels.register_kernel("quantized_matmul", platform, quantized_matmul_impl)
+
+
+# Last: if user code imported this package before jaxcore, jaxcore's plugin discovery
+# found it half-imported and waits for this call to register it.
+from jaxcore import plugins as _plugins  # noqa: E402
+
+_plugins.plugin_imported(__name__)

@@ -1,0 +1,95 @@
+"""Argument checks of the TPU kernels (the kernel contract of ``jaxcore.kernels``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+FORMATS = ("int8", "int4", "nf4")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """The static shape of one quantized matmul, in logical and packed rows.
+
+    Attributes:
+      m: rows of the activations.
+      k: contracted size (logical rows of the weight).
+      n: output columns.
+      fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
+      block_size: logical weight rows sharing one scale.
+      packed: whether two weight rows share a byte (int4, NF4).
+    """
+
+    m: int
+    k: int
+    n: int
+    fmt: str
+    block_size: int
+
+    @property
+    def packed(self) -> bool:
+        return self.fmt != "int8"
+
+    @property
+    def k_packed(self) -> int:
+        """Rows of ``qvalue``: K for int8, K // 2 for the nibble-packed formats."""
+        return self.k // 2 if self.packed else self.k
+
+    @property
+    def group_packed(self) -> int:
+        """``qvalue`` rows sharing one scale row."""
+        return self.block_size // 2 if self.packed else self.block_size
+
+
+def check_problem(x, qvalue, scale, *, fmt: str, block_size: int) -> Problem:
+    """Validates the operands of a quantized matmul against the layout contract.
+
+    Args:
+      x: dense activations, shape (M, K), a floating dtype.
+      qvalue: int8 (K, N) for ``int8``; uint8 (K // 2, N) for ``int4``/``nf4``.
+      scale: float32 (K // block_size, N), the per-block scale (absmax for NF4).
+      fmt: the weight format.
+      block_size: weight rows per scale row; divides K (even for packed formats).
+
+    Returns:
+      The :class:`Problem` describing the shapes.
+
+    Raises:
+      ValueError: unknown format, or shapes that do not fit the layout.
+      TypeError: wrong dtypes.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown quantized format {fmt!r}; expected one of {FORMATS}")
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D (M, K), got shape {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"x must have a floating dtype, got {x.dtype}")
+    m, k = x.shape
+    if qvalue.ndim != 2 or scale.ndim != 2:
+        raise ValueError(
+            f"qvalue and scale must be 2-D, got shapes {qvalue.shape} and {scale.shape}"
+        )
+    n = qvalue.shape[1]
+    if block_size <= 0 or k % block_size:
+        raise ValueError(f"block_size {block_size} must be positive and divide K={k}")
+    problem = Problem(m=m, k=k, n=n, fmt=fmt, block_size=block_size)
+    want_dtype = jnp.uint8 if problem.packed else jnp.int8
+    if qvalue.dtype != want_dtype:
+        raise TypeError(f"{fmt} qvalue must be {jnp.dtype(want_dtype).name}, got {qvalue.dtype}")
+    if problem.packed and block_size % 2:
+        raise ValueError(f"{fmt} needs an even block_size, got {block_size}")
+    if qvalue.shape != (problem.k_packed, n):
+        raise ValueError(
+            f"{fmt} qvalue for x of shape {x.shape} must have shape "
+            f"{(problem.k_packed, n)}, got {qvalue.shape}"
+        )
+    if scale.shape != (k // block_size, n):
+        raise ValueError(
+            f"scale must have shape (K // block_size, N) = {(k // block_size, n)}, "
+            f"got {scale.shape}"
+        )
+    if scale.dtype != jnp.float32:
+        raise TypeError(f"scale must be float32, got {scale.dtype}")
+    return problem

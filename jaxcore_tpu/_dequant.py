@@ -1,0 +1,57 @@
+"""In-kernel decoding of quantized weight tiles (traceable by the Mosaic TPU lowering).
+
+Mosaic vectors have no gather and only 32-bit integer arithmetic is portable across TPU
+generations, so tiles are widened to int32 first and the NF4 codebook lookup is a
+4-level select tree on the index bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+
+def codebook_lookup(idx, code: Sequence[float]):
+    """``code[idx]`` as float32 for an int32 tile ``idx`` in [0, 15], without a gather."""
+    if len(code) != 16:
+        raise ValueError(f"expected a 16-entry codebook, got {len(code)} entries")
+    level = [jnp.full(idx.shape, float(c), jnp.float32) for c in code]
+    bit = 0
+    while len(level) > 1:
+        take_odd = ((idx >> bit) & 1) == 1
+        level = [jnp.where(take_odd, level[i + 1], level[i]) for i in range(0, len(level), 2)]
+        bit += 1
+    return level[0]
+
+
+def decode(q, fmt: str, code: Sequence[float] | None) -> list:
+    """Decodes a qvalue tile into unscaled float32 weights, one tile per x part.
+
+    Returns:
+      ``[values]`` for int8; ``[even_rows, odd_rows]`` (low, high nibbles) for int4/NF4.
+    """
+    q = q.astype(jnp.int32)
+    if fmt == "int8":
+        return [q.astype(jnp.float32)]
+    lo, hi = q & 0xF, (q >> 4) & 0xF
+    if fmt == "int4":
+        return [(lo - 8).astype(jnp.float32), (hi - 8).astype(jnp.float32)]
+    return [codebook_lookup(lo, code), codebook_lookup(hi, code)]
+
+
+def expand_scales(s, group: int, rows: int):
+    """Repeats each of the ``g`` rows of ``s`` (g, N) ``group`` times: (g * group, N).
+
+    A sublane-aligned broadcast-and-reshape when ``group`` is a multiple of 8; otherwise
+    a 0/1 expansion matmul on the MXU (exact: one non-zero term per output).
+    """
+    g, n = s.shape
+    if group % 8 == 0:
+        return jnp.broadcast_to(s[:, None, :], (g, group, n)).reshape(rows, n)
+    r = jax.lax.broadcasted_iota(jnp.int32, (rows, g), 0)
+    c = jax.lax.broadcasted_iota(jnp.int32, (rows, g), 1) * group
+    onehot = ((r >= c) & (r < c + group)).astype(jnp.float32)
+    return jnp.dot(onehot, s, precision=jax.lax.Precision.HIGHEST,
+                   preferred_element_type=jnp.float32)
