@@ -99,7 +99,7 @@ readonly DEV_DIR="${JAXCORE_ACCELERATOR_DEV_DIR:-/dev}"
 readonly SYSFS_DIR="${JAXCORE_ACCELERATOR_SYSFS_DIR:-/sys}"
 
 # Number of NVIDIA GPUs listed by `nvidia-smi -L` (0 if it is missing or fails).
-count_nvidia() {
+count_cuda() {
   local n=0 line
   command -v nvidia-smi >/dev/null 2>&1 || { echo 0; return; }
   while IFS= read -r line; do
