@@ -63,7 +63,8 @@ def field(
     Raises:
         ValueError: if both ``default`` and ``default_factory`` are given.
         TypeError: if ``metadata`` already uses the reserved ``"static"`` key with
-            a value that disagrees with ``static``.
+            a value that disagrees with ``static``, or a static field's default is
+            an array or unhashable.
     """
     if default is not dataclasses.MISSING and default_factory is not dataclasses.MISSING:
         raise ValueError("field(): cannot specify both default and default_factory")
@@ -74,6 +75,10 @@ def field(
             f"static={static!r}; pass static=... only"
         )
     meta[STATIC_KEY] = bool(static)
+    if static and default is not dataclasses.MISSING:
+        # Checked here too: dataclasses would otherwise reject an array default
+        # with a misleading "mutable default" message.
+        check_static_value("the default of this field(static=True)", default)
     return dataclasses.field(
         default=default,
         default_factory=default_factory,
@@ -198,7 +203,7 @@ def _wrap_init_with_static_checks(cls: type, static_names: tuple[str, ...]) -> N
         for name in static_names:
             value = getattr(self, name, missing)
             if value is not missing:
-                check_static_value(owner, name, value)
+                check_static_value(f"{owner}.{name}", value)
 
     cls.__init__ = __init__  # type: ignore[misc]
 
@@ -226,7 +231,7 @@ def register_pytree_dataclass(cls: type[T]) -> type[T]:
     static_names = tuple(f.name for f in fields if is_static_field(f))
     for f in fields:
         if is_static_field(f) and f.default is not dataclasses.MISSING:
-            check_static_value(cls.__qualname__, f.name, f.default)
+            check_static_value(f"{cls.__qualname__}.{f.name}", f.default)
 
     get_children = _tuple_getter(data_names)
     get_static = _tuple_getter(static_names)

@@ -14,12 +14,11 @@ import jax
 import numpy as np
 
 
-def check_static_value(owner: str, name: str, value: Any) -> None:
+def check_static_value(label: str, value: Any) -> None:
     """Raises ``TypeError`` unless ``value`` may live in a static field.
 
     Args:
-        owner: class name, used in the error message.
-        name: field name, used in the error message.
+        label: what holds the value, for the message (e.g. ``"Point.tag"``).
         value: the value assigned to the static field.
 
     Raises:
@@ -29,7 +28,7 @@ def check_static_value(owner: str, name: str, value: Any) -> None:
     if isinstance(value, (jax.Array, np.ndarray)):
         kind = "JAX" if isinstance(value, jax.Array) else "NumPy"
         raise TypeError(
-            f"{owner}.{name} is a static field (field(static=True)) but was given a "
+            f"{label} is a static field (field(static=True)) but was given a "
             f"{kind} array of shape {tuple(np.shape(value))} and dtype "
             f"{getattr(value, 'dtype', '?')}. Static fields are hashed into the "
             "treedef on every jit call, so arrays there cause recompilation or "
@@ -40,7 +39,7 @@ def check_static_value(owner: str, name: str, value: Any) -> None:
         hash(value)
     except TypeError as err:
         raise TypeError(
-            f"{owner}.{name} is a static field (field(static=True)) but its value "
+            f"{label} is a static field (field(static=True)) but its value "
             f"of type {type(value).__name__} is not hashable ({err}). Static "
             "fields must be hashable so that jit can cache on them; use a tuple "
             "instead of a list, a frozenset instead of a set, or make the field "

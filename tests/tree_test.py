@@ -1,0 +1,526 @@
+"""Tests for jaxcore.tree: pytree dataclasses, static fields, post-init control,
+tree_map alignment, and the stack/concat/where/scatter helpers."""
+
+import dataclasses
+import re
+
+import hypothesis.extra.numpy as hnp
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxcore import tree as jt
+
+# ---------------------------------------------------------------------------
+# Fixtures: small classes used across tests.
+# ---------------------------------------------------------------------------
+
+
+@jt.dataclass
+class Point:
+    x: jax.Array
+    y: jax.Array
+    tag: str = jt.field(default="p", static=True)
+
+
+@jt.dataclass
+class Labeled:
+    """Values indexed by a static label vocabulary; aligns itself in tree_map."""
+
+    values: jax.Array
+    labels: tuple = jt.field(static=True)
+
+    def __tree_match__(self, *others):
+        union = tuple(sorted(set(self.labels).union(*(o.labels for o in others))))
+
+        def reindex(node):
+            pos = {label: i for i, label in enumerate(node.labels)}
+            rows = [node.values[pos[label]] if label in pos else 0.0 for label in union]
+            return Labeled(jnp.stack([jnp.asarray(r, jnp.float32) for r in rows]), union)
+
+        return tuple(reindex(n) for n in (self, *others))
+
+
+class Opaque:
+    """A non-pytree (leaf) object that still implements __tree_match__."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __tree_match__(self, *others):
+        total = self.value + sum(o.value for o in others)
+        return tuple(Opaque(total) for _ in range(1 + len(others)))
+
+
+# ---------------------------------------------------------------------------
+# dataclass / field
+# ---------------------------------------------------------------------------
+
+
+def test_dataclass_is_frozen_pytree_with_getattr_keys():
+    p = Point(jnp.arange(3.0), jnp.ones(2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.x = 1.0
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(p)
+    assert [path for path, _ in pairs] == [
+        (jax.tree_util.GetAttrKey("x"),),
+        (jax.tree_util.GetAttrKey("y"),),
+    ]
+    assert treedef.num_leaves == 2
+    rebuilt = jax.tree_util.tree_unflatten(treedef, [leaf for _, leaf in pairs])
+    assert type(rebuilt) is Point and rebuilt.tag == "p"
+    np.testing.assert_array_equal(rebuilt.x, np.arange(3.0))
+
+
+def test_dataclass_with_arguments_passes_them_through():
+    @jt.dataclass(frozen=False, order=True, kw_only=True)
+    class Mutable:
+        a: int
+        b: int = 0
+
+    m = Mutable(a=1, b=2)
+    m.a = 5
+    assert m.a == 5
+    assert Mutable(a=1) < Mutable(a=2)
+    with pytest.raises(TypeError):
+        Mutable(1, 2)  # kw_only
+    assert jax.tree_util.tree_leaves(m) == [5, 2]
+
+
+@pytest.mark.parametrize("weakref_slot", [False, True])
+def test_slots_dataclass_round_trips(weakref_slot):
+    @jt.dataclass(slots=True, weakref_slot=weakref_slot)
+    class Slotted:
+        a: jax.Array
+        n: int = jt.field(default=2, static=True)
+
+    s = Slotted(jnp.ones(3))
+    assert not hasattr(s, "__dict__")
+    leaves, treedef = jax.tree_util.tree_flatten(s)
+    back = treedef.unflatten([leaves[0] * 4])
+    assert type(back) is Slotted and back.n == 2
+    np.testing.assert_array_equal(back.a, 4 * np.ones(3))
+
+
+def test_static_field_goes_to_treedef_and_controls_retracing():
+    traces = []
+
+    @jax.jit
+    def scale(p):
+        traces.append(p.tag)
+        return p.x * len(p.tag)
+
+    np.testing.assert_allclose(scale(Point(jnp.ones(2), jnp.ones(2), tag="ab")), [2.0, 2.0])
+    scale(Point(jnp.zeros(2), jnp.ones(2), tag="ab"))
+    np.testing.assert_allclose(scale(Point(jnp.ones(2), jnp.ones(2), tag="abc")), [3.0, 3.0])
+    assert traces == ["ab", "abc"]
+    assert jax.tree_util.tree_leaves(Point(1.0, 2.0, tag="zz")) == [1.0, 2.0]
+    assert jax.tree_util.tree_structure(Point(1.0, 2.0, "a")) != jax.tree_util.tree_structure(
+        Point(1.0, 2.0, "b")
+    )
+
+
+def test_grad_and_vmap_through_dataclass():
+    p = Point(jnp.array([1.0, 2.0]), jnp.array([3.0, -1.0]))
+    g = jax.grad(lambda q: jnp.sum(q.x**2 * q.y))(p)
+    assert isinstance(g, Point)
+    np.testing.assert_allclose(g.x, 2 * np.array([1.0, 2.0]) * np.array([3.0, -1.0]))
+    np.testing.assert_allclose(g.y, np.array([1.0, 4.0]))
+    batched = Point(jnp.arange(6.0).reshape(3, 2), jnp.ones((3, 2)))
+    out = jax.vmap(lambda q: jnp.dot(q.x, q.y))(batched)
+    np.testing.assert_allclose(out, np.arange(6.0).reshape(3, 2).sum(1))
+
+
+@pytest.mark.parametrize(
+    "bad, pattern",
+    [
+        (jnp.ones(3), r"Point\.tag is a static field .* JAX array of shape \(3,\)"),
+        (np.ones((2, 2)), r"Point\.tag is a static field .* NumPy array of shape \(2, 2\)"),
+        ([1, 2], r"Point\.tag is a static field .* type list is not hashable"),
+        ({"a": 1}, r"type dict is not hashable"),
+    ],
+)
+def test_static_field_rejects_arrays_and_unhashables(bad, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        Point(1.0, 2.0, tag=bad)
+
+
+def test_static_field_rejects_tracer_under_jit():
+    with pytest.raises(TypeError, match=r"Point\.tag is a static field .* JAX array"):
+        jax.jit(lambda v: Point(v, v, tag=v))(1.0)
+
+
+def test_static_field_rejects_bad_defaults_early():
+    with pytest.raises(TypeError, match=r"default of this field\(static=True\) is a static field .* JAX array of shape \(2,\)"):
+        jt.field(default=jnp.zeros(2), static=True)
+    with pytest.raises(TypeError, match=r"Bad\.n is a static field .* type tuple is not hashable"):
+
+        @jt.dataclass
+        class Bad:
+            n: tuple = dataclasses.field(default=([1],), metadata={"static": True})
+
+
+def test_static_check_also_covers_values_set_in_post_init():
+    @jt.dataclass
+    class Sneaky:
+        x: jax.Array
+        cache: tuple = jt.field(default=(), static=True)
+
+        def __post_init__(self):
+            object.__setattr__(self, "cache", [1])
+
+    with pytest.raises(TypeError, match=r"Sneaky\.cache .* not hashable"):
+        Sneaky(1.0)
+
+
+def test_field_errors_and_metadata():
+    with pytest.raises(ValueError, match="both default and default_factory"):
+        jt.field(default=1, default_factory=list)
+    with pytest.raises(TypeError, match=r"metadata\['static'\]=True contradicts static=False"):
+        jt.field(metadata={"static": True})
+    f = jt.field(default=1, metadata={"unit": "m"}, static=True)
+    assert f.metadata == {"unit": "m", "static": True}
+    lf = jt.lens_field(default=0.0)
+    assert lf.metadata["jaxcore_lens"] is True and lf.metadata["static"] is False
+
+
+def test_field_default_factory_and_init_false_fields_are_children():
+    @jt.dataclass
+    class WithDerived:
+        a: jax.Array = jt.field(default_factory=lambda: jnp.zeros(2))
+        b: jax.Array = jt.field(init=False)
+
+        def __post_init__(self):
+            object.__setattr__(self, "b", self.a + 1)
+
+    w = WithDerived()
+    np.testing.assert_array_equal(w.b, [1.0, 1.0])
+    doubled = jax.tree_util.tree_map(lambda v: v * 2, w)
+    np.testing.assert_array_equal(doubled.b, [2.0, 2.0])
+
+
+def test_dataclass_rejects_non_class():
+    with pytest.raises(TypeError, match="expects a class"):
+        jt.dataclass(lambda: None)
+
+
+def test_unflatten_bypasses_init_and_post_init():
+    calls = []
+
+    @jt.dataclass
+    class Checked:
+        x: jax.Array
+
+        def __post_init__(self):
+            calls.append("post_init")
+            if jnp.ndim(self.x) != 1:
+                raise ValueError("x must be 1-D")
+
+    c = Checked(jnp.ones(3))
+    assert calls == ["post_init"]
+    # tree_map to scalars would violate the invariant; unflatten must not check.
+    reduced = jax.tree_util.tree_map(jnp.sum, c)
+    assert calls == ["post_init"] and float(reduced.x) == 3.0
+    jax.jit(lambda v: v)(c)
+    assert calls == ["post_init"]
+
+
+# ---------------------------------------------------------------------------
+# no_post_init / skip_post_init_if_disabled
+# ---------------------------------------------------------------------------
+
+
+@jt.dataclass
+class Positive:
+    x: float
+
+    @jt.skip_post_init_if_disabled
+    def __post_init__(self):
+        if self.x <= 0:
+            raise ValueError(f"x must be positive, got {self.x}")
+
+
+def test_no_post_init_suppresses_opted_in_validation_and_nests():
+    with pytest.raises(ValueError, match="x must be positive, got -1"):
+        Positive(-1)
+    with jt.no_post_init():
+        assert Positive(-1).x == -1
+        with jt.no_post_init():
+            assert Positive(-2).x == -2
+        assert Positive(-3).x == -3  # still disabled after the inner block
+    with pytest.raises(ValueError, match="x must be positive"):
+        Positive(-1)
+
+
+def test_no_post_init_restores_state_after_exception():
+    with pytest.raises(RuntimeError):
+        with jt.no_post_init():
+            raise RuntimeError("boom")
+    with pytest.raises(ValueError):
+        Positive(-1)
+
+
+def test_no_post_init_does_not_skip_undecorated_post_init_or_static_checks():
+    @jt.dataclass
+    class Strict:
+        x: float
+        n: object = jt.field(default=1, static=True)
+
+        def __post_init__(self):
+            raise ValueError("always validated")
+
+    with jt.no_post_init():
+        with pytest.raises(ValueError, match="always validated"):
+            Strict(1.0)
+        with pytest.raises(TypeError, match="static field"):
+            Point(1.0, 1.0, tag=[1])
+
+
+def test_skip_post_init_if_disabled_rejects_non_callable():
+    with pytest.raises(TypeError, match="expects a __post_init__ method, got int"):
+        jt.skip_post_init_if_disabled(3)
+
+
+# ---------------------------------------------------------------------------
+# tree_map and structure errors
+# ---------------------------------------------------------------------------
+
+
+def test_tree_map_matches_jax_tree_map():
+    a = {"p": Point(jnp.arange(3.0), jnp.ones(3)), "q": [jnp.float32(2.0), None]}
+    b = jax.tree_util.tree_map(lambda v: v + 1, a)
+    ours = jt.tree_map(lambda u, v: u * v, a, b)
+    ref = jax.tree_util.tree_map(lambda u, v: u * v, a, b)
+    assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(ref)
+    for u, v in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)):
+        np.testing.assert_array_equal(u, v)
+
+
+def test_tree_map_prefix_and_is_leaf():
+    out = jt.tree_map(lambda u, v: (u, v), {"a": 1, "b": 2}, {"a": (3, 4), "b": 5})
+    assert out == {"a": (1, (3, 4)), "b": (2, 5)}
+    pairs = jt.tree_map(lambda t: sum(t), {"a": (1, 2), "b": (3, 4)}, is_leaf=lambda x: isinstance(x, tuple))
+    assert pairs == {"a": 3, "b": 7}
+
+
+def test_tree_map_aligns_tree_match_nodes_and_recurses():
+    a = {"w": Labeled(jnp.array([1.0, 2.0]), ("x", "y"))}
+    b = {"w": Labeled(jnp.array([10.0, 30.0]), ("y", "z"))}
+    out = jt.tree_map(lambda u, v: u + v, a, b)
+    assert isinstance(out["w"], Labeled) and out["w"].labels == ("x", "y", "z")
+    ref = {"x": 1.0, "y": 2.0 + 10.0, "z": 30.0}
+    np.testing.assert_allclose(out["w"].values, [ref[k] for k in ("x", "y", "z")])
+    assert isinstance(a["w"], jt.SupportsTreeMatch)
+    # Plain jax.tree.map would refuse: the static labels differ.
+    with pytest.raises(ValueError):
+        jax.tree_util.tree_map(lambda u, v: u + v, a, b)
+
+
+def test_tree_map_alignment_works_under_jit_and_single_tree():
+    a = Labeled(jnp.array([1.0, 2.0]), ("b", "a"))
+    out = jax.jit(lambda t: jt.tree_map(lambda v: v * 2, t))(a)
+    assert out.labels == ("a", "b")  # self-alignment sorts the vocabulary
+    np.testing.assert_allclose(out.values, [4.0, 2.0])
+
+
+def test_tree_map_tree_match_leaf_and_is_leaf_nodes_get_aligned_values():
+    out = jt.tree_map(lambda u, v: u.value * 10 + v.value, [Opaque(1)], [Opaque(2)])
+    assert out == [3 * 10 + 3]
+    a = Labeled(jnp.array([1.0]), ("x",))
+    b = Labeled(jnp.array([5.0]), ("y",))
+    seen = jt.tree_map(lambda u, v: (u.labels, v.labels), a, b, is_leaf=lambda x: isinstance(x, Labeled))
+    assert seen == (("x", "y"), ("x", "y"))
+
+
+def test_tree_map_rejects_bad_tree_match_result():
+    class Broken:
+        def __tree_match__(self, *others):
+            return [self]
+
+    with pytest.raises(TypeError, match=r"Broken.__tree_match__ must return a tuple of 2 aligned nodes"):
+        jt.tree_map(lambda u, v: u, [Broken()], [Broken()])
+
+    class Short:
+        def __tree_match__(self, *others):
+            return (self,)
+
+    with pytest.raises(TypeError, match="got tuple of length 1"):
+        jt.tree_map(lambda u, v: u, [Short()], [Short()])
+
+
+def test_tree_map_mismatch_names_first_differing_path():
+    a = {"a": {"b": 1, "c": 2}, "d": [1, 2]}
+    with pytest.raises(ValueError, match=r"tree_map: tree #1 .* first difference at \['a'\]: .*\['b'\], \['c'\].*\['b'\], \['x'\]"):
+        jt.tree_map(lambda u, v: u, a, {"a": {"b": 1, "x": 2}, "d": [1, 2]})
+    with pytest.raises(ValueError, match=r"first difference at \['d'\]: expected list node .*got leaf of type int"):
+        jt.tree_map(lambda u, v: u, a, {"a": {"b": 1, "c": 2}, "d": 3})
+    with pytest.raises(ValueError, match=r"tree #2 .*first difference at \['d'\]"):
+        jt.tree_map(lambda u, v, w: u, a, a, {"a": {"b": 1, "c": 2}, "d": [1, 2, 3]})
+
+
+def test_mismatch_in_static_data_is_reported_at_the_node():
+    p, q = Point(1.0, 2.0, tag="a"), Point(1.0, 2.0, tag="b")
+    with pytest.raises(ValueError, match=r"first difference at \[1\]: expected Point node .*static data \('a',\).*static data \('b',\)"):
+        jt.tree_map(lambda u, v: u, [0, p], [0, q])
+
+
+def test_tree_structure_is_jax_treedef():
+    p = Point(jnp.ones(2), jnp.ones(2))
+    td = jt.tree_structure(p)
+    assert td == jax.tree_util.tree_structure(p)
+    assert td.num_leaves == 2
+    assert jt.tree_structure((1, (2, 3)), is_leaf=lambda x: isinstance(x, tuple) and len(x) == 2 and x[0] == 2).num_leaves == 2
+    assert td.unflatten([1, 2]) == Point(1, 2)
+
+
+# ---------------------------------------------------------------------------
+# stack / concat / zeros_like / where
+# ---------------------------------------------------------------------------
+
+_leaf_arrays = hnp.arrays(
+    np.float32,
+    hnp.array_shapes(min_dims=1, max_dims=3, max_side=4),
+    elements=st.floats(-1e3, 1e3, width=32),
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(_leaf_arrays, min_size=1, max_size=4), st.integers(1, 3))
+def test_stack_round_trip_property(arrays, count):
+    trees = [{"a": a + i, "b": (a * i,)} for i in range(count) for a in [arrays[0]]]
+    stacked = jt.tree_stack(*trees)
+    np.testing.assert_array_equal(stacked["a"], np.stack([t["a"] for t in trees]))
+    for i, t in enumerate(trees):
+        np.testing.assert_array_equal(stacked["a"][i], t["a"])
+        np.testing.assert_array_equal(stacked["b"][0][i], t["b"][0])
+
+
+@settings(max_examples=25, deadline=None)
+@given(_leaf_arrays, st.lists(st.integers(0, 3), min_size=1, max_size=4))
+def test_concat_round_trip_property(base, extra_rows):
+    trees = [Point(np.repeat(base[:1], r + 1, axis=0), np.full((r + 1, 2), r, np.float32)) for r in extra_rows]
+    cat = jt.tree_concat(*trees)
+    assert isinstance(cat, Point)
+    np.testing.assert_array_equal(cat.x, np.concatenate([t.x for t in trees]))
+    offsets = np.cumsum([0] + [r + 1 for r in extra_rows])
+    for t, lo, hi in zip(trees, offsets[:-1], offsets[1:]):
+        np.testing.assert_array_equal(cat.x[lo:hi], t.x)
+        np.testing.assert_array_equal(cat.y[lo:hi], t.y)
+
+
+def test_stack_and_concat_errors():
+    with pytest.raises(ValueError, match="tree_stack needs at least one pytree"):
+        jt.tree_stack()
+    with pytest.raises(ValueError, match="tree_concat needs at least one pytree"):
+        jt.tree_concat()
+    with pytest.raises(ValueError, match=r"tree_stack: tree #1 .*first difference at <root>: expected dict node with children \[\['a'\]\]"):
+        jt.tree_stack({"a": 1.0}, {"b": 1.0})
+    with pytest.raises(ValueError, match=r"tree_stack: leaves at \['a'\] have different shapes \[\(2,\), \(3,\)\]"):
+        jt.tree_stack({"a": np.ones(2)}, {"a": np.ones(3)})
+    with pytest.raises(ValueError, match=r"tree_concat: leaf at \['a'\] is a scalar"):
+        jt.tree_concat({"a": 1.0}, {"a": 2.0})
+    with pytest.raises(ValueError, match=r"tree_concat: leaves at \.x have shapes \[\(2, 3\), \(2, 4\)\]"):
+        jt.tree_concat(Point(np.ones((2, 3)), np.ones(1)), Point(np.ones((2, 4)), np.ones(1)))
+
+
+def test_tree_zeros_like_matches_numpy():
+    tree = {"f": np.ones((2, 3), np.float32), "i": np.arange(4, dtype=np.int32), "p": Point(jnp.ones(1), jnp.ones(2))}
+    z = jt.tree_zeros_like(tree)
+    np.testing.assert_array_equal(z["f"], np.zeros((2, 3), np.float32))
+    assert z["f"].dtype == np.float32 and z["i"].dtype == np.int32
+    assert isinstance(z["p"], Point) and float(jnp.abs(z["p"].y).sum()) == 0.0
+
+
+def test_tree_where_broadcast_last_matches_numpy():
+    rng = np.random.default_rng(0)
+    accept = rng.random(4) > 0.5
+    t1 = {"v": rng.normal(size=(4, 3)).astype(np.float32), "s": rng.normal(size=4).astype(np.float32)}
+    t2 = jax.tree_util.tree_map(lambda v: -v, t1)
+    out = jt.tree_where_broadcast_last(accept, t1, t2)
+    np.testing.assert_array_equal(out["v"], np.where(accept[:, None], t1["v"], t2["v"]))
+    np.testing.assert_array_equal(out["s"], np.where(accept, t1["s"], t2["s"]))
+    jitted = jax.jit(jt.tree_where_broadcast_last)(accept, t1, t2)
+    np.testing.assert_array_equal(jitted["v"], out["v"])
+
+
+def test_tree_where_broadcast_last_errors():
+    with pytest.raises(ValueError, match=r"leaf at \['v'\] has shape \(4,\) / \(4,\), fewer dimensions than accept with shape \(4, 2\)"):
+        jt.tree_where_broadcast_last(np.ones((4, 2), bool), {"v": np.ones(4)}, {"v": np.ones(4)})
+    with pytest.raises(ValueError, match=r"accept with shape \(3,\) does not broadcast .* leaf at \['v'\]"):
+        jt.tree_where_broadcast_last(np.ones(3, bool), {"v": np.ones((4, 2))}, {"v": np.ones((4, 2))})
+    with pytest.raises(ValueError, match=r"tree_where_broadcast_last: tree #1 .*\['v'\]"):
+        jt.tree_where_broadcast_last(np.ones(4, bool), {"v": np.ones(4)}, {"w": np.ones(4)})
+
+
+# ---------------------------------------------------------------------------
+# tree_scatter_set
+# ---------------------------------------------------------------------------
+
+
+@jt.dataclass
+class ClipBuffer:
+    data: jax.Array
+
+    @property
+    def scatter_args(self) -> jt.ScatterArgs:
+        return {"mode": "clip"}
+
+
+def test_tree_scatter_set_matches_numpy_and_respects_node_args():
+    item = {"plain": jnp.zeros(5), "buf": ClipBuffer(jnp.zeros(5))}
+    value = {"plain": jnp.array([1.0, 2.0]), "buf": ClipBuffer(jnp.array([1.0, 2.0]))}
+    idxs = jnp.array([1, 10])  # 10 is out of range
+    out = jt.tree_scatter_set(item, value, idxs, {"mode": "drop"})
+    np.testing.assert_array_equal(out["plain"], [0, 1, 0, 0, 0])  # dropped
+    np.testing.assert_array_equal(out["buf"].data, [0, 1, 0, 0, 2])  # clipped to last
+    assert isinstance(out["buf"], ClipBuffer) and isinstance(out["buf"], jt.HasScatterArgs)
+    jitted = jax.jit(lambda i, v, k: jt.tree_scatter_set(i, v, k, {"mode": "drop"}))(item, value, idxs)
+    np.testing.assert_array_equal(jitted["buf"].data, out["buf"].data)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            hnp.arrays(np.float32, (n, 2), elements=st.floats(-10, 10, width=32)),
+            st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True),
+        )
+    )
+)
+def test_scatter_then_gather_round_trip_property(case):
+    base, idx_list = case
+    idxs = np.array(idx_list)
+    item = {"m": base, "v": base[:, 0]}
+    value = {"m": base[idxs] + 100, "v": base[idxs, 0] - 100}
+    out = jt.tree_scatter_set(item, value, jnp.asarray(idxs), {"unique_indices": True})
+    ref = base.copy()
+    ref[idxs] = base[idxs] + 100
+    np.testing.assert_array_equal(out["m"], ref)
+    np.testing.assert_array_equal(np.asarray(out["m"])[idxs], value["m"])
+    np.testing.assert_array_equal(np.asarray(out["v"])[idxs], value["v"])
+
+
+def test_tree_scatter_set_errors():
+    item = {"a": jnp.zeros(3)}
+    with pytest.raises(TypeError, match=r"unknown scatter argument\(s\) \['mod'\] in args"):
+        jt.tree_scatter_set(item, item, jnp.array([0]), {"mod": "drop"})
+    with pytest.raises(TypeError, match="args must be a dict"):
+        jt.tree_scatter_set(item, item, jnp.array([0]), [("mode", "drop")])
+
+    @jt.dataclass
+    class BadNode:
+        a: jax.Array
+
+        @property
+        def scatter_args(self):
+            return {"bogus": 1}
+
+    with pytest.raises(TypeError, match=r"unknown scatter argument\(s\) \['bogus'\] in BadNode.scatter_args"):
+        jt.tree_scatter_set(BadNode(jnp.zeros(2)), BadNode(jnp.ones(1)), jnp.array([0]), {})
+    with pytest.raises(ValueError, match=r"tree_scatter_set: tree #1 .*first difference at <root>"):
+        jt.tree_scatter_set(item, {"b": jnp.zeros(1)}, jnp.array([0]), {})
+    with pytest.raises(ValueError, match=r"cannot set the leaf at \['a'\] \(shape \(3,\)\) at indices of shape \(1,\) to a value of shape \(2,\)"):
+        jt.tree_scatter_set(item, {"a": jnp.ones(2)}, jnp.array([0]), {})
