@@ -1,1 +1,15 @@
-"""jaxcore.quant."""
+"""jaxcore.quant: int8 / int4 / NF4 weights as implicit arrays.
+
+`ArrayInt8`, `ArrayInt4` and `ArrayNF4` hold a 2-D weight in the packed layout of
+`jaxcore.kernels` and materialise it on demand. Inside a function wrapped with
+`jaxcore.implicit.implicit`, ``x @ w`` (and ``w @ x``, ``einsum``, ``w.T``) with a quantised
+``w`` runs `jaxcore.kernels.quantized_matmul`, which dequantises one block of rows at a time
+and never builds the dense weight. `fake_quantize` is the straight-through quantiser for
+quantisation-aware training.
+"""
+
+from jaxcore.quant import _handlers  # noqa: F401  (registers the dot_general/transpose handlers)
+from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
+from jaxcore.quant._qat import fake_quantize
+
+__all__ = ["ArrayInt4", "ArrayInt8", "ArrayNF4", "fake_quantize"]

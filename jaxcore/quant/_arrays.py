@@ -1,0 +1,246 @@
+"""`ArrayInt8`, `ArrayInt4` and `ArrayNF4`: quantised weights as implicit arrays.
+
+Each stores a logical 2-D weight in the packed layout of `jaxcore.kernels` (blocks of
+``block_size`` rows along the blocked axis, one float scale per block and column) and
+materialises to the dense weight on demand. Under `jaxcore.implicit.implicit`, matmuls
+with them run `jaxcore.kernels.quantized_matmul` instead (see `jaxcore.quant._handlers`).
+
+``axis`` says which logical axis the blocks run along. ``axis=0`` is the kernel layout
+itself: for a (K, N) weight used as ``x @ W`` the blocks run along K. ``axis=1`` stores the
+transpose in that layout, which is what a weight contracted along its second axis wants
+(e.g. an embedding table used as ``h @ E.T``); transposing a quantised array just flips
+``axis``, without touching the data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcore.implicit import ImplicitArray, aux_field
+from jaxcore.kernels import dequantize, quantized_matmul
+from jaxcore.kernels._formats import logical_rows
+from jaxcore.quant import _checks, _double_quant, _quantize
+
+
+def _check_axis(axis, what: str) -> int:
+    if isinstance(axis, bool) or axis not in (0, 1, -1, -2):
+        raise ValueError(f"{what}: axis must be 0 or 1 for a 2-D weight, got {axis!r}")
+    return int(axis) % 2
+
+
+def _prepare(x, block_size, axis: int, what: str, even: bool):
+    """Checks ``x`` and returns it oriented so that the blocked axis is axis 0."""
+    x = _checks.check_weight(x, what)
+    axis = _check_axis(axis, what)
+    blocked = x if axis == 0 else x.T
+    size = blocked.shape[0]
+    block_size = size if block_size is None else block_size
+    block_size = _checks.check_block_size(block_size, size, what=f"{what} (axis {axis} of {x.shape})", even=even)
+    return x, blocked, block_size, axis
+
+
+class _QuantizedArray(ImplicitArray):
+    """Behaviour shared by the quantised arrays (the dataclass fields live in each class).
+
+    Every subclass has ``qvalue``, ``scale``, ``block_size`` and ``axis``, and a class-level
+    ``fmt``; `block_scales` returns the float32 (blocks, N) scales the kernels take.
+    """
+
+    fmt: ClassVar[str]
+    default_dtype: ClassVar = jnp.float32
+    # Makes ``numpy_array @ q`` defer to `__rmatmul__` instead of NumPy wrapping ``q``.
+    __array_ufunc__: ClassVar = None
+
+    def block_scales(self) -> jax.Array:
+        """The float32 per-block scales, shape (K // block_size, N) in the stored layout."""
+        return self.scale
+
+    def stored_shape(self) -> tuple[int, int]:
+        """The shape (K, N) of the stored (blocked-along-axis-0) weight."""
+        return (logical_rows(self.fmt, self.qvalue.shape[-2]), self.qvalue.shape[-1])
+
+    def compute_shape(self) -> tuple[int, int]:
+        """The logical shape, read off ``qvalue`` (so it is right under ``vmap`` too)."""
+        k, n = self.stored_shape()
+        return (k, n) if self.axis == 0 else (n, k)
+
+    def materialize(self) -> jax.Array:
+        """Dequantises the whole weight (the dense fallback; matmuls avoid it)."""
+        dense = dequantize(self.fmt, self.qvalue, self.block_scales(), self.block_size)
+        dense = dense if self.axis == 0 else dense.T
+        return dense.astype(self.dtype)
+
+    @property
+    def storage_nbytes(self) -> int:
+        """Bytes held by the quantised representation (codes and scales)."""
+        return sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize for leaf in jax.tree_util.tree_leaves(self))
+
+    @property
+    def T(self) -> _QuantizedArray:  # noqa: N802 - mirrors jax.Array.T
+        """The transpose: the same data, blocked along the other logical axis."""
+        return self.with_axis(1 - self.axis)
+
+    def with_axis(self, axis: int) -> _QuantizedArray:
+        """Returns the same stored data viewed with blocks along logical ``axis``.
+
+        With ``axis`` different from ``self.axis`` this is the transpose of ``self``.
+        """
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("shape", "dtype")}
+        values["axis"] = _check_axis(axis, type(self).__name__)
+        return type(self)(**values, dtype=self.dtype)
+
+    def __rmatmul__(self, other) -> jax.Array:
+        """``dense @ q`` without `jaxcore.implicit.implicit`: runs the quantised kernel."""
+        return quantized_matmul(other, self)
+
+    def __matmul__(self, other) -> jax.Array:
+        """``q @ dense`` without `jaxcore.implicit.implicit` (via ``(dense.T @ q.T).T``)."""
+        other = jnp.asarray(other)
+        if other.ndim == 1:
+            return quantized_matmul(other, self.T)
+        return jnp.swapaxes(quantized_matmul(jnp.swapaxes(other, -1, -2), self.T), -1, -2)
+
+
+@dataclasses.dataclass
+class ArrayInt8(_QuantizedArray):
+    """Symmetric int8 weight, one scale per column (per channel) or per block along an axis.
+
+    Fields (stored layout, K = size of the blocked axis):
+      qvalue: int8 (K, N), values in [-127, 127].
+      scale: float32 (K // block_size, N), block absmax / 127.
+      block_size: rows per scale (== K for per-channel).
+      axis: the logical axis the blocks run along (0: ``qvalue`` is the weight itself).
+    """
+
+    qvalue: jax.Array
+    scale: jax.Array
+    block_size: int = aux_field()
+    axis: int = aux_field(default=0)
+    fmt: ClassVar[str] = "int8"
+
+    @classmethod
+    def quantize(cls, x, *, axis: int = 0, block_size: int | None = None) -> ArrayInt8:
+        """Quantises a float 2-D weight to int8.
+
+        Args:
+          x: float32/bfloat16/float16/float64 (K, N) weight.
+          axis: the axis each scale reduces over; the default 0 gives one scale per output
+            column of ``x @ W``, 1 gives one scale per row.
+          block_size: rows of ``axis`` per scale; default: the whole axis (per channel).
+
+        Returns:
+          The quantised array; it materialises to ``x.dtype``.
+
+        Raises:
+          TypeError: for an unsupported dtype or a non-integer block size.
+          ValueError: for a non-2-D ``x``, a block size that does not divide the axis, a
+            bad ``axis``, or NaN/Inf in ``x``.
+        """
+        x, blocked, block_size, axis = _prepare(x, block_size, axis, "ArrayInt8.quantize", even=False)
+        qvalue, scale = _quantize.quantize_int8(blocked, block_size)
+        return cls(qvalue, scale, block_size, axis, dtype=x.dtype)
+
+
+@dataclasses.dataclass
+class ArrayInt4(_QuantizedArray):
+    """Symmetric int4 weight (two values per byte), one scale per block.
+
+    Fields (stored layout, K = size of the blocked axis):
+      qvalue: uint8 (K // 2, N); row 2i in the low nibble, row 2i + 1 in the high one; a
+        nibble v means q = v - 8, with q in [-7, 7].
+      scale: float32 (K // block_size, N), block absmax / 7.
+      block_size: rows per scale (even).
+      axis: the logical axis the blocks run along.
+    """
+
+    qvalue: jax.Array
+    scale: jax.Array
+    block_size: int = aux_field()
+    axis: int = aux_field(default=0)
+    fmt: ClassVar[str] = "int4"
+
+    @classmethod
+    def quantize(cls, x, block_size: int = 64, *, axis: int = 0) -> ArrayInt4:
+        """Quantises a float 2-D weight to int4 with one scale per block of ``block_size`` rows.
+
+        Args:
+          x: float (K, N) weight.
+          block_size: even number of rows per block; must divide the blocked axis.
+          axis: the axis the blocks run along (default 0, the contracted axis of ``x @ W``).
+
+        Returns:
+          The quantised array; it materialises to ``x.dtype``.
+
+        Raises:
+          TypeError: for an unsupported dtype or a non-integer block size.
+          ValueError: for a non-2-D ``x``, an odd or non-dividing block size, a bad
+            ``axis``, or NaN/Inf in ``x``.
+        """
+        x, blocked, block_size, axis = _prepare(x, block_size, axis, "ArrayInt4.quantize", even=True)
+        qvalue, scale = _quantize.quantize_int4(blocked, block_size)
+        return cls(qvalue, scale, block_size, axis, dtype=x.dtype)
+
+
+@dataclasses.dataclass
+class ArrayNF4(_QuantizedArray):
+    """4-bit NormalFloat weight: code indices into `jaxcore.kernels.NF4_CODE` times block absmax.
+
+    Fields (stored layout, K = size of the blocked axis):
+      qvalue: uint8 (K // 2, N) packed code indices (same nibble order as `ArrayInt4`).
+      scale: float32 (K // block_size, N) block absmax, or with double quantisation its
+        int8 codes (see `jaxcore.quant._double_quant`).
+      scale_group_scale: ``None``, or float32 per-group scales of the absmax codes.
+      scale_offset: ``None``, or the float32 scalar offset of the absmax codes.
+      block_size: rows per block (even; 64 by default).
+      axis: the logical axis the blocks run along.
+    """
+
+    qvalue: jax.Array
+    scale: jax.Array
+    block_size: int = aux_field()
+    scale_group_scale: jax.Array | None = None
+    scale_offset: jax.Array | None = None
+    axis: int = aux_field(default=0)
+    fmt: ClassVar[str] = "nf4"
+
+    @property
+    def double_quant(self) -> bool:
+        """Whether the block absmax is itself stored quantised."""
+        return self.scale_group_scale is not None
+
+    def block_scales(self) -> jax.Array:
+        """The float32 block absmax, dequantised first when double quantisation is on."""
+        if self.scale_group_scale is None:
+            return self.scale
+        return _double_quant.expand_scales(self.scale, self.scale_group_scale, self.scale_offset)
+
+    @classmethod
+    def quantize(cls, x, block_size: int = 64, double_quant: bool = False, *, axis: int = 0) -> ArrayNF4:
+        """Quantises a float 2-D weight to NF4 with one absmax per block of ``block_size`` rows.
+
+        Args:
+          x: float (K, N) weight.
+          block_size: even number of rows per block; must divide the blocked axis.
+          double_quant: store the absmax as int8 codes with one float32 scale per group of
+            256 blocks and a global offset (QLoRA's double quantisation).
+          axis: the axis the blocks run along (default 0, the contracted axis of ``x @ W``).
+
+        Returns:
+          The quantised array; it materialises to ``x.dtype``.
+
+        Raises:
+          TypeError: for an unsupported dtype or a non-integer block size.
+          ValueError: for a non-2-D ``x``, an odd or non-dividing block size, a bad
+            ``axis``, or NaN/Inf in ``x``.
+        """
+        x, blocked, block_size, axis = _prepare(x, block_size, axis, "ArrayNF4.quantize", even=True)
+        qvalue, absmax = _quantize.quantize_nf4(blocked, block_size)
+        if not double_quant:
+            return cls(qvalue, absmax, block_size, axis=axis, dtype=x.dtype)
+        codes, group_scale, offset = _double_quant.compress_scales(absmax)
+        return cls(qvalue, codes, block_size, group_scale, offset, axis=axis, dtype=x.dtype)
