@@ -71,3 +71,44 @@ from jaxcore.named._shape import flatten as _flatten_array
 # ``hax.flatten`` is the pytree helper when the tree helpers are present (the spec lists
 # it under the PyTree helpers); until then it is the array ravel.
 flatten = _flatten_array
+
+# --- dot/einsum, rearrange strings, fft, refs, tree helpers, partitioning ---
+from jaxcore.named import _partitioning as partitioning
+from jaxcore.named import _tree as tree
+from jaxcore.named import _tree as tree_util
+from jaxcore.named._dot import dot, einsum
+from jaxcore.named._fft import (
+    fft,
+    fftfreq,
+    fftshift,
+    hfft,
+    ifft,
+    ifftshift,
+    ihfft,
+    irfft,
+    rfft,
+    rfftfreq,
+)
+from jaxcore.named._partitioning import (
+    ResourceMapping,
+    axis_mapping,
+    current_axis_mapping,
+    fsdp,
+    named_jit,
+    physical_axis_name,
+    physical_axis_size,
+    pspec_for,
+    round_axis_for_partitioning,
+    shard,
+    sharding_for_axis,
+)
+from jaxcore.named._ref import NamedRef, freeze, new_ref, swap
+from jaxcore.named._tree import (
+    Stacked,
+    scan_aware_tree_map,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_structure,
+    tree_unflatten,
+)

@@ -1,0 +1,550 @@
+"""The string form of ``rearrange``: an einops-like language over named axes.
+
+Grammar (one side of ``lhs -> rhs``)::
+
+    side    := ["{"] item* ["}"]           braces: match axes by name (lhs only)
+    item    := ident | "..." | group
+    group   := "(" [ident ":"] ident+ ")"  a split (lhs) or a merge (rhs)
+    ident   := [A-Za-z_][A-Za-z0-9_]* | quoted string
+
+* An **ordered** lhs binds its items to the array's axes by position (``...`` skips any
+  number of axes, at most once). An **unordered** lhs (``{...}``) binds every item to the
+  array axis of that name (after alias lookup) and leaves the other axes alone.
+* A group on the lhs splits one axis into several (at most one size may be unknown; the
+  others come from the keyword bindings). A group on the rhs merges lhs variables, in order,
+  into one new axis whose name is the group's name.
+* ``...`` on the rhs stands for every axis the rhs does not name, in their current order.
+
+The parser is shared with ``einsum`` (see ``parse_einsum``); parse results and the
+reshape/transpose plans are cached, so repeated eager calls only pay a dict lookup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from types import EllipsisType
+from typing import Mapping, NoReturn, Sequence
+
+from jax import lax
+
+from jaxcore.named._axis import Axis
+from jaxcore.named._core import NamedArray
+
+__all__ = [
+    "Capture",
+    "Side",
+    "parse_einsum",
+    "parse_rearrangement",
+    "raise_parse_error",
+    "rearrange_str",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Capture:
+    """One item of a rearrangement side that is not ``...``.
+
+    Attributes:
+      name: the identifier of a plain item, or the name before ``:`` in a group (``None``
+        for an anonymous group such as ``(a b)``).
+      members: ``None`` for a plain identifier; for a group, the identifiers inside it.
+      span: ``(start, end)`` character offsets in the expression, for error messages.
+    """
+
+    name: str | None
+    members: tuple[str, ...] | None
+    span: tuple[int, int] = dataclasses.field(default=(0, 0), compare=False)
+
+    @property
+    def is_group(self) -> bool:
+        return self.members is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One side of an expression: its items in order, and whether it matches by position."""
+
+    items: tuple[Capture | EllipsisType, ...]
+    ordered: bool
+
+    @property
+    def has_ellipsis(self) -> bool:
+        return any(item is Ellipsis for item in self.items)
+
+
+def raise_parse_error(message: str, expression: str, span: tuple[int, int] | int | None) -> NoReturn:
+    """Raises a ``ValueError`` that shows ``expression`` with a caret under ``span``."""
+    text = f"{message}\n    {expression}"
+    if span is not None:
+        start, end = (span, span + 1) if isinstance(span, int) else span
+        text += "\n    " + " " * start + "^" * max(1, end - start)
+    raise ValueError(text)
+
+
+# ----------------------------------------------------------------------------- lexing
+
+
+def _is_ident_start(ch: str) -> bool:
+    return ch.isalpha() or ch == "_"
+
+
+def _is_ident_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _read_ident(expr: str, pos: int) -> tuple[str, int]:
+    """Reads an identifier or a quoted name starting at ``pos``; returns it and the end."""
+    ch = expr[pos]
+    if ch in "'\"":
+        end = expr.find(ch, pos + 1)
+        if end < 0:
+            raise_parse_error("Unterminated quoted axis name", expr, (pos, len(expr)))
+        if end == pos + 1:
+            raise_parse_error("Empty quoted axis name", expr, (pos, end + 1))
+        return expr[pos + 1 : end], end + 1
+    if ch.isdigit():
+        raise_parse_error(f"Axis names cannot start with a digit ({ch!r})", expr, pos)
+    if not _is_ident_start(ch):
+        raise_parse_error(f"Unexpected character {ch!r}", expr, pos)
+    end = pos
+    while end < len(expr) and _is_ident_char(expr[end]):
+        end += 1
+    return expr[pos:end], end
+
+
+def _read_group(expr: str, pos: int) -> tuple[Capture, int]:
+    """Reads ``( [name:] ident+ )`` starting at the ``(`` at ``pos``."""
+    start = pos
+    pos += 1
+    name: str | None = None
+    members: list[str] = []
+    while True:
+        if pos >= len(expr):
+            raise_parse_error("Unclosed '('", expr, (start, len(expr)))
+        ch = expr[pos]
+        if ch.isspace():
+            pos += 1
+        elif ch == ")":
+            pos += 1
+            break
+        elif ch == ":":
+            if name is not None or len(members) != 1:
+                raise_parse_error("A group takes one 'name:' before its axes", expr, pos)
+            name = members.pop()
+            pos += 1
+        elif expr.startswith("->", pos):
+            raise_parse_error("Unclosed '('", expr, (start, pos))
+        elif ch in "({}.,-":
+            raise_parse_error(f"Unexpected {ch!r} inside a group", expr, pos)
+        else:
+            ident, pos = _read_ident(expr, pos)
+            members.append(ident)
+    if not members:
+        raise_parse_error("A group needs at least one axis", expr, (start, pos))
+    return Capture(name, tuple(members), (start, pos)), pos
+
+
+def _read_side(expr: str, pos: int, *, stop_at_comma: bool) -> tuple[Side, int]:
+    """Reads one side, stopping before ``->``, a comma (einsum) or the end of the string."""
+    items: list[Capture | EllipsisType] = []
+    ordered = True
+    opened = closed = False
+    while pos < len(expr):
+        ch = expr[pos]
+        if ch.isspace():
+            pos += 1
+            continue
+        if expr.startswith("->", pos) or (ch == "," and stop_at_comma):
+            break
+        if closed:
+            raise_parse_error("Nothing may follow the closing '}' on this side", expr, pos)
+        if ch == "{":
+            if opened or items:
+                raise_parse_error("'{' must open the side, and only once", expr, pos)
+            opened, ordered = True, False
+            pos += 1
+        elif ch == "}":
+            if not opened:
+                raise_parse_error("'}' without a matching '{'", expr, pos)
+            closed = True
+            pos += 1
+        elif ch == ".":
+            if not expr.startswith("...", pos):
+                raise_parse_error("Expected '...'", expr, pos)
+            items.append(Ellipsis)
+            pos += 3
+        elif ch == "(":
+            capture, pos = _read_group(expr, pos)
+            items.append(capture)
+        elif ch == ",":
+            raise_parse_error("',' separates einsum operands; rearrange takes one input", expr, pos)
+        elif ch in ")-":
+            raise_parse_error(f"Unexpected {ch!r}", expr, pos)
+        else:
+            start = pos
+            ident, pos = _read_ident(expr, pos)
+            items.append(Capture(ident, None, (start, pos)))
+    if opened and not closed:
+        raise_parse_error("Missing '}'", expr, pos)
+    return Side(tuple(items), ordered), pos
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_rearrangement(expression: str) -> tuple[Side, Side]:
+    """Parses ``"lhs -> rhs"`` into its two sides.
+
+    Raises:
+      ValueError: on any syntax error, with a caret under the offending text.
+    """
+    lhs, pos = _read_side(expression, 0, stop_at_comma=False)
+    if not expression.startswith("->", pos):
+        raise_parse_error("Expected '->'", expression, pos)
+    rhs, end = _read_side(expression, pos + 2, stop_at_comma=False)
+    if expression.startswith("->", end):
+        raise_parse_error("Only one '->' is allowed", expression, (end, end + 2))
+    return lhs, rhs
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_einsum(expression: str) -> tuple[tuple[Side, ...], Side]:
+    """Parses ``"in1, in2, ... -> out"`` (inputs may be empty: ``"-> H W"``).
+
+    Raises:
+      ValueError: on any syntax error, with a caret under the offending text.
+    """
+    inputs: list[Side] = []
+    pos = 0
+    while True:
+        side, pos = _read_side(expression, pos, stop_at_comma=True)
+        inputs.append(side)
+        if pos < len(expression) and expression[pos] == ",":
+            pos += 1
+            continue
+        break
+    if not expression.startswith("->", pos):
+        raise_parse_error("Expected '->'", expression, pos)
+    rhs, end = _read_side(expression, pos + 2, stop_at_comma=True)
+    if end != len(expression):
+        raise_parse_error("Unexpected text after the output", expression, end)
+    if not rhs.ordered:
+        raise_parse_error("The output of einsum must be ordered (no braces)", expression, pos + 2)
+    return tuple(inputs), rhs
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    split_shape: tuple[int, ...] | None  # reshape before the transpose (None: not needed)
+    perm: tuple[int, ...] | None  # transpose of the split axes (None: identity)
+    final_shape: tuple[int, ...] | None  # reshape after the transpose (None: not needed)
+    final_axes: tuple[Axis, ...]
+
+
+def _normalize_bindings(bindings: Mapping[str, object]) -> tuple[tuple[str, Axis | str | int], ...]:
+    out = []
+    for key, value in bindings.items():
+        if isinstance(value, bool) or not isinstance(value, (Axis, str, int)):
+            raise TypeError(
+                f"rearrange binding {key}={value!r} must be an int size, an Axis or an axis name"
+            )
+        out.append((key, value))
+    return tuple(out)
+
+
+def _binding_name(name: str, bindings: Mapping[str, Axis | str | int]) -> str:
+    """The array-axis name an identifier refers to, after alias lookup."""
+    value = bindings.get(name)
+    if isinstance(value, Axis):
+        return value.name
+    if isinstance(value, str):
+        return value
+    return name
+
+
+def _split(
+    expr: str,
+    axis: Axis,
+    capture: Capture,
+    bindings: Mapping[str, Axis | str | int],
+) -> list[tuple[str, Axis]]:
+    """Solves the sizes of the pieces ``capture`` splits ``axis`` into.
+
+    Returns ``(variable, new_axis)`` pairs. Plain captures keep the axis unless a binding
+    renames or resizes it.
+    """
+    members = capture.members if capture.is_group else (capture.name,)
+    pieces: list[tuple[str, str, int | None]] = []
+    for member in members:
+        value = bindings.get(member)
+        if isinstance(value, Axis):
+            pieces.append((member, value.name, value.size))
+        elif isinstance(value, int):
+            pieces.append((member, member, value))
+        elif isinstance(value, str):
+            pieces.append((member, value, None))
+        else:
+            keep_name = axis.name if not capture.is_group else member
+            pieces.append((member, keep_name, None))
+    unknown = [i for i, (_, _, size) in enumerate(pieces) if size is None]
+    known = math.prod(size for _, _, size in pieces if size is not None)
+    if len(unknown) > 1:
+        names = ", ".join(pieces[i][0] for i in unknown)
+        raise_parse_error(
+            f"Cannot split axis {axis.name!r} (size {axis.size}): sizes of {names} are unknown; "
+            "pass all but one as keyword bindings",
+            expr,
+            capture.span,
+        )
+    if unknown:
+        if known == 0 or axis.size % known:
+            raise_parse_error(
+                f"Axis {axis.name!r} of size {axis.size} is not divisible by {known}",
+                expr,
+                capture.span,
+            )
+        i = unknown[0]
+        pieces[i] = (pieces[i][0], pieces[i][1], axis.size // known)
+    elif known != axis.size:
+        raise_parse_error(
+            f"Axis {axis.name!r} has size {axis.size} but the pieces multiply to {known}",
+            expr,
+            capture.span,
+        )
+    return [(var, Axis(name, size)) for var, name, size in pieces]
+
+
+def _bind_lhs(
+    expr: str,
+    lhs: Side,
+    axes: tuple[Axis, ...],
+    bindings: Mapping[str, Axis | str | int],
+) -> tuple[list[list[Axis]], dict[str, Axis]]:
+    """Matches the lhs against ``axes``.
+
+    Returns the axes each input axis is split into and the variable -> axis table.
+    """
+    per_axis: list[list[Axis] | None] = [None] * len(axes)
+    variables: dict[str, Axis] = {}
+    names = [a.name for a in axes]
+
+    def assign(index: int, capture: Capture) -> None:
+        if per_axis[index] is not None:
+            raise_parse_error(f"Axis {names[index]!r} is matched twice", expr, capture.span)
+        if capture.is_group and capture.name is not None and lhs.ordered:
+            expected = _binding_name(capture.name, bindings)
+            if expected != names[index]:
+                raise_parse_error(
+                    f"Group name {capture.name!r} does not match axis {names[index]!r} at this position",
+                    expr,
+                    capture.span,
+                )
+        pieces = _split(expr, axes[index], capture, bindings)
+        for var, new_axis in pieces:
+            if var in variables:
+                raise_parse_error(f"Name {var!r} is bound twice on the left", expr, capture.span)
+            variables[var] = new_axis
+        per_axis[index] = [new_axis for _, new_axis in pieces]
+
+    items = lhs.items
+    if lhs.ordered:
+        n_ellipsis = sum(item is Ellipsis for item in items)
+        if n_ellipsis > 1:
+            raise_parse_error("At most one '...' is allowed on the left", expr, None)
+        if n_ellipsis:
+            cut = items.index(Ellipsis)
+            front, back = items[:cut], items[cut + 1 :]
+            if len(front) + len(back) > len(axes):
+                raise_parse_error(
+                    f"The left side names {len(front) + len(back)} axes but the array has "
+                    f"{len(axes)}: {tuple(names)}",
+                    expr,
+                    None,
+                )
+            positions = list(range(len(front))) + list(range(len(axes) - len(back), len(axes)))
+            captures = list(front) + list(back)
+        else:
+            if len(items) != len(axes):
+                raise_parse_error(
+                    f"The left side names {len(items)} axes but the array has {len(axes)}: "
+                    f"{tuple(names)} (use '...' to skip axes)",
+                    expr,
+                    None,
+                )
+            positions, captures = list(range(len(axes))), list(items)
+        for index, capture in zip(positions, captures):
+            assign(index, capture)
+    else:
+        for capture in items:
+            if capture is Ellipsis:
+                continue
+            if capture.name is None:
+                raise_parse_error(
+                    "Groups in '{...}' need a name to match, e.g. (H: h1 h2)", expr, capture.span
+                )
+            target = _binding_name(capture.name, bindings)
+            if target not in names:
+                raise_parse_error(
+                    f"Axis {target!r} is not in the array (axes: {tuple(names)})", expr, capture.span
+                )
+            assign(names.index(target), capture)
+
+    split = [p if p is not None else [axes[i]] for i, p in enumerate(per_axis)]
+    flat = [a.name for p in split for a in p]
+    dupes = sorted({n for n in flat if flat.count(n) > 1})
+    if dupes:
+        raise_parse_error(f"Splitting gives duplicate axis names {dupes}", expr, None)
+    return split, variables
+
+
+def _build_rhs(
+    expr: str,
+    rhs: Side,
+    variables: Mapping[str, Axis],
+    intermediate: tuple[Axis, ...],
+    bindings: Mapping[str, Axis | str | int],
+) -> tuple[list[int], list[Axis]]:
+    """Returns the transpose of ``intermediate`` and the final axes the rhs describes."""
+    if not rhs.ordered:
+        raise_parse_error("The right side must be ordered (no braces)", expr, None)
+    position = {a: i for i, a in enumerate(intermediate)}
+    used: set[int] = set()
+    # Each entry: list of intermediate indices merged into one output axis, and its name;
+    # `None` marks where '...' goes.
+    groups: list[tuple[list[int], Axis] | None] = []
+
+    def take(var: str, capture: Capture) -> int:
+        if var not in variables:
+            raise_parse_error(
+                f"Name {var!r} on the right is not bound on the left "
+                f"(bound: {sorted(variables)})",
+                expr,
+                capture.span,
+            )
+        index = position[variables[var]]
+        if index in used:
+            raise_parse_error(f"Name {var!r} is used twice on the right", expr, capture.span)
+        used.add(index)
+        return index
+
+    for item in rhs.items:
+        if item is Ellipsis:
+            if None in groups:
+                raise_parse_error("At most one '...' is allowed on the right", expr, None)
+            groups.append(None)
+        elif not item.is_group:
+            index = take(item.name, item)
+            groups.append(([index], intermediate[index]))
+        else:
+            if item.name is None:
+                raise_parse_error(
+                    "A merged group on the right needs a name, e.g. (E: H W C)", expr, item.span
+                )
+            indices = [take(member, item) for member in item.members]
+            size = math.prod(intermediate[i].size for i in indices)
+            if item.name in variables:
+                new_name = variables[item.name].name
+            else:
+                bound = bindings.get(item.name)
+                if isinstance(bound, Axis) and bound.size != size:
+                    raise_parse_error(
+                        f"Merged axis {bound.name!r} has size {size}, but the binding says {bound.size}",
+                        expr,
+                        item.span,
+                    )
+                if isinstance(bound, int) and bound != size:
+                    raise_parse_error(
+                        f"Merged axis {item.name!r} has size {size}, but the binding says {bound}",
+                        expr,
+                        item.span,
+                    )
+                new_name = _binding_name(item.name, bindings)
+            groups.append((indices, Axis(new_name, size)))
+
+    rest = [i for i in range(len(intermediate)) if i not in used]
+    if None not in groups and rest:
+        missing = [intermediate[i].name for i in rest]
+        raise_parse_error(
+            f"Axes {missing} are not on the right side (add '...' to keep them)", expr, None
+        )
+    perm: list[int] = []
+    final: list[Axis] = []
+    for group in groups:
+        if group is None:
+            perm.extend(rest)
+            final.extend(intermediate[i] for i in rest)
+        else:
+            perm.extend(group[0])
+            final.append(group[1])
+    out_names = [a.name for a in final]
+    dupes = sorted({n for n in out_names if out_names.count(n) > 1})
+    if dupes:
+        raise_parse_error(f"The result would have duplicate axis names {dupes}", expr, None)
+    return perm, final
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(expression: str, axes: tuple[Axis, ...], binding_items: tuple) -> _Plan:
+    bindings = dict(binding_items)
+    lhs, rhs = parse_rearrangement(expression)
+    split, variables = _bind_lhs(expression, lhs, axes, bindings)
+    intermediate = tuple(a for pieces in split for a in pieces)
+    unused = [k for k in bindings if k not in _mentioned(lhs) | _mentioned(rhs)]
+    if unused:
+        raise_parse_error(f"Bindings {unused} are not used in the expression", expression, None)
+    perm, final = _build_rhs(expression, rhs, variables, intermediate, bindings)
+    split_shape = None if intermediate == axes else tuple(a.size for a in intermediate)
+    perm_t = None if perm == list(range(len(perm))) else tuple(perm)
+    permuted = tuple(intermediate[i] for i in perm)
+    final_t = tuple(final)
+    final_shape = None if [a.size for a in permuted] == [a.size for a in final_t] else tuple(
+        a.size for a in final_t
+    )
+    return _Plan(split_shape, perm_t, final_shape, final_t)
+
+
+def _mentioned(side: Side) -> set[str]:
+    out: set[str] = set()
+    for item in side.items:
+        if item is Ellipsis:
+            continue
+        if item.name is not None:
+            out.add(item.name)
+        if item.members:
+            out.update(item.members)
+    return out
+
+
+def rearrange_str(array: NamedArray, expression: str, **bindings: Axis | str | int) -> NamedArray:
+    """Rearranges ``array`` as the string ``expression`` says (see the module docstring).
+
+    Args:
+      array: the input.
+      expression: ``"lhs -> rhs"``, e.g. ``"B H W C -> B (E: H W C)"`` or
+        ``"{B (H: h1 H) (W: w1 W) C} -> (B: B h1 w1) (E: H W C) ..."``.
+      **bindings: sizes (``int``), axes (``Axis``: name and size) or new names (``str``) for
+        identifiers in the expression; they size split axes and rename results.
+
+    Returns:
+      A ``NamedArray`` holding the same elements, reshaped and transposed; one reshape, one
+      transpose and one reshape at most.
+
+    Raises:
+      ValueError: on a syntax error, an axis missing from ``array``, an unbound name on the
+        right, sizes that do not divide, or duplicate result names.
+      TypeError: when a binding is not an int, an ``Axis`` or a string.
+    """
+    if not isinstance(array, NamedArray):
+        raise TypeError(f"rearrange expects a NamedArray, got {type(array).__name__}")
+    plan = _plan(expression, tuple(array.axes), _normalize_bindings(bindings))
+    raw = array.array
+    if plan.split_shape is not None:
+        raw = raw.reshape(plan.split_shape)
+    if plan.perm is not None:
+        raw = lax.transpose(raw, plan.perm)
+    if plan.final_shape is not None:
+        raw = raw.reshape(plan.final_shape)
+    return NamedArray(raw, plan.final_axes)

@@ -1,0 +1,203 @@
+"""Pytree helpers that treat every ``NamedArray`` as one leaf.
+
+``jax.tree`` would descend into a ``NamedArray`` and hand its raw array to ``fn``, losing
+the axis names; these helpers stop at the ``NamedArray`` so ``fn`` sees (and may return)
+named arrays. ``scan_aware_map`` additionally maps ``fn`` over each layer of a ``Stacked``
+container (the scan-over-layers pattern), so per-layer code never sees the layer axis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Sequence
+
+import jax
+
+from jaxcore.named._axis import Axis
+from jaxcore.named._core import NamedArray
+
+__all__ = [
+    "Stacked",
+    "flatten",
+    "leaves",
+    "map",
+    "scan_aware_map",
+    "scan_aware_tree_map",
+    "structure",
+    "tree_flatten",
+    "tree_leaves",
+    "tree_map",
+    "tree_structure",
+    "tree_unflatten",
+    "unflatten",
+]
+
+
+def _is_named(x: Any) -> bool:
+    return isinstance(x, NamedArray)
+
+
+def _with_named_leaves(is_leaf: Callable[[Any], bool] | None) -> Callable[[Any], bool]:
+    if is_leaf is None:
+        return _is_named
+    return lambda x: isinstance(x, NamedArray) or bool(is_leaf(x))
+
+
+def map(fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:
+    """Like ``jax.tree.map`` but ``NamedArray`` values are leaves.
+
+    Args:
+      fn: called on each leaf of ``tree`` (and the matching leaves of ``rest``).
+      tree: the pytree to map over.
+      *rest: pytrees with the same structure as ``tree``.
+      is_leaf: extra leaf predicate, combined with "is a NamedArray".
+
+    Returns:
+      A pytree of ``fn``'s results with ``tree``'s structure.
+    """
+    return jax.tree.map(fn, tree, *rest, is_leaf=_with_named_leaves(is_leaf))
+
+
+def flatten(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list[Any], Any]:
+    """Like ``jax.tree.flatten`` but ``NamedArray`` values are leaves.
+
+    Returns:
+      ``(leaves, treedef)``; ``unflatten(treedef, leaves)`` rebuilds ``tree``.
+    """
+    return jax.tree.flatten(tree, is_leaf=_with_named_leaves(is_leaf))
+
+
+def unflatten(treedef: Any, leaves: Iterable[Any]) -> Any:
+    """Rebuilds a pytree from ``flatten``'s ``treedef`` and a list of leaves."""
+    return jax.tree.unflatten(treedef, list(leaves))
+
+
+def leaves(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:
+    """Like ``jax.tree.leaves`` but ``NamedArray`` values are leaves."""
+    return jax.tree.leaves(tree, is_leaf=_with_named_leaves(is_leaf))
+
+
+def structure(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> Any:
+    """Like ``jax.tree.structure`` but ``NamedArray`` values are leaves."""
+    return jax.tree.structure(tree, is_leaf=_with_named_leaves(is_leaf))
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class Stacked:
+    """A pytree of per-layer values stacked along a layer axis (the scan-over-layers pattern).
+
+    Every ``NamedArray`` in ``stacked`` has ``block`` as an axis; every other array leaf has
+    the layers along its leading dimension.
+
+    Attributes:
+      stacked: the stacked pytree.
+      block: the layer axis.
+    """
+
+    stacked: Any
+    block: Axis
+
+    def __post_init__(self):
+        if not isinstance(self.block, Axis):
+            raise TypeError(f"Stacked.block must be an Axis, got {self.block!r}")
+
+    def tree_flatten(self):
+        return (self.stacked,), self.block
+
+    @classmethod
+    def tree_unflatten(cls, block, children):
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "stacked", children[0])
+        object.__setattr__(obj, "block", block)
+        return obj
+
+
+def _unstack_map(fn: Callable[..., Any], block: Axis, trees: Sequence[Any]) -> Any:
+    """Applies ``fn`` to each layer of ``trees`` with ``jax.vmap`` over the ``block`` axis."""
+    raw_in = []
+    specs = []
+    for tree in trees:
+        flat, treedef = flatten(tree)
+        raws, axes = [], []
+        for leaf in flat:
+            if isinstance(leaf, NamedArray):
+                names = [a.name for a in leaf.axes]
+                if block.name not in names:
+                    raise ValueError(
+                        f"scan_aware_map: a NamedArray in Stacked has axes {leaf.axes} without the "
+                        f"layer axis {block.name!r}"
+                    )
+                at = names.index(block.name)
+                if leaf.axes[at].size != block.size:
+                    raise ValueError(
+                        f"scan_aware_map: layer axis {block.name!r} has size {leaf.axes[at].size}, "
+                        f"Stacked says {block.size}"
+                    )
+                raws.append(jax.numpy.moveaxis(leaf.array, at, 0))
+                axes.append(leaf.axes[:at] + leaf.axes[at + 1 :])
+            else:
+                raws.append(leaf)
+                axes.append(None)
+        raw_in.append(raws)
+        specs.append((treedef, axes))
+
+    out_meta: list = []
+
+    def per_layer(*raw_trees):
+        rebuilt = []
+        for raws, (treedef, axes) in zip(raw_trees, specs):
+            leaves_ = [r if ax is None else NamedArray(r, ax) for r, ax in zip(raws, axes)]
+            rebuilt.append(unflatten(treedef, leaves_))
+        result = scan_aware_map(fn, *rebuilt)
+        flat, treedef = flatten(result)
+        out_meta.append((treedef, [x.axes if isinstance(x, NamedArray) else None for x in flat]))
+        return [x.array if isinstance(x, NamedArray) else x for x in flat]
+
+    raw_out = jax.vmap(per_layer)(*raw_in)
+    treedef, axes = out_meta[-1]
+    out_leaves = [r if ax is None else NamedArray(r, (block, *ax)) for r, ax in zip(raw_out, axes)]
+    return unflatten(treedef, out_leaves)
+
+
+def scan_aware_map(
+    fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> Any:
+    """Like ``map``, but maps ``fn`` over each layer of every ``Stacked`` node.
+
+    Inside a ``Stacked`` node ``fn`` sees one layer's leaves (``NamedArray`` values without
+    the layer axis); the results are stacked back, with the layer axis first. With no
+    ``Stacked`` nodes this is exactly ``map``.
+
+    Args:
+      fn: called on each leaf (per layer inside ``Stacked``).
+      tree: the pytree.
+      *rest: pytrees with the same structure (their ``Stacked`` nodes must line up).
+      is_leaf: extra leaf predicate.
+
+    Returns:
+      The mapped pytree.
+    """
+
+    def stop(x):
+        return isinstance(x, Stacked) or (is_leaf is not None and bool(is_leaf(x)))
+
+    def visit(x, *others):
+        if isinstance(x, Stacked):
+            for o in others:
+                if not isinstance(o, Stacked) or o.block != x.block:
+                    raise ValueError(f"scan_aware_map: Stacked over {x.block} does not line up with {o!r}")
+            inner = _unstack_map(fn, x.block, [x.stacked, *(o.stacked for o in others)])
+            return Stacked(inner, x.block)
+        return fn(x, *others)
+
+    return map(visit, tree, *rest, is_leaf=stop)
+
+
+# ``jax.tree_util``-style spellings of the same helpers.
+tree_map = map
+scan_aware_tree_map = scan_aware_map
+tree_flatten = flatten
+tree_unflatten = unflatten
+tree_leaves = leaves
+tree_structure = structure
