@@ -177,12 +177,15 @@ def _discover(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
     return out
 
 
-def _resolve_aval(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
+_explicit_avals: dict[tuple[tp.Any, tp.Any], jax.core.ShapedArray] = {}
+
+
+def _resolve_aval(obj: ImplicitArray) -> jax.core.ShapedArray:
     """Returns the logical shape/dtype of ``obj``, computing them at most once per instance."""
-    cached = obj.__dict__.get(_AVAL_ATTR)
+    d = obj.__dict__
+    cached = d.get(_AVAL_ATTR)
     if cached is not None:
         return cached
-    d = obj.__dict__
     shape = d.get("_jaxcore_explicit_shape")
     dtype = d.get("_jaxcore_explicit_dtype")
     if shape is None:
@@ -193,7 +196,12 @@ def _resolve_aval(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
         found = _discover(obj)
         shape = found.shape if shape is None else shape
         dtype = found.dtype if dtype is None else dtype
-    aval = jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+    key = (tuple(shape), dtype)
+    aval = _explicit_avals.get(key)
+    if aval is None:
+        aval = jax.core.ShapedArray(tuple(shape), jnp.dtype(dtype))
+        if len(_explicit_avals) < _MAX_DISCOVERY_CACHE:
+            _explicit_avals[key] = aval
     d[_AVAL_ATTR] = aval
     return aval
 
@@ -264,8 +272,7 @@ class ImplicitArray(abc.ABC):
     @property
     def aval(self) -> jax.core.ShapedArray:
         """The abstract value (shape and dtype) of the materialised array."""
-        found = _resolve_aval(self)
-        return jax.core.ShapedArray(found.shape, found.dtype)
+        return _resolve_aval(self)
 
     @property
     def ndim(self) -> int:

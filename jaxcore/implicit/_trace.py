@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import typing as tp
+import weakref
 
 import jax
 import jax.extend.core as jex_core
@@ -76,11 +77,22 @@ class _ImplicitTrace(jax.core.Trace):
             return _ImplicitTracer(self, out)
         return out
 
+    def stage_value(self, val):
+        if type(val) is _ImplicitTracer and val._trace is self:
+            return val
+        return self.parent_trace.stage_value(val)
+
     def process_primitive(self, primitive, tracers, params):
         values, found = self._values(tracers)
-        with jex_core.set_current_trace(self.parent_trace):
-            if not found:
+        if not found:
+            with jex_core.set_current_trace(self.parent_trace):
                 return primitive.bind(*values, **params)
+        if primitive is _JIT_P and params["inline"]:
+            # An inlinable jit (every jax.numpy function): evaluate its body right here,
+            # as JAX itself does for inline jits, instead of re-entering the interpreter.
+            with jex_core.set_current_trace(self):
+                return jex_core.jaxpr_as_fun(params["jaxpr"])(*tracers)
+        with jex_core.set_current_trace(self.parent_trace):
             out = apply_primitive(primitive, values, params)
         if primitive.multiple_results:
             return [self._wrap(o) for o in out]
@@ -123,6 +135,23 @@ class _ImplicitTrace(jax.core.Trace):
         return self._bind_on_parent(primitive, values, dict(params, subfuns=(fun,)))
 
 
+_JIT_P = jex_core.primitives.jit_p
+_traces: weakref.WeakKeyDictionary[tp.Any, _ImplicitTrace] = weakref.WeakKeyDictionary()
+
+
+def trace_for(parent: jax.core.Trace) -> _ImplicitTrace:
+    """Returns the implicit trace on top of ``parent``, reusing it across calls.
+
+    Reuse matters for speed: JAX keys its tracing caches (e.g. of every ``jax.numpy``
+    function) on the current trace, so a fresh trace per call would re-trace them.
+    """
+    trace = _traces.get(parent)
+    if trace is None or not trace.is_valid():
+        trace = _ImplicitTrace(parent)
+        _traces[parent] = trace
+    return trace
+
+
 def _warn_for(primitive: tp.Any, values: tp.Sequence[tp.Any]) -> None:
     for v in values:
         if isinstance(v, _ImplicitArray):
@@ -163,7 +192,7 @@ def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs:
     but their implicit children are wrapped as tracers of a fresh implicit trace.
     """
     with jex_core.take_current_trace() as parent:
-        trace = _ImplicitTrace(parent)
+        trace = trace_for(parent)
 
     def wrap_children(x: tp.Any) -> tp.Any:
         if not isinstance(x, _ImplicitArray):
@@ -177,12 +206,9 @@ def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs:
     args, kwargs = jax.tree_util.tree_map(
         wrap_children, (args, kwargs), is_leaf=_base.is_implicit
     )
-    try:
-        with jex_core.set_current_trace(trace):
-            out = fn(*args, **kwargs)
-        return jax.tree_util.tree_map(_is_tracer_of(trace), out)
-    finally:
-        trace.invalidate()
+    with jex_core.set_current_trace(trace):
+        out = fn(*args, **kwargs)
+    return jax.tree_util.tree_map(_is_tracer_of(trace), out)
 
 
 def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
@@ -211,18 +237,15 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
         if not any(isinstance(leaf, _ImplicitArray) for leaf in leaves):
             return fn(*args, **kwargs)
         with jex_core.take_current_trace() as parent:
-            trace = _ImplicitTrace(parent)
+            trace = trace_for(parent)
         leaves = [
             _ImplicitTracer(trace, leaf) if isinstance(leaf, _ImplicitArray) else leaf
             for leaf in leaves
         ]
         f, args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
-        try:
-            with jex_core.set_current_trace(trace):
-                out = f(*args, **kwargs)
-            return jax.tree_util.tree_map(_is_tracer_of(trace), out)
-        finally:
-            trace.invalidate()
+        with jex_core.set_current_trace(trace):
+            out = f(*args, **kwargs)
+        return jax.tree_util.tree_map(_is_tracer_of(trace), out)
 
     return implicit_fn
 
