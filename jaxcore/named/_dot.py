@@ -40,8 +40,9 @@ def order_for_partial_spec(
 
     Axes named in ``spec`` appear in that order; the others fill the ``...`` slots. With
     several ``...`` an unnamed axis goes into the first slot that comes after every named
-    axis preceding it in ``axes`` (so it stays as early as the constraints allow), in
-    ``axes`` order within a slot.
+    axis preceding it in ``axes`` (so it is placed as soon as everything before it in the
+    natural order has been placed; the last slot if that is impossible), in ``axes`` order
+    within a slot.
 
     Args:
       spec: axes or names, with any number of ``...``.
@@ -84,8 +85,7 @@ def order_for_partial_spec(
     buckets: list[list[Axis]] = [[] for _ in range(slots)]
     for a in free:
         earlier = [named_slot[n] for n in named_slot if natural[n] < natural[a.name]]
-        slot = max(earlier, default=0)
-        buckets[max(slot, 1) - 1].append(a)
+        buckets[min(max(earlier, default=0), slots - 1)].append(a)
     out: list[Axis] = []
     slot = 0
     for entry in spec:
@@ -421,6 +421,9 @@ def _plan_einsum(
                     None,
                 )
             items = side.items
+            for item in items:
+                if item is not Ellipsis and item.is_group:
+                    raise_parse_error("Parenthesized groups are not supported in einsum", equation, item.span)
             n_ell = sum(it is Ellipsis for it in items)
             if n_ell > 1:
                 raise_parse_error(f"Input {k} has more than one '...'", equation, None)
@@ -440,8 +443,6 @@ def _plan_einsum(
                     )
                 pairs = list(zip(items, axes))
             for item, ax in pairs:
-                if item.is_group:
-                    raise_parse_error("Parenthesized groups are not supported in einsum", equation, item.span)
                 letter = item.name
                 if letter in aliases:
                     used_aliases.add(letter)
