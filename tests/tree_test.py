@@ -524,3 +524,12 @@ def test_tree_scatter_set_errors():
         jt.tree_scatter_set(item, {"b": jnp.zeros(1)}, jnp.array([0]), {})
     with pytest.raises(ValueError, match=r"cannot set the leaf at \['a'\] \(shape \(3,\)\) at indices of shape \(1,\) to a value of shape \(2,\)"):
         jt.tree_scatter_set(item, {"a": jnp.ones(2)}, jnp.array([0]), {})
+
+
+def test_assert_same_structure():
+    jt.assert_same_structure()
+    jt.assert_same_structure({"a": 1})
+    jt.assert_same_structure({"a": 1, "b": [2]}, {"a": 5, "b": [jnp.ones(2)]})
+    with pytest.raises(ValueError, match=r"assert_same_structure: tree #2 .*first difference at \['b'\]: expected list node with children \[\[0\]\], got list node with children \[\[0\], \[1\]\]"):
+        jt.assert_same_structure({"a": 1, "b": [2]}, {"a": 1, "b": [2]}, {"a": 1, "b": [2, 3]})
+    jt.assert_same_structure([(1, 2)], [3], is_leaf=lambda x: isinstance(x, tuple) or isinstance(x, int))

@@ -18,7 +18,7 @@ from jaxcore.tree._protocols import (
     SupportsTreeMatch,
 )
 from jaxcore.tree._scatter import tree_scatter_set
-from jaxcore.tree._structure import tree_structure
+from jaxcore.tree._structure import assert_same_structure, tree_structure
 from jaxcore.tree._tree_map import tree_map
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "PyTreeDef",
     "ScatterArgs",
     "SupportsTreeMatch",
+    "assert_same_structure",
     "dataclass",
     "field",
     "lens_field",

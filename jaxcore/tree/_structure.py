@@ -191,3 +191,20 @@ def check_same_structure(func: str, trees: Sequence[Any], is_leaf: IsLeaf = None
         if _tu.tree_structure(other, is_leaf=is_leaf) != treedef:
             raise mismatch_error(func, trees[0], other, position, is_leaf=is_leaf)
     return treedef
+
+
+def assert_same_structure(*trees: Any, is_leaf: IsLeaf = None) -> None:
+    """Checks that all ``trees`` have exactly the same pytree structure.
+
+    Unlike comparing treedefs by hand, a failure names the first differing path
+    (and what differs there: node type, keys, static data, or leaf vs node).
+
+    Args:
+        *trees: pytrees to compare (zero or one tree always passes).
+        is_leaf: optional predicate marking extra leaf types.
+
+    Raises:
+        ValueError: naming the first tree and path that differ from ``trees[0]``.
+    """
+    if len(trees) > 1:
+        check_same_structure("assert_same_structure", trees, is_leaf)

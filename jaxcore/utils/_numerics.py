@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
-from jaxcore.tree import tree_map
+from jaxcore.tree import assert_same_structure
 
 T = TypeVar("T")
 
@@ -98,13 +98,12 @@ def kahan_summation(*summands: T, compensate: T | None = None) -> tuple[T, T]:
     if compensate is None:
         comp = jax.tree_util.tree_map(jnp.zeros_like, total)
     else:
+        assert_same_structure(total, compensate)
         comp = compensate
+    assert_same_structure(*summands)
     outer = jax.tree_util.tree_structure(total)
     inner = jax.tree_util.tree_structure((0, 0))
     for x in summands[1:]:
-        pairs = tree_map(_kahan_step, total, comp, x)
+        pairs = jax.tree_util.tree_map(_kahan_step, total, comp, x)
         total, comp = jax.tree_util.tree_transpose(outer, inner, pairs)
-    if not summands[1:]:
-        # Still validate that the compensation matches the total.
-        comp = tree_map(lambda t, c: c, total, comp)
     return total, comp
