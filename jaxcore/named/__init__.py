@@ -57,6 +57,7 @@ from jaxcore.named._ops import *  # noqa: F403 - the generated op table and frie
 from jaxcore.named._ops import BINARY_OPS, UNARY_OPS
 from jaxcore.named._shape import (
     concatenate,
+    flatten,
     flatten_axes,
     ravel,
     rearrange,
@@ -66,11 +67,6 @@ from jaxcore.named._shape import (
     unbind,
     unflatten_axis,
 )
-from jaxcore.named._shape import flatten as _flatten_array
-
-# ``hax.flatten`` is the pytree helper when the tree helpers are present (the spec lists
-# it under the PyTree helpers); until then it is the array ravel.
-flatten = _flatten_array
 
 # --- dot/einsum, rearrange strings, fft, refs, tree helpers, partitioning ---
 from jaxcore.named import _partitioning as partitioning

@@ -219,12 +219,12 @@ def _reduce_plan(array: NamedArray, axis):
         plan = (None, ())
     else:
         if isinstance(axis, (str, Axis)):
-            positions = (array._index_of(axis),)
+            positions = array._index_of(axis)  # a plain int keeps jnp's fast path
         else:
             positions = tuple(array._index_of(a) for a in _selection_list(axis))
-        if len(set(positions)) != len(positions):
-            raise ValueError(f"Axis selection {axis!r} names an axis twice")
-        drop = set(positions)
+            if len(set(positions)) != len(positions):
+                raise ValueError(f"Axis selection {axis!r} names an axis twice")
+        drop = {positions} if isinstance(positions, int) else set(positions)
         plan = (positions, tuple(ax for i, ax in enumerate(array.axes) if i not in drop))
     if key is not None:
         _REDUCE_CACHE[key] = plan
@@ -269,6 +269,8 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
             _check_named(array, name)
             positions, out_axes = _reduce_plan(array, axis)
             if where is None:
+                if dtype is None:
+                    return NamedArray._new(fn(array.array, axis=positions), out_axes)
                 return NamedArray._new(fn(array.array, axis=positions, dtype=dtype), out_axes)
             return NamedArray._new(
                 fn(array.array, axis=positions, dtype=dtype, where=_where_array(array, where)), out_axes

@@ -61,7 +61,20 @@ def ravel(array: NamedArray, new_axis_name: AxisSelector) -> NamedArray:
     return NamedArray._new(jnp.reshape(array.array, (ax.size,)), (ax,))
 
 
-flatten = ravel
+def flatten(x, new_axis_name: AxisSelector | None = None, *, is_leaf=None):
+    """``flatten(array, new_axis_name)`` ravels an array; ``flatten(tree)`` flattens a pytree.
+
+    The spec uses the name for both: with an axis name it is ``ravel``; without one it
+    is the NamedArray-aware pytree flatten (``jaxcore.named._tree.flatten``), returning
+    ``(leaves, treedef)``.
+    """
+    if new_axis_name is not None:
+        if is_leaf is not None:
+            raise TypeError("flatten(array, new_axis_name) takes no is_leaf")
+        return ravel(x, new_axis_name)
+    from jaxcore.named import _tree
+
+    return _tree.flatten(x, is_leaf=is_leaf)
 
 
 _MISSING = object()
