@@ -1,0 +1,284 @@
+"""jaxcore_gpu: the Pallas/Triton quantized matmul, run in interpret mode on CPU.
+
+Numbers are checked against an independent NumPy dequantise-then-matmul (float64) and
+against ``jaxcore.kernels.reference_quantized_matmul``. Tolerances follow from the
+compute dtype: with float32 activations the kernel's dots run at HIGHEST precision and
+only the summation order differs (rtol ~1e-5 of the |x| @ |W| bound); with bfloat16 /
+float16 activations the decoded weights (exact for int8/int4 integers, rounded for NF4
+codes and for pre-scaled tiles) enter the dot in that dtype, so each product carries at
+most one rounding of 2**-9 (bf16) / 2**-12 (f16) relative to |x| @ |W|.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxcore
+import jaxcore_gpu
+from jaxcore import kernels
+from jaxcore_gpu import _blocks, _checks, _dequant
+from jaxcore_gpu import _matmul as gpu_matmul
+
+_REL_TOL = {jnp.float32: 2e-6, jnp.bfloat16: 2.0**-8, jnp.float16: 2.0**-11}
+
+
+def _make(fmt, m, k, n, block_size, dtype, seed=0):
+    """Random activations and quantized weights covering every code value."""
+    rng = np.random.default_rng(seed)
+    if fmt == "int8":
+        qvalue = rng.integers(-127, 128, (k, n), dtype=np.int8)
+    else:
+        qvalue = rng.integers(0, 256, (k // 2, n), dtype=np.uint8)
+    scale = rng.uniform(0.01, 0.1, (k // block_size, n)).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    return jnp.asarray(x, dtype), jnp.asarray(qvalue), jnp.asarray(scale)
+
+
+def _numpy_dense(fmt, qvalue, scale, block_size):
+    """Independent float64 dequantisation of the layout contract."""
+    q = np.asarray(qvalue)
+    if fmt == "int8":
+        values = q.astype(np.float64)
+    else:
+        idx = np.empty((2 * q.shape[0], q.shape[1]), np.int64)
+        idx[0::2], idx[1::2] = q & 0xF, q >> 4
+        if fmt == "int4":
+            values = idx - 8.0
+        else:
+            values = np.asarray(kernels.NF4_CODE, np.float64)[idx]
+    return values * np.repeat(np.asarray(scale, np.float64), block_size, axis=0)
+
+
+def _check(out, x, qvalue, scale, fmt, block_size, compute_dtype):
+    x64 = np.asarray(x.astype(jnp.float32), np.float64)
+    w = _numpy_dense(fmt, qvalue, scale, block_size)
+    bound = np.abs(x64) @ np.abs(w)
+    atol = _REL_TOL[compute_dtype] * bound + 1e-6
+    ref = x64 @ w
+    out64 = np.asarray(out.astype(jnp.float32), np.float64)
+    assert out64.shape == ref.shape
+    assert np.all(np.abs(out64 - ref) <= atol), np.max(np.abs(out64 - ref) - atol)
+    jref = kernels.reference_quantized_matmul(
+        x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=jnp.float32
+    )
+    assert np.all(np.abs(out64 - np.asarray(jref, np.float64)) <= atol)
+
+
+# (fmt, M, K, N, block_size, activation dtype, overrides). Covers decode (M = 1, ragged
+# M < 16), medium and large M tiles, ragged N, split-K (natural and forced), scale
+# blocks larger and smaller than a K step, per-channel int8 and the three dtypes.
+CASES = [
+    ("int8", 1, 2048, 64, 2048, jnp.float32, {}),          # per-channel, natural split-K
+    ("int8", 5, 256, 100, 64, jnp.bfloat16, {}),           # ragged M and N
+    ("int8", 40, 128, 48, 32, jnp.float16, {}),            # medium tile, ragged N
+    ("int4", 1, 512, 128, 64, jnp.bfloat16, {}),
+    ("int4", 3, 256, 72, 16, jnp.float32, {}),             # 8-row packed groups: pre-scaled tiles
+    ("int4", 140, 128, 64, 128, jnp.bfloat16, {}),         # large-M tile, ragged M
+    ("nf4", 1, 1024, 96, 64, jnp.bfloat16, {"split_k": 4, "block_k": 128}),
+    ("nf4", 16, 256, 40, 64, jnp.float32, {}),
+    ("nf4", 9, 512, 64, 32, jnp.float16, {"block_k": 128, "block_n": 32}),
+]
+
+
+@pytest.mark.parametrize("fmt,m,k,n,block_size,dtype,overrides", CASES)
+def test_interpret_matches_reference(fmt, m, k, n, block_size, dtype, overrides):
+    x, qvalue, scale = _make(fmt, m, k, n, block_size, dtype)
+    with jaxcore_gpu.block_config(**overrides):
+        out = jaxcore_gpu.quantized_matmul(
+            x, qvalue, scale, fmt=fmt, block_size=block_size, interpret=True
+        )
+    assert out.dtype == dtype
+    _check(out, x, qvalue, scale, fmt, block_size, dtype)
+
+
+def test_out_dtype_and_impl_entry_point():
+    x, qvalue, scale = _make("nf4", 2, 128, 32, 64, jnp.bfloat16)
+    out = jaxcore_gpu.quantized_matmul_impl(
+        x, qvalue, scale, fmt="nf4", block_size=64, out_dtype=jnp.float32, interpret=True
+    )
+    assert out.dtype == jnp.float32
+    _check(out, x, qvalue, scale, "nf4", 64, jnp.bfloat16)
+
+
+def test_untileable_k_takes_the_xla_path():
+    # K = 24: no power-of-two K step of >= 16 rows divides it.
+    x, qvalue, scale = _make("int8", 3, 24, 20, 24, jnp.float32)
+    problem = _checks.Problem(m=3, k=24, n=20, fmt="int8", block_size=24)
+    assert _blocks.choose(problem) is None
+    out = jaxcore_gpu.quantized_matmul(x, qvalue, scale, fmt="int8", block_size=24)
+    _check(out, x, qvalue, scale, "int8", 24, jnp.float32)
+
+
+def test_explicit_config_argument():
+    x, qvalue, scale = _make("int4", 4, 256, 64, 32, jnp.float32)
+    config = jaxcore_gpu.BlockConfig(block_m=16, block_n=32, block_k=64, split_k=2)
+    out = gpu_matmul.quantized_matmul(
+        x, qvalue, scale, fmt="int4", block_size=32, interpret=True, config=config
+    )
+    _check(out, x, qvalue, scale, "int4", 32, jnp.float32)
+
+
+# ---- block table -------------------------------------------------------------------
+
+
+def test_table_regimes():
+    decode = _blocks.choose(_checks.Problem(m=1, k=4096, n=4096, fmt="int8", block_size=4096))
+    assert (decode.block_m, decode.block_n, decode.block_k) == (16, 128, 256)
+    # 32 column tiles fill 1/8 of the 256-program target: split K 8 ways (16 steps / 8 = 2
+    # is below the 4-step minimum, so 4).
+    assert decode.split_k == 4
+    wide = _blocks.choose(_checks.Problem(m=1, k=4096, n=65536, fmt="nf4", block_size=64))
+    # 512 columns tiles already fill the GPU; each step spans 8 NF4 blocks of 64 rows.
+    assert wide.split_k == 1 and wide.block_k == 512
+    large = _blocks.choose(_checks.Problem(m=512, k=4096, n=4096, fmt="int4", block_size=128))
+    assert (large.block_m, large.block_n, large.split_k, large.num_warps) == (128, 128, 1, 8)
+    medium = _blocks.choose(_checks.Problem(m=20, k=512, n=20, fmt="int8", block_size=512))
+    assert (medium.block_m, medium.block_n) == (32, 32)  # clamped to the problem
+
+
+def test_override_and_its_scope():
+    problem = _checks.Problem(m=1, k=1024, n=256, fmt="int8", block_size=1024)
+    with jaxcore_gpu.block_config(block_n=64, split_k=2, num_stages=2):
+        config = _blocks.choose(problem)
+        with jaxcore_gpu.block_config(block_k=128):
+            inner = _blocks.choose(problem)
+    assert (config.block_n, config.split_k, config.num_stages) == (64, 2, 2)
+    assert (inner.block_n, inner.block_k) == (64, 128)
+    assert _blocks.choose(problem) == dataclasses.replace(
+        config, block_n=128, split_k=_blocks.choose(problem).split_k, num_stages=4
+    )
+
+
+@pytest.mark.parametrize(
+    "fields,match",
+    [
+        ({"block_m": 8}, "block_m=8 must be a power of two >= 16"),
+        ({"block_n": 96}, "block_n=96 must be a power of two"),
+        ({"block_k": 96}, "block_k=96 is not a legal K step for int8"),
+        ({"block_k": 2048}, "block_k=2048 is not a legal K step"),
+        ({"split_k": 3}, "split_k=3 must be >= 1 and divide"),
+        ({"num_warps": 0}, "num_warps=0"),
+    ],
+)
+def test_invalid_override_raises(fields, match):
+    problem = _checks.Problem(m=1, k=1024, n=256, fmt="int8", block_size=1024)
+    with jaxcore_gpu.block_config(**fields), pytest.raises(ValueError, match=match):
+        _blocks.choose(problem)
+
+
+def test_unknown_override_field():
+    with pytest.raises(TypeError, match=r"unknown BlockConfig field\(s\) \['tile'\]"):
+        with jaxcore_gpu.block_config(tile=4):
+            pass
+
+
+# ---- argument checks ---------------------------------------------------------------
+
+
+def _args(fmt="int4", m=2, k=64, n=16, block_size=32):
+    x, qvalue, scale = _make(fmt, m, k, n, block_size, jnp.float32)
+    return x, qvalue, scale
+
+
+@pytest.mark.parametrize(
+    "mutate,error,match",
+    [
+        (lambda a: dict(a, fmt="int2"), ValueError, "unknown quantized format 'int2'"),
+        (lambda a: dict(a, x=a["x"][0]), ValueError, r"x must be 2-D \(M, K\)"),
+        (lambda a: dict(a, x=a["x"].astype(jnp.int32)), TypeError, "floating dtype"),
+        (lambda a: dict(a, block_size=24), ValueError, "block_size 24 must be positive and divide K=64"),
+        (lambda a: dict(a, qvalue=a["qvalue"].astype(jnp.int8)), TypeError, "int4 qvalue must be uint8"),
+        (lambda a: dict(a, qvalue=a["qvalue"][:16]), ValueError, r"must have shape \(32, 16\), got \(16, 16\)"),
+        (lambda a: dict(a, scale=a["scale"][:1]), ValueError, r"scale must have shape .* = \(2, 16\)"),
+        (lambda a: dict(a, scale=a["scale"].astype(jnp.float16)), TypeError, "scale must be float32"),
+        (lambda a: dict(a, scale=a["scale"][0]), ValueError, "qvalue and scale must be 2-D"),
+    ],
+)
+def test_argument_errors(mutate, error, match):
+    x, qvalue, scale = _args()
+    a = mutate(dict(x=x, qvalue=qvalue, scale=scale, fmt="int4", block_size=32))
+    with pytest.raises(error, match=match):
+        jaxcore_gpu.quantized_matmul(
+            a["x"], a["qvalue"], a["scale"], fmt=a["fmt"], block_size=a["block_size"]
+        )
+
+
+def test_odd_block_size_for_packed_format():
+    x, qvalue, scale = _make("nf4", 1, 6, 16, 6, jnp.float32)
+    with pytest.raises(ValueError, match="nf4 needs an even block_size, got 3"):
+        jaxcore_gpu.quantized_matmul(x, qvalue, jnp.zeros((2, 16), jnp.float32),
+                                     fmt="nf4", block_size=3)
+
+
+def test_invalid_explicit_config():
+    x, qvalue, scale = _make("int8", 1, 64, 16, 64, jnp.float32)
+    with pytest.raises(ValueError, match="block_m=4"):
+        gpu_matmul.quantized_matmul(x, qvalue, scale, fmt="int8", block_size=64,
+                                    config=jaxcore_gpu.BlockConfig(4, 16, 16))
+
+
+# ---- in-kernel decoding ------------------------------------------------------------
+
+
+def test_codebook_lookup_every_index():
+    idx = jnp.arange(16, dtype=jnp.int32).reshape(4, 4)
+    code = np.asarray(kernels.NF4_CODE, np.float32)
+    got = _dequant.codebook_lookup(idx, tuple(code), jnp.float32)
+    np.testing.assert_array_equal(np.asarray(got), code.reshape(4, 4))
+    with pytest.raises(ValueError, match="16-entry codebook, got 3"):
+        _dequant.codebook_lookup(idx, (0.0, 1.0, 2.0), jnp.float32)
+
+
+def test_nibbles_low_is_even_row():
+    packed = jnp.asarray([[0x21, 0xF0]], jnp.uint8)
+    lo, hi = _dequant.nibbles(packed)
+    np.testing.assert_array_equal(np.asarray(lo), [[1, 0]])
+    np.testing.assert_array_equal(np.asarray(hi), [[2, 15]])
+
+
+# ---- plugin entry points and dispatch ----------------------------------------------
+
+
+def test_plugin_metadata_and_initialize():
+    assert jaxcore_gpu.__version__ == jaxcore.__version__
+    assert jaxcore_gpu.PLATFORMS == ("cuda", "rocm")
+    assert jaxcore_gpu.DIST_NAME is None
+    jaxcore_gpu.initialize(platforms=("rocm",))
+    assert kernels.registered_kernels("quantized_matmul")["rocm"] is jaxcore_gpu.quantized_matmul_impl
+    with pytest.raises(ValueError, match=r"serves platforms \('cuda', 'rocm'\), not \['tpu'\]"):
+        jaxcore_gpu.initialize(platforms=("tpu",))
+
+
+class _Quantized:
+    """The attributes ``jaxcore.kernels.quantized_matmul`` reads off a quant array."""
+
+    def __init__(self, qvalue, scale, fmt, block_size):
+        self.qvalue, self._scale, self.fmt, self.block_size = qvalue, scale, fmt, block_size
+
+    def block_scales(self):
+        return self._scale
+
+
+@pytest.mark.parametrize("flag", ["cuda", "rocm", "0"])
+def test_platform_dependent_dispatch_on_cpu(monkeypatch, flag):
+    calls = []
+    real = gpu_matmul._pallas_matmul
+
+    def spy(*args):
+        calls.append(args[-1])  # the `interpret` argument
+        return real(*args)
+
+    monkeypatch.setattr(gpu_matmul, "_pallas_matmul", spy)
+    monkeypatch.setenv(kernels.INTERPRET_ENV_VAR, flag)
+    x, qvalue, scale = _make("nf4", 3, 256, 64, 64, jnp.float32)
+
+    def model(x, qvalue, scale):  # a fresh function: the flag is read at trace time
+        return kernels.quantized_matmul(x[None], _Quantized(qvalue, scale, "nf4", 64))[0]
+
+    out = jax.jit(model)(x, qvalue, scale)
+    _check(out, x, qvalue, scale, "nf4", 64, jnp.float32)
+    # Every registered branch is traced; only a forced flag makes one run interpreted.
+    assert (True in calls) == (flag != "0")
