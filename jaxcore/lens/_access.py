@@ -38,7 +38,7 @@ def _is_namedtuple(obj: Any) -> bool:
 def _key_of(step: Step) -> Any:
     if isinstance(step, _tu.GetAttrKey):
         return step.name
-    if isinstance(step, _tu.DictKey):
+    if isinstance(step, (_tu.DictKey, _tu.FlattenedIndexKey)):
         return step.key
     return step.idx
 
