@@ -115,7 +115,8 @@ class _AvalAttribute:
         obj.__dict__.pop(_AVAL_ATTR, None)
 
 
-_discovering: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+# Structures whose aval is being discovered right now (to catch materialize reading shape).
+_discovering: contextvars.ContextVar[frozenset[tp.Any]] = contextvars.ContextVar(
     "jaxcore_implicit_discovering", default=frozenset()
 )
 _discovered_avals: dict[tp.Any, jax.ShapeDtypeStruct] = {}
@@ -144,14 +145,15 @@ def _discover(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
         found = _discovered_avals.get(key)
         if found is not None:
             return found
+    marker = key if key is not None else id(obj)
     active = _discovering.get()
-    if id(obj) in active:
+    if marker in active:
         raise UninitializedAval(
             f"{type(obj).__name__}.materialize() read self.shape or self.dtype while they "
             "were being discovered from materialize(); pass shape=/dtype= explicitly or "
             "override compute_shape()/compute_dtype()."
         )
-    token = _discovering.set(active | {id(obj)})
+    token = _discovering.set(active | {marker})
     try:
         out = jax.eval_shape(
             lambda o: _materialize.materialize_nested(o, full=True), obj

@@ -1,0 +1,532 @@
+"""jaxcore.implicit core API: ImplicitArray, aux fields, shape discovery, dispatch, fallback."""
+
+import dataclasses
+import typing as tp
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxcore.implicit as ji
+from jaxcore.implicit import ImplicitArray, aux_field, implicit, register
+
+# Fallback warnings are asserted explicitly where they matter.
+pytestmark = pytest.mark.filterwarnings("ignore::jaxcore.implicit.MaterializationWarning")
+
+
+@dataclasses.dataclass
+class Scaled(ImplicitArray):
+    """value * scale, with a static scale."""
+
+    value: jax.Array
+    scale: float = aux_field()
+
+    def materialize(self):
+        return self.value * self.scale
+
+
+@register("mul")
+def _scaled_times_array(x: Scaled, y: jax.Array, **params):
+    return Scaled(x.value * y, scale=x.scale)
+
+
+@dataclasses.dataclass
+class LowRank(ImplicitArray):
+    """left @ right, never materialised by the handlers below."""
+
+    left: jax.Array
+    right: jax.Array
+
+    def compute_shape(self):
+        return (self.left.shape[0], self.right.shape[1])
+
+    def compute_dtype(self):
+        return jnp.result_type(self.left, self.right)
+
+    def materialize(self):
+        return self.left @ self.right
+
+
+@register("dot_general")
+def _array_dot_lowrank(lhs: jax.Array, rhs: LowRank, *, dimension_numbers, **params):
+    (lc, rc), (lb, rb) = dimension_numbers
+    assert tuple(rc) == (0,) and not lb and not rb, dimension_numbers
+    return (lhs @ rhs.left) @ rhs.right
+
+
+@dataclasses.dataclass
+class Zeros(ImplicitArray, warn_on_materialize=False):
+    """A symbolic zero: no children, explicit shape and dtype."""
+
+    def materialize(self):
+        return jnp.zeros(self.shape, self.dtype)
+
+
+@register("add")
+def _zeros_plus_array(x: Zeros, y: jax.Array, **params):
+    return jnp.broadcast_to(y, jnp.broadcast_shapes(x.shape, jnp.shape(y))).astype(
+        jnp.result_type(x.dtype, y)
+    )
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+# ----------------------------------------------------------------------------- the class
+
+
+def test_children_and_aux_fields_flatten_as_declared():
+    s = Scaled(jnp.arange(6.0).reshape(2, 3), scale=2.0)
+    leaves, treedef = jax.tree_util.tree_flatten(s)
+    assert len(leaves) == 1 and np.array_equal(leaves[0], np.arange(6.0).reshape(2, 3))
+    rebuilt = jax.tree_util.tree_unflatten(treedef, [leaves[0] + 1])
+    assert isinstance(rebuilt, Scaled) and rebuilt.scale == 2.0
+    np.testing.assert_allclose(rebuilt.materialize(), (np.arange(6.0).reshape(2, 3) + 1) * 2)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(s)[0]]
+    assert paths == [".value"]
+    # aux data is part of the structure
+    assert jax.tree_util.tree_structure(Scaled(jnp.ones(2), scale=1.0)) != jax.tree_util.tree_structure(
+        Scaled(jnp.ones(2), scale=3.0)
+    )
+
+
+def test_shape_and_dtype_discovered_from_materialize():
+    s = Scaled(jnp.ones((4, 5), jnp.bfloat16), scale=2.0)
+    assert s.shape == (4, 5)
+    assert s.dtype == jnp.bfloat16
+    assert s.ndim == 2 and s.size == 20
+    assert s.aval == jax.core.ShapedArray((4, 5), jnp.bfloat16)
+
+
+def test_shape_discovery_follows_children_after_tree_map():
+    s = Scaled(jnp.ones((4, 5)), scale=2.0)
+    assert s.shape == (4, 5)
+    t = jax.tree_util.tree_map(lambda v: v[:2], s)
+    assert t.shape == (2, 5)
+
+
+def test_compute_shape_override_avoids_materialize():
+    calls = []
+
+    @dataclasses.dataclass
+    class Counted(ImplicitArray):
+        value: jax.Array
+
+        def compute_shape(self):
+            return self.value.shape
+
+        def compute_dtype(self):
+            return self.value.dtype
+
+        def materialize(self):
+            calls.append(1)
+            return self.value
+
+    c = Counted(jnp.ones((3,), jnp.int32))
+    assert c.shape == (3,) and c.dtype == jnp.int32
+    assert calls == []
+
+
+def test_explicit_shape_and_dtype():
+    z = Zeros(shape=(2, 3), dtype=jnp.float16)
+    assert z.shape == (2, 3) and z.dtype == jnp.float16
+    assert jax.tree_util.tree_leaves(z) == []
+    np.testing.assert_array_equal(z.materialize(), np.zeros((2, 3), np.float16))
+    z2 = jax.tree_util.tree_map(lambda x: x, z)
+    assert z2.shape == (2, 3) and z2.dtype == jnp.float16
+
+
+def test_uninitialized_aval_when_materialize_reads_shape():
+    @dataclasses.dataclass
+    class SelfReferential(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            return jnp.zeros(self.shape)
+
+    with pytest.raises(ji.UninitializedAval, match="being discovered"):
+        SelfReferential(jnp.ones(3)).shape
+
+
+def test_uninitialized_aval_when_materialize_fails():
+    @dataclasses.dataclass
+    class Broken(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            raise ValueError("no dense form")
+
+    with pytest.raises(ji.UninitializedAval, match="Broken.*no dense form"):
+        Broken(jnp.ones(3)).dtype
+
+
+def test_undecorated_subclass_with_fields_is_rejected():
+    class NotADataclass(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            return self.value
+
+    obj = object.__new__(NotADataclass)
+    with pytest.raises(TypeError, match="NotADataclass declares fields.*dataclass"):
+        jax.tree_util.tree_flatten(obj)
+
+
+def test_materialize_is_abstract():
+    with pytest.raises(TypeError):
+        ImplicitArray()  # type: ignore[abstract]
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def test_handled_op_stays_implicit_and_matches_dense():
+    v = _rng().normal(size=(3, 4)).astype(np.float32)
+    y = _rng(1).normal(size=(3, 4)).astype(np.float32)
+    out = implicit(lambda a, b: a * b)(Scaled(jnp.asarray(v), scale=3.0), jnp.asarray(y))
+    assert isinstance(out, Scaled)
+    np.testing.assert_allclose(out.materialize(), v * 3.0 * y, rtol=1e-6)
+
+
+def test_lowrank_matmul_never_materialises():
+    rng = _rng(2)
+    a, b = rng.normal(size=(16, 2)), rng.normal(size=(2, 8))
+    x = rng.normal(size=(5, 16))
+    w = LowRank(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+    jaxpr = jax.make_jaxpr(implicit(lambda x, w: x @ w))(jnp.asarray(x, jnp.float32), w)
+    dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "dot_general"]
+    # (5,16)@(16,2) then (5,2)@(2,8): no (16,8) dense weight is ever formed.
+    shapes = sorted(tuple(e.outvars[0].aval.shape) for e in dots)
+    assert shapes == [(5, 2), (5, 8)]
+    out = implicit(lambda x, w: x @ w)(jnp.asarray(x, jnp.float32), w)
+    np.testing.assert_allclose(out, x @ a @ b, rtol=1e-4)
+
+
+def test_most_specific_handler_wins_then_precedence():
+    @dataclasses.dataclass
+    class Base(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            return self.value
+
+    @dataclasses.dataclass
+    class Child(Base):
+        pass
+
+    seen = []
+
+    @register("neg")
+    def _generic(x: Base, **params):
+        seen.append("base")
+        return -x.value
+
+    @register("neg")
+    def _specific(x: Child, **params):
+        seen.append("child")
+        return -x.value
+
+    @register("neg", precedence=5)
+    def _anything(x: tp.Any, **params):
+        seen.append("any")
+        return -x.value
+
+    implicit(jnp.negative)(Child(jnp.ones(2)))
+    implicit(jnp.negative)(Base(jnp.ones(2)))
+    assert seen == ["child", "base"]
+
+    @register("sign", precedence=1)
+    def _low(x: Base, **params):
+        seen.append("low")
+        return jnp.sign(x.value)
+
+    @register("sign", precedence=2)
+    def _high(x: Base, **params):
+        seen.append("high")
+        return jnp.sign(x.value)
+
+    implicit(jnp.sign)(Base(jnp.ones(2)))
+    assert seen[-1] == "high"
+
+
+def test_equal_handlers_are_ambiguous():
+    @dataclasses.dataclass
+    class Amb(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            return self.value
+
+    @register("exp")
+    def _one(x: Amb, **params):
+        return jnp.exp(x.value)
+
+    @register("exp")
+    def _two(x: Amb, **params):
+        return jnp.exp(x.value)
+
+    with pytest.raises(ji.AmbiguousHandlerError, match="exp.*Amb.*precedence"):
+        implicit(jnp.exp)(Amb(jnp.ones(2)))
+
+
+def test_handler_with_primitive_first_varargs_and_unions():
+    @dataclasses.dataclass
+    class Tagged(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            return self.value
+
+    got = {}
+
+    @register(jax.lax.max_p)
+    def _max(primitive, *args: tp.Union[Tagged, jax.Array], **params):
+        got["primitive"] = primitive
+        dense = [a.value if isinstance(a, Tagged) else a for a in args]
+        return Tagged(primitive.bind(*dense, **params))
+
+    out = implicit(jnp.maximum)(Tagged(jnp.array([1.0, 5.0])), jnp.array([3.0, 2.0]))
+    assert got["primitive"] is jax.lax.max_p
+    assert isinstance(out, Tagged)
+    np.testing.assert_array_equal(out.value, [3.0, 5.0])
+
+
+def test_jax_array_annotation_matches_numpy_and_scalars_but_not_implicit():
+    from jaxcore.implicit import _dispatch
+
+    assert _dispatch._atom_matches(jax.Array, np.ndarray)
+    assert _dispatch._atom_matches(jax.Array, float)
+    assert _dispatch._atom_matches(jax.Array, type(jnp.ones(1)))
+    assert _dispatch._atom_matches(jax.Array, jax.core.Tracer)
+    assert not _dispatch._atom_matches(jax.Array, Scaled)
+
+
+def test_dispatch_resolution_is_cached_and_cleared_on_register():
+    from jaxcore.implicit import _dispatch
+
+    key_types = (Scaled, type(jnp.ones(1)))
+    first = _dispatch.resolve(jax.lax.mul_p, key_types)
+    assert first is not None and first.fn is _scaled_times_array
+    assert _dispatch._cache[(jax.lax.mul_p, key_types)] is first
+
+    @register("abs")
+    def _unused(x: LowRank, **params):
+        return x
+
+    assert (jax.lax.mul_p, key_types) not in _dispatch._cache
+    assert ji.registered_handlers("abs") == (_unused,)
+
+
+def test_register_errors():
+    with pytest.raises(ValueError, match="unknown primitive 'not_a_primitive'"):
+        register("not_a_primitive")
+    with pytest.raises(TypeError, match="Primitive or its name"):
+        register(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="precedence must be an int"):
+        register("mul", precedence="high")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cannot evaluate annotation 'list\\[int\\] \\| 3'"):
+
+        @register("mul")
+        def _unevaluable(x: "list[int] | 3", y):  # noqa: F722
+            return x
+
+    with pytest.raises(TypeError, match="cannot dispatch on annotation 3 of parameter 'x'"):
+
+        @register("mul")
+        def _not_a_type(x: 3, y):  # type: ignore[valid-type]
+            return x
+
+
+def test_register_accepts_primitive_names_with_suffix():
+    from jaxcore.implicit import _dispatch
+
+    assert _dispatch.lookup_primitive("dot_general_p") is jax.lax.dot_general_p
+    assert _dispatch.lookup_primitive("mul") is jax.lax.mul_p
+
+
+def test_zeros_handler_and_no_children():
+    y = jnp.arange(3.0)
+    out = implicit(lambda z, y: z + y)(Zeros(shape=(2, 3), dtype=jnp.float32), y)
+    np.testing.assert_array_equal(out, np.broadcast_to(np.arange(3.0), (2, 3)))
+
+
+# ----------------------------------------------------------------------------- fallback
+
+
+def test_fallback_materialises_with_one_warning_per_primitive_and_type():
+    ji.reset_materialization_warnings()
+    v = jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    s = Scaled(v, scale=2.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a = implicit(jnp.sin)(s)
+        b = implicit(jnp.sin)(s)
+        c = implicit(jnp.cos)(s)
+    messages = [str(w.message) for w in caught if issubclass(w.category, ji.MaterializationWarning)]
+    assert len(messages) == 2, messages
+    assert "'sin'" in messages[0] and "Scaled" in messages[0]
+    assert "'cos'" in messages[1]
+    np.testing.assert_allclose(a, np.sin(2 * v), rtol=1e-6)
+    np.testing.assert_allclose(b, a)
+    np.testing.assert_allclose(c, np.cos(2 * v), rtol=1e-6)
+
+
+def test_fallback_warning_switches_off(monkeypatch):
+    s = Scaled(jnp.ones(3), scale=2.0)
+    ji.reset_materialization_warnings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with ji.materialization_warnings(False):
+            implicit(jnp.tanh)(s)
+        monkeypatch.setenv(ji.WARN_ENV_VAR, "0")
+        implicit(jnp.tanh)(s)
+        # Zeros opted out with warn_on_materialize=False.
+        implicit(jnp.tanh)(Zeros(shape=(2,), dtype=jnp.float32))
+    monkeypatch.delenv(ji.WARN_ENV_VAR)
+    with pytest.warns(ji.MaterializationWarning, match="tanh"):
+        implicit(jnp.tanh)(s)
+
+
+def test_default_handler_override_per_class():
+    seen = []
+
+    @dataclasses.dataclass
+    class Custom(ImplicitArray, warn_on_materialize=False):
+        value: jax.Array
+
+        def materialize(self):
+            return self.value
+
+        @classmethod
+        def default_handler(cls, primitive, *args, params=None):
+            seen.append(primitive.name)
+            return ji.materialize_handler(primitive, *args, params=params)
+
+    out = implicit(jnp.exp)(Custom(jnp.zeros(2)))
+    np.testing.assert_array_equal(out, [1.0, 1.0])
+    assert seen == ["exp"]
+
+
+def test_default_and_materialize_handlers():
+    s = Scaled(jnp.array([1.0, 2.0]), scale=3.0)
+    out = ji.materialize_handler(jax.lax.add_p, s, jnp.array([1.0, 1.0]), params={})
+    np.testing.assert_array_equal(out, [4.0, 7.0])
+    out = ji.default_handler(jax.lax.mul_p, jnp.array([2.0]), jnp.array([4.0]), out_dtype=None)
+    np.testing.assert_array_equal(out, [8.0])
+
+
+# ----------------------------------------------------------------------------- nesting
+
+
+@dataclasses.dataclass
+class Shifted(ImplicitArray):
+    """inner + bias, where inner is itself implicit."""
+
+    inner: ImplicitArray
+    bias: jax.Array
+
+    def materialize(self):
+        return self.inner * 1.0 + self.bias  # a primitive on a nested implicit array
+
+
+@register("mul")
+def _shifted_times_array(x: Shifted, y: jax.Array, **params):
+    return Shifted(x.inner * y, x.bias * y)  # x.inner * y dispatches to Scaled's handler
+
+
+def test_nested_implicit_arrays():
+    v = jnp.arange(6.0).reshape(2, 3)
+    o = Shifted(Scaled(v, scale=2.0), jnp.ones((2, 3)))
+    assert o.shape == (2, 3)
+    assert ji.implicit_depth(o) == 2
+    assert ji.implicit_depth([o, Scaled(v, scale=1.0), 1.0]) == 2
+    assert ji.implicit_depth({"a": jnp.ones(2)}) == 0
+    np.testing.assert_allclose(ji.materialize_nested(o, full=True), 2 * v + 1)
+    one = ji.materialize_nested(Shifted(Shifted(Scaled(v, scale=1.0), v), v))
+    assert not isinstance(one, ImplicitArray)
+    out = implicit(lambda a: a * 3.0)(o)
+    assert isinstance(out, Shifted) and isinstance(out.inner, Scaled)
+    np.testing.assert_allclose(ji.materialize_nested(out, full=True), 3 * (2 * v + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ji.MaterializationWarning)
+        dense = implicit(jnp.sin)(o)
+    np.testing.assert_allclose(dense, np.sin(2 * v + 1), rtol=1e-6)
+
+
+def test_materialize_nested_leaves_dense_values():
+    x = jnp.ones(2)
+    assert ji.materialize_nested(x) is x
+
+
+# ----------------------------------------------------------------------------- tree helpers
+
+
+def test_tree_helpers_treat_implicit_as_leaves():
+    s = Scaled(jnp.ones(2), scale=2.0)
+    tree = {"w": s, "b": jnp.zeros(2), "n": 3}
+    leaves = ji.tree_leaves_with_implicit(tree)
+    assert sum(isinstance(x, Scaled) for x in leaves) == 1 and len(leaves) == 3
+    flat, treedef = ji.tree_flatten_with_implicit(tree)
+    assert jax.tree_util.tree_unflatten(treedef, flat)["w"] is s
+    mapped = ji.tree_map_with_implicit(lambda x: type(x).__name__, tree)
+    assert mapped["w"] == "Scaled"
+    paths = ji.tree_map_with_path_with_implicit(lambda p, x: jax.tree_util.keystr(p), tree)
+    assert paths["w"] == "['w']"
+    with_path, _ = ji.tree_flatten_with_path_with_implicit(tree)
+    assert [jax.tree_util.keystr(p) for p, _ in with_path] == ["['b']", "['n']", "['w']"]
+    assert ji.tree_structure_with_implicit(tree).num_leaves == 3
+    extra = ji.tree_leaves_with_implicit({"t": (1, 2)}, is_leaf=lambda x: isinstance(x, tuple))
+    assert extra == [(1, 2)]
+
+
+def test_flatten_one_implicit_layer_round_trips():
+    inner = Scaled(jnp.ones(2), scale=2.0)
+    o = Shifted(inner, jnp.zeros(2))
+    leaves, struct = ji.flatten_one_implicit_layer([o, 5.0])
+    assert [type(x).__name__ for x in leaves] == ["Scaled", "ArrayImpl", "float"]
+    assert leaves[0] is inner
+    rebuilt = jax.tree_util.tree_unflatten(struct, leaves)
+    assert isinstance(rebuilt[0], Shifted) and rebuilt[0].inner is inner and rebuilt[1] == 5.0
+
+
+def test_is_array_and_leaf_predicate():
+    assert ji.is_array(np.ones(2)) and ji.is_array(np.float32(1)) and ji.is_array(jnp.ones(2))
+    assert not ji.is_array(1.0) and not ji.is_array(Scaled(jnp.ones(2), scale=1.0))
+    assert ji.leaf_predicate(Scaled(jnp.ones(2), scale=1.0)) and not ji.leaf_predicate(jnp.ones(2))
+
+
+# ----------------------------------------------------------------------------- ste
+
+
+def test_ste_passes_gradient_straight_through():
+    def quantize(x, step):
+        return jnp.round(x / step) * step
+
+    q = ji.ste(quantize)
+    x = jnp.array([0.26, -1.4, 2.0])
+    np.testing.assert_allclose(q(x, 0.5), [0.5, -1.5, 2.0])
+    g = jax.grad(lambda x: jnp.sum(q(x, 0.5) * jnp.array([1.0, 2.0, 3.0])))(x)
+    np.testing.assert_allclose(g, [1.0, 2.0, 3.0])
+    # without ste, round has zero gradient
+    g0 = jax.grad(lambda x: jnp.sum(quantize(x, 0.5)))(x)
+    np.testing.assert_allclose(g0, [0.0, 0.0, 0.0])
+
+
+def test_ste_with_implicit_output_forward_works_and_grad_raises():
+    to_scaled = ji.ste(lambda x: Scaled(x / 2.0, scale=2.0))
+    x = jnp.array([1.0, 2.0])
+    y = to_scaled(x)
+    assert isinstance(y, Scaled)
+    np.testing.assert_allclose(y.materialize(), x)
+    with pytest.raises(TypeError, match="returned a Scaled.*cannot pass straight through"):
+        jax.grad(lambda x: jnp.sum(to_scaled(x).materialize()))(x)
+
+
+def test_ste_dense_result_of_implicit_roundtrip():
+    fake_quant = ji.ste(lambda x: Scaled(jnp.round(x * 4.0), scale=0.25).materialize())
+    x = jnp.array([0.3, -0.6])
+    np.testing.assert_allclose(fake_quant(x), [0.25, -0.5])
+    np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(3.0 * fake_quant(x)))(x), [3.0, 3.0])
