@@ -167,8 +167,8 @@ def shard_map(
         out_specs: pytree of ``PartitionSpec`` describing how output shards are
             assembled.
         in_specs: pytree of ``PartitionSpec`` (a prefix of the argument tuple);
-            ``None`` means "infer from the arguments" (``jax.sharding.Infer``,
-            which needs explicit mesh axes).
+            ``None`` means "infer from the arguments' shardings" (JAX's default,
+            which needs ``Explicit`` mesh axes).
         mesh: the ``Mesh``; ``None`` takes the one set by ``jax.set_mesh``.
         axis_names: mesh axes over which ``f`` is manual (empty: all).
         check_vma: enable JAX's varying-manual-axes checks.
@@ -180,14 +180,11 @@ def shard_map(
         TypeError: if ``f`` is not callable.
     """
     _require_callable("shard_map", f)
-    return cast(
-        C,
-        jax.shard_map(
-            f,
-            out_specs=out_specs,
-            in_specs=jax.sharding.Infer if in_specs is None else in_specs,
-            mesh=mesh,
-            axis_names=frozenset(axis_names),
-            check_vma=check_vma,
-        ),
+    kwargs: dict[str, Any] = dict(
+        out_specs=out_specs, mesh=mesh, axis_names=frozenset(axis_names), check_vma=check_vma
     )
+    # Omitting in_specs selects jax.shard_map's "infer from arguments" default
+    # (its sentinel is not public API).
+    if in_specs is not None:
+        kwargs["in_specs"] = in_specs
+    return cast(C, jax.shard_map(f, **kwargs))
