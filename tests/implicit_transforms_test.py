@@ -1,0 +1,280 @@
+"""jaxcore.implicit under JAX transformations, each checked against the dense computation."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxcore.implicit as ji
+from jaxcore.implicit import ImplicitArray, aux_field, implicit, register
+
+pytestmark = pytest.mark.filterwarnings("ignore::jaxcore.implicit.MaterializationWarning")
+
+
+@dataclasses.dataclass
+class Scaled(ImplicitArray):
+    value: jax.Array
+    scale: float = aux_field()
+
+    def materialize(self):
+        return self.value * self.scale
+
+
+@register("mul")
+def _scaled_mul(x: Scaled, y: jax.Array, **params):
+    return Scaled(x.value * y, scale=x.scale)
+
+
+@register("mul")
+def _mul_scaled(x: jax.Array, y: Scaled, **params):
+    return Scaled(x * y.value, scale=y.scale)
+
+
+@register("add")
+def _scaled_add(x: Scaled, y: Scaled, **params):
+    if x.scale == y.scale:
+        return Scaled(x.value + y.value, scale=x.scale)
+    return x.materialize() + y.materialize()
+
+
+@dataclasses.dataclass
+class LowRank(ImplicitArray):
+    left: jax.Array
+    right: jax.Array
+
+    def materialize(self):
+        return self.left @ self.right
+
+
+@register("dot_general")
+def _dot_lowrank(lhs: jax.Array, rhs: LowRank, *, dimension_numbers, **params):
+    (lc, rc), (lb, rb) = dimension_numbers
+    if tuple(rc) != (0,) or lb or rb:
+        return jax.lax.dot_general(lhs, rhs.materialize(), dimension_numbers)
+    return (lhs @ rhs.left) @ rhs.right
+
+
+def dense(x):
+    return ji.materialize_nested(x, full=True) if isinstance(x, ImplicitArray) else x
+
+
+def dense_tree(tree):
+    return ji.tree_map_with_implicit(dense, tree)
+
+
+def assert_close(actual, expected, rtol=1e-5, atol=1e-5):
+    actual, expected = dense_tree(actual), dense_tree(expected)
+    jax.tree_util.tree_map(
+        lambda a, e: np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=rtol, atol=atol),
+        actual,
+        expected,
+    )
+
+
+RNG = np.random.default_rng(0)
+V = jnp.asarray(RNG.normal(size=(4, 3)), jnp.float32)
+Y = jnp.asarray(RNG.normal(size=(4, 3)), jnp.float32)
+S = Scaled(V, scale=2.0)
+A = jnp.asarray(RNG.normal(size=(6, 2)), jnp.float32)
+B = jnp.asarray(RNG.normal(size=(2, 5)), jnp.float32)
+W = LowRank(A, B)
+X = jnp.asarray(RNG.normal(size=(3, 6)), jnp.float32)
+
+
+def fn(a, y):
+    return (a * y + a * 2.0) * y
+
+
+def check(f, *args, transform=lambda g: g):
+    """f under implicit on the implicit args vs f on the dense args."""
+    got = transform(implicit(f))(*args)
+    want = transform(f)(*dense_tree(args))
+    assert_close(got, want)
+    return got
+
+
+def test_eager_keeps_result_implicit():
+    out = check(fn, S, Y)
+    assert isinstance(out, Scaled)
+
+
+def test_jit_outside_and_inside():
+    out = check(fn, S, Y, transform=jax.jit)
+    assert isinstance(out, Scaled)
+    inner = implicit(jax.jit(lambda a, y: jax.jit(fn)(a, y) * y))(S, Y)
+    assert isinstance(inner, Scaled)
+    assert_close(inner, fn(dense(S), Y) * Y)
+
+
+def test_nested_implicit_calls():
+    out = implicit(lambda a, y: implicit(fn)(a, y) * 2.0)(S, Y)
+    assert isinstance(out, Scaled)
+    assert_close(out, fn(dense(S), Y) * 2.0)
+
+
+def test_lowrank_matmul_under_jit_grad_vmap():
+    f = lambda x, w: jnp.tanh(x @ w)
+    check(f, X, W)
+    check(f, X, W, transform=jax.jit)
+    g = jax.grad(lambda x: jnp.sum(implicit(f)(x, W)))(X)
+    assert_close(g, jax.grad(lambda x: jnp.sum(f(x, dense(W))))(X))
+    xs = jnp.stack([X, 2 * X])
+    batched = jax.vmap(implicit(f), in_axes=(0, None))(xs, W)
+    assert_close(batched, jax.vmap(f, in_axes=(0, None))(xs, dense(W)))
+
+
+def test_grad_wrt_dense_input():
+    loss = lambda y, a: jnp.sum(dense(implicit(fn)(a, y)) ** 2)
+    g = jax.grad(loss)(Y, S)
+    assert_close(g, jax.grad(lambda y: jnp.sum(fn(dense(S), y) ** 2))(Y))
+
+
+def test_grad_wrt_implicit_children():
+    g = jax.grad(lambda s: jnp.sum(implicit(lambda a: a * Y)(s).materialize()))(S)
+    assert isinstance(g, Scaled) and g.scale == 2.0
+    # d/dvalue sum(value * Y * 2) = 2 Y
+    np.testing.assert_allclose(g.value, 2.0 * Y, rtol=1e-6)
+
+
+def test_grad_inside_implicit():
+    out = implicit(lambda a, y: jax.grad(lambda y: jnp.sum(fn(a, y)))(y))(S, Y)
+    assert_close(out, jax.grad(lambda y: jnp.sum(fn(dense(S), y)))(Y))
+
+
+def test_vjp_and_jvp():
+    f = lambda y: dense(implicit(fn)(S, y))
+    out, pullback = jax.vjp(f, Y)
+    ct = jnp.asarray(RNG.normal(size=Y.shape), jnp.float32)
+    ref_out, ref_pullback = jax.vjp(lambda y: fn(dense(S), y), Y)
+    assert_close(out, ref_out)
+    assert_close(pullback(ct), ref_pullback(ct))
+    tangent = jnp.ones_like(Y)
+    primal, tan = jax.jvp(f, (Y,), (tangent,))
+    ref_primal, ref_tan = jax.jvp(lambda y: fn(dense(S), y), (Y,), (tangent,))
+    assert_close((primal, tan), (ref_primal, ref_tan))
+
+
+def test_vmap_over_dense_and_over_implicit_children():
+    ys = jnp.stack([Y, -Y, 3 * Y])
+    got = jax.vmap(implicit(fn), in_axes=(None, 0))(S, ys)
+    assert isinstance(got, Scaled)
+    assert_close(got, jax.vmap(fn, in_axes=(None, 0))(dense(S), ys))
+    batched = Scaled(jnp.stack([V, 2 * V]), scale=2.0)
+    got = jax.vmap(implicit(lambda a: jnp.sum(a * 1.0)))(batched)
+    np.testing.assert_allclose(got, [jnp.sum(2 * V), jnp.sum(4 * V)], rtol=1e-5)
+    got = implicit(jax.vmap(lambda a, y: a * y, in_axes=(None, 0)))(S, ys)
+    assert_close(got, dense(S)[None] * ys)
+
+
+def test_cond_keeps_implicit_when_branches_agree():
+    f = lambda p, a, y: jax.lax.cond(p, lambda: a * y, lambda: a * 3.0)
+    for p in (True, False):
+        out = check(f, p, S, Y)
+        assert isinstance(out, Scaled)
+    check(f, True, S, Y, transform=jax.jit)
+
+
+def test_cond_materialises_only_disagreeing_outputs():
+    f = lambda p, a: jax.lax.cond(p, lambda: (a * 2.0, jnp.sin(a)), lambda: (a * 3.0, a * 1.0))
+    for p in (True, False):
+        first, second = check(f, p, S)
+        assert isinstance(first, Scaled) and not isinstance(second, ImplicitArray)
+
+
+def test_switch():
+    f = lambda i, a: jax.lax.switch(i, [lambda x: x * 2.0, lambda x: x * 5.0, lambda x: x + x], a)
+    for i in range(3):
+        assert isinstance(check(f, i, S), Scaled)
+    check(f, 1, S, transform=jax.jit)
+
+
+def test_cond_with_implicit_predicate_operand():
+    f = lambda a: jax.lax.cond(jnp.sum(a) > 0, lambda: a * 2.0, lambda: a * -1.0)
+    check(f, S)
+
+
+def test_while_loop_keeps_handled_carry_implicit():
+    f = lambda a: jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0), (0, a))
+    out = check(f, S)
+    assert isinstance(out[1], Scaled)
+    check(f, S, transform=jax.jit)
+
+
+def test_while_loop_materialises_carry_the_body_does_not_handle():
+    f = lambda a: jax.lax.while_loop(lambda c: jnp.sum(c) < 100.0, lambda c: c + jnp.abs(c) + 1.0, a)
+    out = check(f, S)
+    assert not isinstance(out, ImplicitArray)
+
+
+def test_fori_loop():
+    f = lambda a, y: jax.lax.fori_loop(0, 3, lambda i, c: c * y, a)
+    out = check(f, S, Y)
+    assert isinstance(out, Scaled)
+    g = lambda a: jax.lax.fori_loop(0, 3, lambda i, c: jnp.sin(c), a)
+    assert not isinstance(check(g, S), ImplicitArray)
+    check(f, S, Y, transform=jax.jit)
+
+
+def test_scan_carry_stays_implicit_and_xs_are_materialised():
+    def f(a, xs):
+        return jax.lax.scan(lambda c, x: (c * x, jnp.sum(c * 1.0) + jnp.sum(x)), a, xs)
+
+    xs = jnp.asarray(RNG.normal(size=(5, 4, 3)), jnp.float32)
+    carry, ys = check(f, S, xs)
+    assert isinstance(carry, Scaled) and ys.shape == (5,)
+    xs_implicit = Scaled(xs, scale=0.5)
+    carry, ys = check(f, S, xs_implicit)
+    assert isinstance(carry, Scaled)
+    check(f, S, xs, transform=jax.jit)
+    rev = lambda a, xs: jax.lax.scan(lambda c, x: (c * x, c * 1.0), a, xs, reverse=True)
+    carry, ys = check(rev, S, xs)
+    assert isinstance(carry, Scaled) and not isinstance(ys, ImplicitArray)
+
+
+def test_grad_through_scan_and_while_with_implicit_constants():
+    def loss(y):
+        f = lambda a, y: jax.lax.scan(lambda c, _: (c * y, None), a, None, length=3)[0]
+        return jnp.sum(dense(implicit(f)(S, y)))
+
+    ref = jax.grad(lambda y: jnp.sum(jax.lax.scan(lambda c, _: (c * y, None), dense(S), None, length=3)[0]))
+    assert_close(jax.grad(loss)(Y), ref(Y))
+    loss2 = lambda y: jnp.sum(dense(implicit(lambda a: jax.lax.fori_loop(0, 2, lambda i, c: c * y, a))(S)))
+    ref2 = jax.grad(lambda y: jnp.sum(jax.lax.fori_loop(0, 2, lambda i, c: c * y, dense(S))))
+    assert_close(jax.grad(loss2)(Y), ref2(Y))
+
+
+def test_custom_jvp_function():
+    f = lambda a: jax.nn.relu(a * Y)
+    check(f, S)
+    g = jax.grad(lambda y: jnp.sum(implicit(lambda a: jax.nn.relu(a * y))(S)))(Y)
+    assert_close(g, jax.grad(lambda y: jnp.sum(jax.nn.relu(dense(S) * y)))(Y))
+
+
+def test_custom_vjp_rule_is_honoured():
+    @jax.custom_vjp
+    def clip_grad(x):
+        return jnp.sin(x)
+
+    clip_grad.defvjp(lambda x: (jnp.sin(x), None), lambda _, g: (10.0 * g,))
+    f = lambda a, y: jnp.sum(clip_grad(a * y))
+    assert_close(implicit(f)(S, Y), f(dense(S), Y))
+    g = jax.grad(lambda y: implicit(f)(S, y))(Y)
+    np.testing.assert_allclose(g, 10.0 * dense(S), rtol=1e-6)
+
+
+def test_checkpoint():
+    f = lambda a, y: jax.checkpoint(lambda a: a * y * 2.0)(a)
+    out = check(f, S, Y)
+    assert isinstance(out, Scaled)
+    g = jax.grad(lambda y: jnp.sum(dense(implicit(f)(S, y))))(Y)
+    assert_close(g, jax.grad(lambda y: jnp.sum(f(dense(S), y)))(Y))
+    remat = lambda a, y: jax.remat(lambda a: jnp.sin(a * y), policy=jax.checkpoint_policies.nothing_saveable)(a)
+    check(remat, S, Y)
+
+
+def test_make_jaxpr_contains_no_materialisation_for_handled_ops():
+    jaxpr = jax.make_jaxpr(implicit(lambda a, y: a * y * y))(S, Y)
+    prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert prims.count("mul") == 2, prims
