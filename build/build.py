@@ -30,7 +30,7 @@ BAZEL_VERSION = "4.2.3"
 DEFAULT_CUDA_MAJOR_VERSION = 12
 CUDA_VERSIONS = {12: "12.8.1", 13: "13.0.0"}
 CUDNN_VERSION = "9.8.0"
-ROCM_VERSION = "6.4.1"
+ROCM_VERSION = "6.4.4"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGURE_BAZELRC = REPO_ROOT / ".jaxcore_configure.bazelrc"
