@@ -197,7 +197,48 @@ sha256_of() {
 }
 
 tmp_dir="$(mktemp -d "${TMPDIR:-/tmp}/jaxcore-run-docker.XXXXXX")"
+saved_dir="${tmp_dir}/host-files"
+mkdir -p "${saved_dir}"
+saving=0
+
+# Paths in the checkout that `build.py setup` and Bazel rewrite for the container's own
+# locations (the generated bazelrc names the container's Python; bazel-* point into the
+# container's output base). The host's versions are put back after the run.
+host_owned_paths() {
+  local path
+  for path in "${REPO_ROOT}/.jaxcore_configure.bazelrc" "${REPO_ROOT}"/bazel-*; do
+    if [[ -L "${path}" || -f "${path}" ]]; then
+      echo "${path##*/}"
+    fi
+  done
+}
+
+save_host_files() {
+  local name
+  host_owned_paths >"${saved_dir}.list"
+  while IFS= read -r name; do
+    cp -a "${REPO_ROOT}/${name}" "${saved_dir}/${name}"
+  done <"${saved_dir}.list"
+  saving=1
+}
+
+restore_host_files() {
+  local name
+  while IFS= read -r name; do
+    if [[ ! -e "${saved_dir}/${name}" && ! -L "${saved_dir}/${name}" ]]; then
+      rm -f "${REPO_ROOT:?}/${name}"
+    fi
+  done < <(host_owned_paths)
+  while IFS= read -r name; do
+    rm -f "${REPO_ROOT:?}/${name}"
+    cp -a "${saved_dir}/${name}" "${REPO_ROOT}/${name}"
+  done <"${saved_dir}.list"
+}
+
 cleanup() {
+  if ((saving)); then
+    restore_host_files || note "could not restore the host's .jaxcore_configure.bazelrc / bazel-* links; rerun build/build.py setup"
+  fi
   rm -rf "${tmp_dir}"
 }
 trap cleanup EXIT
@@ -294,7 +335,11 @@ while IFS= read -r name; do
   printf '%s=%s\n' "${name}" "${value}" >>"${env_file}"
 done < <(compgen -e | grep -E '^(JAXCORE|JAX)_' || true)
 
-run_flags=("${engine_run_flags[@]}" --rm --env-file "${env_file}" -v "${REPO_ROOT}:${REPO_ROOT}" -w "${REPO_ROOT}")
+# The repository sits at the same path as here, so paths in logs and Bazel output match the
+# host's; Bazel's cache lives in a volume per backend, so re-runs build incrementally.
+run_flags=("${engine_run_flags[@]}" --rm --env-file "${env_file}"
+  -v "${REPO_ROOT}:${REPO_ROOT}" -w "${REPO_ROOT}"
+  -v "jaxcore-bazel-cache-${backend}:/root/.cache/bazel")
 if [[ -t 0 && -t 1 ]]; then
   run_flags+=(-it)
 fi
@@ -306,6 +351,7 @@ if ((use_host_ca)); then
 fi
 
 note "running ${script_rel} ${script_args[*]} in ${image}"
+save_host_files
 set +e
 "${engine}" run "${run_flags[@]}" "${gpu_flags[@]}" "${image}" \
   bash "${script_rel}" "${script_args[@]}"
