@@ -15,7 +15,9 @@ T = TypeVar("T")
 _tu = jax.tree_util
 
 
-def _leaf_columns(func: str, trees: tuple[Any, ...]) -> tuple[Any, list[tuple[Any, ...]], list[Any]]:
+def _leaf_columns(
+    func: str, trees: tuple[Any, ...]
+) -> tuple[Any, list[tuple[Any, ...]], list[Any]]:
     """Checks structures and returns (treedef, per-leaf groups, leaf paths)."""
     if not trees:
         raise ValueError(f"{func} needs at least one pytree, got none")

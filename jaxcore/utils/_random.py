@@ -17,7 +17,9 @@ def _check_key(rng: Any) -> None:
         )
     if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
         if rng.ndim != 0:
-            raise ValueError(f"key_chain: rng must be a single key, got key array of shape {rng.shape}")
+            raise ValueError(
+                f"key_chain: rng must be a single key, got key array of shape {rng.shape}"
+            )
     elif rng.dtype != jnp.uint32 or rng.ndim != 1:
         raise ValueError(
             "key_chain: rng must be a typed key (jax.random.key) or a raw uint32 "
