@@ -1,0 +1,347 @@
+"""jaxcore.plugins: discovery of backend plugins through entry points and the source tree.
+
+Fake plugins are real distributions: a ``*.dist-info`` folder with ``METADATA`` and an
+``entry_points.txt`` in group ``jaxcore_plugins``, next to the plugin module, on
+``sys.path``, exactly what an installed wheel looks like to ``importlib.metadata``.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxcore
+import jaxcore_gpu
+from jaxcore import kernels, plugins, quant
+
+
+def _fake_plugin(root, *, platform, body, dist_version=None, module=None):
+    """Writes an installed-looking plugin: module + dist-info with one entry point.
+
+    Returns:
+      The (unique) module name.
+    """
+    module = module or f"fakeplugin_{uuid.uuid4().hex[:8]}"
+    dist = module.replace("_", "-")
+    (root / f"{module}.py").write_text(textwrap.dedent(body))
+    info = root / f"{module}-{dist_version or jaxcore.__version__}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: {dist_version or jaxcore.__version__}\n"
+    )
+    (info / "entry_points.txt").write_text(f"[jaxcore_plugins]\n{platform} = {module}\n")
+    return module
+
+
+_GOOD = """
+    import jaxcore
+    __version__ = jaxcore.__version__
+    PLATFORMS = ("tpu",)
+    CALLS = []
+
+    def impl(x2d, qvalue, scale, *, fmt, block_size, out_dtype, interpret=False):
+        raise AssertionError("never run on CPU")
+
+    def initialize(platforms):
+        CALLS.append(tuple(platforms))
+        from jaxcore import kernels
+        for p in platforms:
+            kernels.register_kernel("quantized_matmul", p, impl)
+"""
+
+
+@pytest.fixture
+def sandbox(monkeypatch, tmp_path):
+    """Fake plugins go in ``tmp_path``; jaxcore's plugin state and registry are restored."""
+    saved_kernels = kernels.registered_kernels("quantized_matmul")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+    monkeypatch.setattr(plugins, "_info", plugins._info)
+    yield tmp_path
+    for platform in kernels.registered_kernels("quantized_matmul"):
+        kernels.unregister_kernel("quantized_matmul", platform)
+    for platform, impl in saved_kernels.items():
+        kernels.register_kernel("quantized_matmul", platform, impl)
+
+
+def _load():
+    """Runs discovery again; returns (info, the PluginWarnings it raised)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        info = plugins.load_plugins(force=True)
+    return info, [w for w in caught if issubclass(w.category, plugins.PluginWarning)]
+
+
+def _status(info, module):
+    (status,) = [p for p in info.plugins if p.module == module]
+    return status
+
+
+def test_source_tree_plugins_load_at_import():
+    info = plugins.info()
+    gpu = _status(info, "jaxcore_gpu")
+    tpu = _status(info, "jaxcore_tpu")
+    assert (gpu.name, gpu.origin, gpu.loaded, gpu.platforms) == ("gpu", "source", True, ("cuda", "rocm"))
+    assert (tpu.name, tpu.loaded, tpu.platforms, tpu.version) == ("tpu", True, ("tpu",), jaxcore.__version__)
+    assert info.jaxcore_version == jaxcore.__version__
+    registered = kernels.registered_kernels("quantized_matmul")
+    assert registered["cuda"] is jaxcore_gpu.quantized_matmul_impl
+    assert "gpu (jaxcore_gpu, source package): loaded for cuda, rocm" in info.format()
+    assert plugins.load_plugins() is info  # discovery runs once unless forced
+
+
+def test_good_plugin_registers_its_platform(sandbox):
+    module = _fake_plugin(sandbox, platform="tpu", body=_GOOD)
+    info, caught = _load()
+    assert caught == []
+    status = _status(info, module)
+    assert (status.origin, status.loaded, status.platforms) == ("entry_point", True, ("tpu",))
+    assert status.distribution == f"{module.replace('_', '-')} {jaxcore.__version__}"
+    assert sys.modules[module].CALLS == [("tpu",)]
+    assert kernels.registered_kernels("quantized_matmul")["tpu"] is sys.modules[module].impl
+    # The source-tree TPU plugin yields to the installed one.
+    tpu = _status(info, "jaxcore_tpu")
+    assert not tpu.loaded and "already served by an installed plugin" in tpu.reason
+    assert info.loaded == tuple(p for p in info.plugins if p.loaded)
+    assert f"tpu ({module}, {status.distribution}): loaded for tpu" in info.format()
+
+
+def test_distribution_version_mismatch_skips_without_importing(sandbox):
+    module = _fake_plugin(sandbox, platform="tpu", body=_GOOD, dist_version="9.9.9")
+    info, caught = _load()
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    dist = module.replace("_", "-")
+    assert f"distribution {dist} is version 9.9.9 but jaxcore is {jaxcore.__version__}" in message
+    assert f"install {dist}=={jaxcore.__version__}" in message
+    assert module not in sys.modules
+    status = _status(info, module)
+    assert not status.loaded and status.version == "9.9.9" and status in info.skipped
+    assert _status(info, "jaxcore_tpu").loaded  # the source plugin still serves tpu
+
+
+def test_module_version_mismatch(sandbox):
+    body = _GOOD.replace("__version__ = jaxcore.__version__", '__version__ = "0.0.1"')
+    module = _fake_plugin(sandbox, platform="tpu", body=body)
+    info, caught = _load()
+    assert len(caught) == 1
+    assert (
+        f"plugin version 0.0.1 does not match jaxcore version {jaxcore.__version__}"
+        in str(caught[0].message)
+    )
+    assert module in str(caught[0].message)
+    assert sys.modules[module].CALLS == []  # never initialised
+
+
+@pytest.mark.parametrize(
+    "body,reason",
+    [
+        ("raise ImportError('missing libtriton')\n", "import failed: ImportError: missing libtriton"),
+        ("import jaxcore\n__version__ = jaxcore.__version__\n", "module has no initialize() function"),
+        (
+            "import jaxcore\n__version__ = jaxcore.__version__\n"
+            "def initialize(platforms):\n    raise RuntimeError('no device')\n",
+            "initialize() failed: RuntimeError: no device",
+        ),
+        (
+            "import jaxcore\n__version__ = jaxcore.__version__\nPLATFORMS = ('metal',)\n"
+            "def initialize(platforms):\n    pass\n",
+            "declares unknown platform(s) ['metal']",
+        ),
+    ],
+)
+def test_broken_plugin_warns_once_and_jaxcore_keeps_working(sandbox, body, reason):
+    module = _fake_plugin(sandbox, platform="tpu", body=body)
+    info, caught = _load()
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert reason in str(caught[0].message) and module in str(caught[0].message)
+    status = _status(info, module)
+    assert not status.loaded and reason in status.reason and status.platforms == ()
+    # The portable reference still serves CPU.
+    w = jax.random.normal(jax.random.key(1), (64, 32))
+    q = quant.ArrayInt8.quantize(w)
+    x = jax.random.normal(jax.random.key(2), (3, 64))
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(kernels.quantized_matmul)(x, q)),
+        np.asarray(x @ q.materialize()),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_entry_point_that_is_not_a_module(sandbox):
+    module = _fake_plugin(sandbox, platform="tpu", body="def make():\n    return 1\n")
+    entry = sandbox / f"{module}-{jaxcore.__version__}.dist-info" / "entry_points.txt"
+    entry.write_text(f"[jaxcore_plugins]\ntpu = {module}:make\n")
+    info, caught = _load()
+    assert len(caught) == 1
+    assert "entry point does not name a module (got function)" in str(caught[0].message)
+
+
+def test_selection_none_loads_nothing(sandbox, monkeypatch):
+    module = _fake_plugin(sandbox, platform="tpu", body=_GOOD)
+    monkeypatch.setenv(plugins.ENV_VAR, "none")
+    info, caught = _load()
+    assert caught == [] and info.selection == "none" and info.loaded == ()
+    assert all(p.reason == f"not selected by {plugins.ENV_VAR}" for p in info.plugins)
+    assert module not in sys.modules
+    assert info.platforms == ()
+
+
+def test_selection_by_platform(sandbox, monkeypatch):
+    module = _fake_plugin(sandbox, platform="tpu", body=_GOOD)
+    monkeypatch.setenv(plugins.ENV_VAR, " CUDA ")
+    info, caught = _load()
+    assert caught == [] and info.selection == "cuda"
+    assert info.platforms == ("cuda",)
+    assert _status(info, "jaxcore_gpu").platforms == ("cuda",)  # rocm filtered out
+    assert not _status(info, "jaxcore_tpu").loaded
+    assert module not in sys.modules  # an unselected entry point is never imported
+
+
+def test_selection_by_plugin_name(sandbox, monkeypatch):
+    monkeypatch.setenv(plugins.ENV_VAR, "gpu,tpu")
+    info, caught = _load()
+    assert caught == []
+    assert info.platforms == ("cuda", "rocm", "tpu")
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("cuda,vulkan", "names ['vulkan'], which match no platform and no plugin found"),
+        ("none,tpu", "'none' and 'all' cannot be combined with other names"),
+    ],
+)
+def test_selection_errors_warn(sandbox, monkeypatch, value, message):
+    monkeypatch.setenv(plugins.ENV_VAR, value)
+    info, caught = _load()
+    assert len(caught) == 1 and message in str(caught[0].message)
+
+
+def test_info_format_lists_skips():
+    info = plugins.PluginInfo(
+        "1.0",
+        "all",
+        (
+            plugins.PluginStatus("cuda", "jaxcore_cuda12", "entry_point", "jaxcore-cuda12 0.9",
+                                 "0.9", (), False, "wrong version"),
+        ),
+    )
+    assert info.format().splitlines() == [
+        "jaxcore 1.0; JAXCORE_PLUGINS=all",
+        "  cuda (jaxcore_cuda12, jaxcore-cuda12 0.9): skipped: wrong version",
+    ]
+    assert plugins.PluginInfo("1.0", "none", ()).format().endswith("no plugins found")
+
+
+def _run(code, env_extra, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAXCORE_")}
+    env.update(env_extra)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _repo_root():
+    return os.path.dirname(os.path.dirname(os.path.abspath(jaxcore.__file__)))
+
+
+def test_plugin_imported_before_jaxcore(tmp_path):
+    out = _run(
+        """
+        import warnings
+        warnings.simplefilter("error")
+        import jaxcore_gpu            # imports jaxcore, whose discovery finds it half-imported
+        from jaxcore import kernels, plugins
+        status = [p for p in plugins.info().plugins if p.module == "jaxcore_gpu"][0]
+        print(status.loaded, status.platforms)
+        print(kernels.registered_kernels("quantized_matmul")["rocm"] is jaxcore_gpu.quantized_matmul_impl)
+        """,
+        {"PYTHONPATH": os.pathsep.join([_repo_root(), os.environ.get("PYTHONPATH", "")])},
+        tmp_path,
+    )
+    assert out.split("\n")[:2] == ["True ('cuda', 'rocm')", "True"]
+
+
+def test_renamed_wheels_work_without_the_source_tree(tmp_path):
+    """The CUDA and ROCm wheels: jaxcore_gpu's files as jaxcore_cuda12 / jaxcore_rocm6."""
+    site = tmp_path / "site"
+    site.mkdir()
+    os.symlink(os.path.dirname(os.path.abspath(jaxcore.__file__)), site / "jaxcore")
+    gpu_src = os.path.dirname(os.path.abspath(jaxcore_gpu.__file__))
+    for package, platform, dist in [
+        ("jaxcore_cuda12", "cuda", "jaxcore-cuda12"),
+        ("jaxcore_rocm6", "rocm", "jaxcore-rocm6"),
+    ]:
+        (site / package).mkdir()
+        for name in os.listdir(gpu_src):
+            if name.endswith(".py") and name != "_build_config.py":
+                shutil.copy(os.path.join(gpu_src, name), site / package / name)
+        (site / package / "_build_config.py").write_text(
+            f'PLATFORMS = ("{platform}",)\nVERSION = "{jaxcore.__version__}"\n'
+            f'DIST_NAME = "{dist}"\n'
+        )
+        info = site / f"{package}-{jaxcore.__version__}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {jaxcore.__version__}\n"
+        )
+        (info / "entry_points.txt").write_text(f"[jaxcore_plugins]\n{platform} = {package}\n")
+    out = _run(
+        """
+        import sys, warnings
+        warnings.simplefilter("error")
+        import jax, jax.numpy as jnp, numpy as np
+        import jaxcore
+        from jaxcore import kernels, plugins, quant
+        info = plugins.info()
+        for p in info.plugins:
+            print(p.name, p.module, p.origin, p.distribution, p.loaded, p.platforms)
+        impls = kernels.registered_kernels("quantized_matmul")
+        print(impls["cuda"].__module__, impls["rocm"].__module__)
+        print("jaxcore_gpu" in sys.modules)
+        kernel_module = sys.modules["jaxcore_cuda12._matmul"]
+        real, modes = kernel_module._pallas_matmul, []
+        def spy(*args):
+            modes.append(args[-1])  # `interpret`
+            return real(*args)
+        kernel_module._pallas_matmul = spy
+        w = jax.random.normal(jax.random.key(0), (256, 64))
+        q = quant.ArrayNF4.quantize(w, 64)
+        x = jax.random.normal(jax.random.key(1), (2, 3, 256))
+        got = jax.jit(lambda x, q: kernels.quantized_matmul(x, q))(x, q)
+        want = jnp.einsum("btk,kn->btn", x, q.materialize(), precision="highest")
+        print(float(jnp.max(jnp.abs(got - want))) < 1e-4 * float(jnp.max(jnp.abs(want))))
+        print(True in modes)
+        """,
+        {"PYTHONPATH": str(site), "JAXCORE_PALLAS_INTERPRET": "cuda"},
+        site,
+    )
+    lines = out.splitlines()
+    version = jaxcore.__version__
+    assert f"cuda jaxcore_cuda12 entry_point jaxcore-cuda12 {version} True ('cuda',)" in lines
+    assert f"rocm jaxcore_rocm6 entry_point jaxcore-rocm6 {version} True ('rocm',)" in lines
+    assert "jaxcore_cuda12 jaxcore_rocm6" in lines
+    # Self-contained (no source tree); the renamed Triton kernel ran interpreted on CPU
+    # and its NF4 result matches the dense reference.
+    assert lines[-3:] == ["False", "True", "True"]
+
+
+def test_forced_reload_finds_the_source_plugins_again(monkeypatch):
+    monkeypatch.setattr(plugins, "_info", plugins._info)
+    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+    info = plugins.load_plugins(force=True)
+    assert set(info.platforms) == {"cuda", "rocm", "tpu"}
+    assert plugins.info() is info
