@@ -16,16 +16,17 @@
 #                            otherwise podman.
 #   --base-from-debootstrap  (cpu only) build the Debian bookworm base image locally with
 #                            debootstrap + "<engine> import" instead of pulling it from a
-#                            registry. Needs root and debootstrap. Mirror:
-#                            $JAXCORE_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+#                            registry. Needs root and debootstrap.
 #   --host-ca[=BUNDLE]       pass the host's CA bundle into the image build and the run (for
 #                            networks that intercept TLS; pip needs it then). BUNDLE
 #                            defaults to the system bundle (e.g. /etc/ssl/certs/ca-certificates.crt).
 #   --rebuild                build the image even when one with the same key exists.
 #   -h, --help               print this help.
 #
-# Environment:
-#   JAXCORE_DOCKER_DEV_DIR   where to look for GPU device nodes (default /dev).
+# Environment (JAXCORE_DOCKER_* configure this script and are not forwarded):
+#   JAXCORE_DOCKER_DEV_DIR            where to look for GPU device nodes (default /dev).
+#   JAXCORE_DOCKER_DEBIAN_MIRROR      Debian mirror for --base-from-debootstrap and the
+#                                     image's apt (default http://deb.debian.org/debian).
 #
 # Exit status: the ci/ script's own status; 2 when the request cannot be run (bad arguments,
 # no engine, no GPU devices, missing tools); 1 when building an image fails.
@@ -254,7 +255,7 @@ image_exists() {
 # Builds a Debian bookworm root file system with debootstrap and imports it as an image, for
 # machines where the registry base image cannot be pulled. Prints the image reference.
 debootstrap_base() {
-  local mirror="${JAXCORE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+  local mirror="${JAXCORE_DOCKER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
   local key
   key="$(printf 'debootstrap minbase bookworm %s\n' "${mirror}" | sha256_of)"
   local ref="localhost/jaxcore-debian-bookworm:debootstrap-${key}"
@@ -264,7 +265,7 @@ debootstrap_base() {
     return
   fi
   local debootstrap_bin
-  debootstrap_bin="$(PATH="${PATH}:/usr/sbin:/sbin" command -v debootstrap || true)"
+  debootstrap_bin="$(command -v debootstrap || true)"
   [[ -n "${debootstrap_bin}" ]] || die "--base-from-debootstrap needs debootstrap, which is not installed (Debian/Ubuntu: apt-get install debootstrap)"
   [[ "$(id -u)" == "0" ]] || die "--base-from-debootstrap needs root: debootstrap creates device nodes and files owned by other users"
   note "bootstrapping Debian bookworm from ${mirror} (a few minutes)"
@@ -289,9 +290,9 @@ base_ref=""
 if ((from_debootstrap)); then
   base_ref="$(debootstrap_base)"
   build_args+=(--build-arg "BASE_IMAGE=${base_ref}")
-  if [[ -n "${JAXCORE_DEBIAN_MIRROR:-}" ]]; then
-    build_args+=(--build-arg "DEBIAN_MIRROR=${JAXCORE_DEBIAN_MIRROR}")
-  fi
+fi
+if [[ -n "${JAXCORE_DOCKER_DEBIAN_MIRROR:-}" ]]; then
+  build_args+=(--build-arg "DEBIAN_MIRROR=${JAXCORE_DOCKER_DEBIAN_MIRROR}")
 fi
 
 # The image is keyed by what determines its content: the Dockerfile, the lock file and the
@@ -327,6 +328,7 @@ while IFS= read -r name; do
   case " ${NOT_FORWARDED} " in
     *" ${name} "*) note "not forwarding ${name} (a host path; the image sets its own)"; continue ;;
   esac
+  [[ "${name}" != JAXCORE_DOCKER_* ]] || continue  # this script's own settings
   value="${!name}"
   if [[ "${value}" == *$'\n'* ]]; then
     note "not forwarding ${name}: its value spans several lines, which an env file cannot hold"

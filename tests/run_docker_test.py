@@ -1,0 +1,431 @@
+"""ci/run_docker.sh: argument checks, engine choice, image reuse, and what it hands the engine.
+
+Each test runs the script from a scratch copy of the repository with fake `docker`, `podman`
+and `debootstrap` commands on a PATH that holds nothing else of the kind, so no container is
+built or started. The fakes log every call (as JSON) and keep a list of the images they "have".
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The commands run_docker.sh (and the fakes) use besides the container tools.
+HOST_TOOLS = ("bash", "cat", "cp", "cut", "dirname", "basename", "env", "grep", "id", "mkdir",
+              "mktemp", "rm", "sed", "sha256sum", "tail", "tar", "ln", "readlink", "ls")
+
+FAKE_ENGINE = """\
+#!{python}
+import json, os, sys
+from pathlib import Path
+
+name = Path(sys.argv[0]).name
+args = sys.argv[1:]
+entry = {{"engine": name, "args": args}}
+images_file = Path(os.environ["FAKE_IMAGES"])
+images = images_file.read_text().split() if images_file.exists() else []
+rc = 0
+
+def add_image(ref):
+    with open(images_file, "a") as f:
+        f.write(ref + "\\n")
+
+if args[0] == "info":
+    rc = int(os.environ.get("FAKE_" + name.upper() + "_INFO_RC", "0"))
+elif args[:2] in (["image", "exists"], ["image", "inspect"]):
+    rc = 0 if args[2] in images else 1
+elif args[0] == "build":
+    context = Path(args[-1])
+    entry["context"] = sorted(str(p.relative_to(context)) for p in context.rglob("*"))
+    ca = context / "host-ca" / "ca-bundle.pem"
+    entry["ca"] = ca.read_text() if ca.exists() else None
+    rc = int(os.environ.get("FAKE_BUILD_RC", "0"))
+    if rc == 0:
+        add_image(args[args.index("-t") + 1])
+elif args[0] == "import":
+    entry["stdin_bytes"] = len(sys.stdin.buffer.read())
+    add_image(args[-1])
+elif args[0] == "run":
+    entry["env_file"] = Path(args[args.index("--env-file") + 1]).read_text()
+    if os.environ.get("FAKE_RUN_CLOBBER"):
+        Path(os.environ["FAKE_RUN_CLOBBER"], ".jaxcore_configure.bazelrc").write_text("container\\n")
+        link = Path(os.environ["FAKE_RUN_CLOBBER"], "bazel-bin")
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to("/root/.cache/bazel/bin")
+    rc = int(os.environ.get("FAKE_RUN_RC", "0"))
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps(entry) + "\\n")
+sys.exit(rc)
+"""
+
+FAKE_DEBOOTSTRAP = """\
+#!/usr/bin/env bash
+echo "debootstrap $*" >> "$FAKE_DEBOOTSTRAP_LOG"
+target="${@: -2:1}"
+mkdir -p "$target/etc"
+echo bookworm > "$target/etc/debian_version"
+"""
+
+
+def _executable(path, text):
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+class Sandbox:
+    """A scratch checkout, a PATH with chosen fakes, and a way to run run_docker.sh in it."""
+
+    def __init__(self, tmp_path):
+        self.tmp = tmp_path
+        self.repo = tmp_path / "repo"
+        for rel in ("ci/run_docker.sh", "docker/Dockerfile.cpu", "docker/Dockerfile.cuda",
+                    "docker/Dockerfile.rocm"):
+            (self.repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / rel, self.repo / rel)
+        (self.repo / "build").mkdir()
+        self.lock = self.repo / "build" / "requirements_lock.txt"
+        self.lock.write_text("jax==0.10.2 --hash=sha256:" + "0" * 64 + "\n")
+        _executable(self.repo / "ci" / "job.sh", "#!/usr/bin/env bash\nexit 0\n")
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        for tool in HOST_TOOLS:
+            found = shutil.which(tool)
+            assert found, f"test needs {tool} on PATH"
+            (self.bin / tool).symlink_to(found)
+        self.dev = tmp_path / "dev"
+        self.dev.mkdir()
+        self.log = tmp_path / "engine.log"
+        self.images = tmp_path / "images.txt"
+        self.debootstrap_log = tmp_path / "debootstrap.log"
+
+    def add_engine(self, name):
+        _executable(self.bin / name, FAKE_ENGINE.format(python=sys.executable))
+
+    def add_debootstrap(self):
+        _executable(self.bin / "debootstrap", FAKE_DEBOOTSTRAP)
+
+    def run(self, *args, env=None):
+        base = {
+            "PATH": str(self.bin),
+            "HOME": str(self.tmp),
+            "TMPDIR": str(self.tmp),
+            "FAKE_LOG": str(self.log),
+            "FAKE_IMAGES": str(self.images),
+            "FAKE_DEBOOTSTRAP_LOG": str(self.debootstrap_log),
+            "JAXCORE_DOCKER_DEV_DIR": str(self.dev),
+        }
+        base.update(env or {})
+        return subprocess.run(
+            [str(self.bin / "bash"), str(self.repo / "ci" / "run_docker.sh"), *args],
+            cwd=self.repo, env=base, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+
+    def calls(self, verb=None):
+        if not self.log.exists():
+            return []
+        entries = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [e for e in entries if verb is None or e["args"][0] == verb]
+
+
+@pytest.fixture
+def box(tmp_path):
+    return Sandbox(tmp_path)
+
+
+def _error_line(result):
+    lines = [l for l in result.stderr.splitlines() if "error:" in l]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "tpu", "--", "ci/job.sh"], "unknown backend 'tpu': choose cpu, cuda or rocm"),
+    (["--backend=metal", "--", "ci/job.sh"], "unknown backend 'metal': choose cpu, cuda or rocm"),
+    (["--backend"], "--backend needs a value (cpu, cuda or rocm)"),
+    (["--engine", "lxc", "--", "ci/job.sh"], "unknown engine 'lxc': choose docker or podman"),
+    (["--frobnicate", "--", "ci/job.sh"], "unknown option '--frobnicate'"),
+    (["ci/job.sh"], "unknown option 'ci/job.sh' (the ci/ script goes after '--'"),
+    (["--"], "no CI script given"),
+    ([], "no CI script given"),
+    (["--", "tests/conftest.py"], "'tests/conftest.py' is not a script under ci/"),
+    (["--", "ci/../build/build.py"], "is not a script under ci/"),
+    (["--", "ci/missing.sh"], "CI script 'ci/missing.sh' does not exist"),
+    (["--", "ci/run_docker.sh"], "cannot run itself inside the container"),
+    (["--backend", "cuda", "--base-from-debootstrap", "--", "ci/job.sh"],
+     "--base-from-debootstrap builds a Debian base image and only applies to --backend cpu, not 'cuda'"),
+])
+def test_bad_arguments_give_one_message_and_exit_2(box, args, message):
+    box.add_engine("podman")
+    result = box.run(*args)
+    assert result.returncode == 2
+    assert message in _error_line(result)
+    assert box.calls("build") == [] and box.calls("run") == []
+
+
+def test_no_engine_installed(box):
+    result = box.run("--", "ci/job.sh")
+    assert result.returncode == 2
+    assert "neither docker nor podman is installed" in _error_line(result)
+
+
+def test_docker_cli_without_engine_and_no_podman(box):
+    box.add_engine("docker")
+    result = box.run("--", "ci/job.sh", env={"FAKE_DOCKER_INFO_RC": "1"})
+    assert result.returncode == 2
+    line = _error_line(result)
+    assert "no Docker engine answers" in line and "podman is not installed" in line
+
+
+def test_requested_engine_missing_or_dead(box):
+    box.add_engine("docker")
+    result = box.run("--engine", "podman", "--", "ci/job.sh")
+    assert result.returncode == 2
+    assert "--engine podman: 'podman' is not installed" in _error_line(result)
+    result = box.run("--engine", "docker", "--", "ci/job.sh", env={"FAKE_DOCKER_INFO_RC": "1"})
+    assert result.returncode == 2
+    assert "'docker info' fails" in _error_line(result)
+
+
+def test_cuda_without_nvidia_devices(box):
+    box.add_engine("docker")
+    result = box.run("--backend", "cuda", "--", "ci/job.sh")
+    assert result.returncode == 2
+    assert f"--backend cuda needs an NVIDIA GPU, but there is no {box.dev}/nvidiactl" in _error_line(result)
+    assert box.calls("build") == []
+
+
+@pytest.mark.parametrize("present, missing", [
+    ([], f"kfd"), (["kfd"], "dri"), (["dri"], "kfd"),
+])
+def test_rocm_without_amd_devices(box, present, missing):
+    box.add_engine("docker")
+    for name in present:
+        (box.dev / name).touch()
+    result = box.run("--backend", "rocm", "--", "ci/job.sh")
+    assert result.returncode == 2
+    line = _error_line(result)
+    assert "--backend rocm needs an AMD GPU" in line and f"{box.dev}/{missing}" in line
+
+
+def test_missing_lock_file(box):
+    box.add_engine("docker")
+    box.lock.unlink()
+    result = box.run("--", "ci/job.sh")
+    assert result.returncode == 2
+    assert "build/requirements_lock.txt does not exist" in _error_line(result)
+
+
+def test_missing_host_ca_bundle(box):
+    box.add_engine("docker")
+    result = box.run("--host-ca=/nonexistent/ca.pem", "--", "ci/job.sh")
+    assert result.returncode == 2
+    assert "CA bundle '/nonexistent/ca.pem' does not exist or is empty" in _error_line(result)
+
+
+def test_failed_build_exits_1_and_runs_nothing(box):
+    box.add_engine("docker")
+    result = box.run("--", "ci/job.sh", env={"FAKE_BUILD_RC": "3"})
+    assert result.returncode == 1
+    assert "failed (output above)" in _error_line(result)
+    assert box.calls("run") == []
+
+
+# ---- what the engine is asked to do ------------------------------------------------------
+
+
+def test_cpu_run_builds_once_then_reuses_and_returns_the_script_status(box):
+    box.add_engine("docker")
+    first = box.run("--", "ci/job.sh", "-k", "tree", env={"FAKE_RUN_RC": "5"})
+    assert first.returncode == 5, first.stderr
+    (build,) = box.calls("build")
+    assert build["engine"] == "docker"
+    tag = build["args"][build["args"].index("-t") + 1]
+    assert tag.startswith("localhost/jaxcore-ci-cpu:")
+    assert build["args"][build["args"].index("-f") + 1] == str(box.repo / "docker" / "Dockerfile.cpu")
+    # The build context holds the lock file and the (empty) CA folder, not the source tree.
+    assert build["context"] == ["host-ca", "requirements_lock.txt"]
+    assert build["ca"] is None
+    (run,) = box.calls("run")
+    args = run["args"]
+    assert args[-4:] == [tag, "bash", "ci/job.sh", "-k", "tree"][-4:] and args[-5] == tag
+    assert f"{box.repo}:{box.repo}" in args and args[args.index("-w") + 1] == str(box.repo)
+    assert "--gpus" not in args and "--device=/dev/kfd" not in args
+
+    second = box.run("--", "ci/job.sh")
+    assert second.returncode == 0
+    assert len(box.calls("build")) == 1
+    assert f"reusing image {tag}" in second.stderr
+    assert box.calls("run")[-1]["args"][-3] == tag
+
+
+def test_image_key_follows_lock_file_and_dockerfile(box):
+    box.add_engine("docker")
+    box.run("--", "ci/job.sh")
+    box.lock.write_text("jax==0.10.2 --hash=sha256:" + "1" * 64 + "\n")
+    box.run("--", "ci/job.sh")
+    dockerfile = box.repo / "docker" / "Dockerfile.cpu"
+    dockerfile.write_text(dockerfile.read_text() + "\n# changed\n")
+    box.run("--", "ci/job.sh")
+    tags = [b["args"][b["args"].index("-t") + 1] for b in box.calls("build")]
+    assert len(tags) == 3 and len(set(tags)) == 3
+    box.run("--rebuild", "--", "ci/job.sh")
+    assert len(box.calls("build")) == 4
+
+
+def test_environment_is_forwarded_through_an_env_file(box):
+    box.add_engine("docker")
+    env = {"JAX_ENABLE_X64": "1", "JAXCORE_PLUGINS": "none", "JAXCORE_EMPTY": "",
+           "JAXCORE_PYTHON": ".venv/bin/python", "JAXCORE_MULTI": "a\nb", "OTHER_VAR": "x",
+           "XJAX_NOT": "y"}
+    result = box.run("--", "ci/job.sh", env=env)
+    assert result.returncode == 0, result.stderr
+    lines = box.calls("run")[0]["env_file"].splitlines()
+    assert sorted(lines) == ["JAXCORE_EMPTY=", "JAXCORE_PLUGINS=none", "JAX_ENABLE_X64=1"]
+    assert "not forwarding JAXCORE_PYTHON" in result.stderr
+    assert "not forwarding JAXCORE_MULTI" in result.stderr
+
+
+def test_cuda_adds_gpus_all_with_docker(box):
+    box.add_engine("docker")
+    (box.dev / "nvidiactl").touch()
+    result = box.run("--backend", "cuda", "--", "ci/job.sh")
+    assert result.returncode == 0, result.stderr
+    (build,) = box.calls("build")
+    assert build["args"][build["args"].index("-f") + 1].endswith("docker/Dockerfile.cuda")
+    args = box.calls("run")[0]["args"]
+    assert args[args.index("--gpus") + 1] == "all"
+
+
+def test_cuda_uses_cdi_devices_with_podman(box):
+    box.add_engine("podman")
+    (box.dev / "nvidia0").touch()
+    result = box.run("--backend", "cuda", "--", "ci/job.sh")
+    assert result.returncode == 0, result.stderr
+    args = box.calls("run")[0]["args"]
+    assert args[args.index("--device") + 1] == "nvidia.com/gpu=all"
+
+
+def test_rocm_adds_devices_groups_and_shm(box):
+    box.add_engine("docker")
+    (box.dev / "kfd").touch()
+    (box.dev / "dri").mkdir()
+    result = box.run("--backend", "rocm", "--", "ci/job.sh")
+    assert result.returncode == 0, result.stderr
+    args = box.calls("run")[0]["args"]
+    start = args.index("--device=/dev/kfd")
+    assert args[start:start + 6] == ["--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video",
+                                      "--shm-size", "16G"]
+    assert box.calls("build")[0]["args"][box.calls("build")[0]["args"].index("-t") + 1].startswith(
+        "localhost/jaxcore-ci-rocm:")
+
+
+def test_podman_preferred_when_docker_has_no_engine(box):
+    box.add_engine("docker")
+    box.add_engine("podman")
+    result = box.run("--", "ci/job.sh", env={"FAKE_DOCKER_INFO_RC": "1"})
+    assert result.returncode == 0, result.stderr
+    assert {c["engine"] for c in box.calls() if c["args"][0] != "info"} == {"podman"}
+    build = box.calls("build")[0]["args"]
+    assert build[build.index("--format") + 1] == "docker"
+    run = box.calls("run")[0]["args"]
+    ulimits = [run[i + 1] for i, a in enumerate(run) if a == "--ulimit"]
+    assert [u.split("=")[0] for u in ulimits] == ["nofile", "nproc"]
+
+
+def test_docker_preferred_when_its_engine_answers(box):
+    box.add_engine("docker")
+    box.add_engine("podman")
+    assert box.run("--", "ci/job.sh").returncode == 0
+    assert {c["engine"] for c in box.calls()} == {"docker"}
+
+
+def test_host_ca_goes_into_build_and_run(box):
+    box.add_engine("docker")
+    bundle = box.tmp / "corp-ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n")
+    result = box.run(f"--host-ca={bundle}", "--", "ci/job.sh")
+    assert result.returncode == 0, result.stderr
+    build = box.calls("build")[0]
+    assert build["ca"] == bundle.read_text()
+    args = box.calls("run")[0]["args"]
+    assert f"{bundle}:/etc/jaxcore/host-ca.pem:ro" in args
+    assert "PIP_CERT=/etc/jaxcore/host-ca.pem" in args
+
+
+def test_host_ca_without_a_path_uses_ssl_cert_file(box):
+    box.add_engine("docker")
+    bundle = box.tmp / "system-ca.pem"
+    bundle.write_text("system bundle\n")
+    result = box.run("--host-ca", "--", "ci/job.sh", env={"SSL_CERT_FILE": str(bundle)})
+    assert result.returncode == 0, result.stderr
+    assert box.calls("build")[0]["ca"] == "system bundle\n"
+
+
+def test_host_files_rewritten_in_the_container_are_restored(box):
+    box.add_engine("docker")
+    (box.repo / ".jaxcore_configure.bazelrc").write_text("host\n")
+    (box.repo / "bazel-bin").symlink_to("/host/cache/bin")
+    result = box.run("--", "ci/job.sh", env={"FAKE_RUN_CLOBBER": str(box.repo), "FAKE_RUN_RC": "4"})
+    assert result.returncode == 4
+    assert (box.repo / ".jaxcore_configure.bazelrc").read_text() == "host\n"
+    assert os.readlink(box.repo / "bazel-bin") == "/host/cache/bin"
+
+
+def test_files_the_container_creates_are_removed(box):
+    box.add_engine("docker")
+    result = box.run("--", "ci/job.sh", env={"FAKE_RUN_CLOBBER": str(box.repo)})
+    assert result.returncode == 0, result.stderr
+    assert not (box.repo / ".jaxcore_configure.bazelrc").exists()
+    assert not (box.repo / "bazel-bin").is_symlink()
+
+
+def test_base_from_debootstrap(box):
+    box.add_engine("podman")
+    box.add_debootstrap()
+    result = box.run("--base-from-debootstrap", "--", "ci/job.sh")
+    if os.geteuid() != 0:
+        assert result.returncode == 2
+        assert "--base-from-debootstrap needs root" in _error_line(result)
+        return
+    assert result.returncode == 0, result.stderr
+    assert "--variant=minbase bookworm" in box.debootstrap_log.read_text()
+    (imported,) = box.calls("import")
+    base = imported["args"][-1]
+    assert base.startswith("localhost/jaxcore-debian-bookworm:debootstrap-")
+    assert imported["stdin_bytes"] > 0
+    build = box.calls("build")[0]["args"]
+    assert f"BASE_IMAGE={base}" in build
+    # A second run reuses both the base and the CI image.
+    assert box.run("--base-from-debootstrap", "--", "ci/job.sh").returncode == 0
+    assert len(box.calls("import")) == 1 and len(box.calls("build")) == 1
+    # The key of the CI image includes the base, so it differs from the registry-based one.
+    box.run("--", "ci/job.sh")
+    tags = [b["args"][b["args"].index("-t") + 1] for b in box.calls("build")]
+    assert len(set(tags)) == 2
+
+
+def test_base_from_debootstrap_without_debootstrap(box):
+    box.add_engine("podman")
+    result = box.run("--base-from-debootstrap", "--", "ci/job.sh")
+    assert result.returncode == 2
+    assert "--base-from-debootstrap needs debootstrap, which is not installed" in _error_line(result)
+    assert box.calls("import") == [] and box.calls("build") == []
+
+
+def test_help_prints_usage(box):
+    result = box.run("--help")
+    assert result.returncode == 0
+    assert "--backend cpu|cuda|rocm" in result.stdout and "--base-from-debootstrap" in result.stdout
