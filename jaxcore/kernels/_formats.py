@@ -12,6 +12,8 @@ logical (K, N) weight W, blocks of ``block_size`` rows run along K for each colu
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -141,4 +143,10 @@ def dequantize_slab(fmt: str, qslab: jax.Array, scale_rows: jax.Array, block_siz
 def dequantize(fmt: str, qvalue: jax.Array, scale: jax.Array, block_size: int) -> jax.Array:
     """Dequantises a whole stored weight to float32 (K, N) (the materialised form)."""
     check_layout(fmt, qvalue, scale, block_size)
+    return _dequantize_jit(fmt, qvalue, scale, block_size)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _dequantize_jit(fmt, qvalue, scale, block_size):
+    # One compiled program per layout, so eager materialisation is one dispatch.
     return dequantize_slab(fmt, qvalue, scale, block_size)

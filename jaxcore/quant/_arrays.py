@@ -70,7 +70,21 @@ class _QuantizedArray(ImplicitArray):
         return (k, n) if self.axis == 0 else (n, k)
 
     def materialize(self) -> jax.Array:
-        """Dequantises the whole weight (the dense fallback; matmuls avoid it)."""
+        """Dequantises the whole weight (the dense fallback; matmuls avoid it).
+
+        Raises:
+          TypeError: if this is a cotangent (its codes are ``float0``), which happens when
+            `jaxcore.implicit.ste` wraps a function that returns a quantised array: that
+            cotangent has no slot for the dense gradient a straight-through estimator
+            needs. Use `jaxcore.quant.fake_quantize` (or ``ste`` of ``quantize(w).materialize()``).
+        """
+        if self.qvalue.dtype == jax.dtypes.float0:
+            raise TypeError(
+                f"cannot materialise a cotangent of {type(self).__name__} (its qvalue is float0): "
+                "a straight-through gradient cannot pass through a function that returns a "
+                "quantised array; use jaxcore.quant.fake_quantize(w, ...) or "
+                "ste(lambda w: ArrayNF4.quantize(w).materialize()) for quantisation-aware training"
+            )
         dense = dequantize(self.fmt, self.qvalue, self.block_scales(), self.block_size)
         dense = dense if self.axis == 0 else dense.T
         return dense.astype(self.dtype)

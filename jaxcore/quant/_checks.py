@@ -25,7 +25,8 @@ def check_weight(x, what: str) -> jax.Array:
         trace) contains NaN or Inf. Inside ``jit`` the values are unknown; a non-finite
         entry then makes its whole block's scale non-finite, so outputs are NaN, not wrong.
     """
-    dtype = np.dtype(getattr(x, "dtype", np.asarray(x).dtype))
+    dtype = getattr(x, "dtype", None)
+    dtype = np.dtype(np.asarray(x).dtype if dtype is None else dtype)
     if not any(dtype == np.dtype(d) for d in _SUPPORTED):
         raise TypeError(
             f"{what}: unsupported dtype {dtype}; expected one of "

@@ -18,6 +18,7 @@ def _group_index(count: int) -> jax.Array:
     return jnp.arange(count, dtype=jnp.int32) // GROUP_SIZE
 
 
+@jax.jit
 def compress_scales(absmax: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Quantises float32 block scales to int8.
 
@@ -41,6 +42,7 @@ def compress_scales(absmax: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]
     return codes.reshape(absmax.shape), group_scale, offset
 
 
+@jax.jit
 def expand_scales(codes: jax.Array, group_scale: jax.Array, offset: jax.Array) -> jax.Array:
     """Inverse of `compress_scales`: float32 block scales shaped like ``codes``."""
     flat = codes.reshape(-1).astype(jnp.float32)

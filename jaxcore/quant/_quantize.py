@@ -6,6 +6,8 @@ each block is scaled by its absolute maximum (symmetric quantisation).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -34,18 +36,21 @@ def _symmetric(x: jax.Array, block_size: int, qmax: int) -> tuple[jax.Array, jax
     return jnp.clip(q, -qmax, qmax).astype(jnp.int32), scale
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def quantize_int8(x: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
     """Symmetric int8: returns (qvalue int8 (K, N), scale float32 (K // block_size, N))."""
     q, scale = _symmetric(x, block_size, 127)
     return q.astype(jnp.int8), scale
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def quantize_int4(x: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
     """Symmetric int4 in [-7, 7]: returns (qvalue uint8 (K // 2, N), scale float32)."""
     q, scale = _symmetric(x, block_size, 7)
     return pack_nibbles(q + INT4_ZERO_POINT), scale
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def quantize_nf4(x: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
     """NF4: each value / its block absmax goes to the nearest NF4 code.
 
