@@ -28,6 +28,7 @@ from jaxcore.named._rearrange import Capture, Side, parse_einsum, raise_parse_er
 __all__ = ["dot", "einsum", "order_for_partial_spec"]
 
 _UNSET: Any = object()
+_Tracer = jax.core.Tracer
 
 
 # ----------------------------------------------------------------------------- partial orders
@@ -117,6 +118,9 @@ class _DotPlan:
     steps: tuple[_Step, ...]
     perm: tuple[int, ...] | None
     out_axes: tuple[Axis, ...]
+    # Eager calls go through one jitted executable per (precision, dtype, dot_general):
+    # a single fast C++ dispatch instead of one Python primitive bind per op.
+    eager: dict = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 def _check_sizes(operands: Sequence[tuple[Axis, ...]]) -> dict[str, Axis]:
@@ -211,18 +215,15 @@ def _plan_dot(
     return _DotPlan(first_presum, tuple(steps), perm, out_axes)
 
 
-def _run_plan(
-    plan: _DotPlan,
-    raws: Sequence[jax.Array],
-    precision,
-    preferred_element_type,
-    dot_general: Callable,
-) -> NamedArray:
+def _compute(
+    plan: _DotPlan, precision, preferred_element_type, dot_general: Callable, *raws: jax.Array
+) -> jax.Array:
+    """The positional computation a plan describes (pre-sums, dot_generals, transpose)."""
     if len(raws) > 1:
         dtype = raws[0].dtype
         if any(r.dtype != dtype for r in raws[1:]):
             dtype = jnp.result_type(*raws)
-            raws = [r.astype(dtype) for r in raws]
+            raws = tuple(r.astype(dtype) for r in raws)
     acc = raws[0]
     if plan.first_presum:
         acc = jnp.sum(acc, axis=plan.first_presum, dtype=acc.dtype)
@@ -240,7 +241,30 @@ def _run_plan(
         acc = acc.astype(preferred_element_type)
     if plan.perm is not None:
         acc = jax.lax.transpose(acc, plan.perm)
-    return NamedArray._new(acc, plan.out_axes)
+    return acc
+
+
+def _run_plan(
+    plan: _DotPlan,
+    raws: Sequence[jax.Array],
+    precision,
+    preferred_element_type,
+    dot_general: Callable,
+) -> NamedArray:
+    if not any(isinstance(r, _Tracer) for r in raws):
+        # Eager: reuse one compiled executable per plan (and per static option set).
+        key = (precision, preferred_element_type, dot_general)
+        try:
+            fn = plan.eager.get(key)
+            if fn is None:
+                fn = plan.eager[key] = jax.jit(
+                    functools.partial(_compute, plan, precision, preferred_element_type, dot_general)
+                )
+        except TypeError:  # unhashable option: run op by op
+            fn = None
+        if fn is not None:
+            return NamedArray._new(fn(*raws), plan.out_axes)
+    return NamedArray._new(_compute(plan, precision, preferred_element_type, dot_general, *raws), plan.out_axes)
 
 
 def _out_key(out_axes) -> tuple | None:

@@ -27,6 +27,7 @@ import math
 from types import EllipsisType
 from typing import Mapping, NoReturn, Sequence
 
+import jax
 from jax import lax
 
 from jaxcore.named._axis import Axis
@@ -242,6 +243,21 @@ class _Plan:
     perm: tuple[int, ...] | None  # transpose of the split axes (None: identity)
     final_shape: tuple[int, ...] | None  # reshape after the transpose (None: not needed)
     final_axes: tuple[Axis, ...]
+
+    def apply(self, raw):
+        """Runs the reshape / transpose / reshape on a positional array."""
+        if self.split_shape is not None:
+            raw = raw.reshape(self.split_shape)
+        if self.perm is not None:
+            raw = lax.transpose(raw, self.perm)
+        if self.final_shape is not None:
+            raw = raw.reshape(self.final_shape)
+        return raw
+
+    @functools.cached_property
+    def eager(self):
+        """The plan as one jitted executable: one fast dispatch for eager calls."""
+        return jax.jit(self.apply)
 
 
 def _normalize_bindings(bindings: Mapping[str, object]) -> tuple[tuple[str, Axis | str | int], ...]:
@@ -541,10 +557,8 @@ def rearrange_str(array: NamedArray, expression: str, **bindings: Axis | str | i
         raise TypeError(f"rearrange expects a NamedArray, got {type(array).__name__}")
     plan = _plan(expression, tuple(array.axes), _normalize_bindings(bindings))
     raw = array.array
-    if plan.split_shape is not None:
-        raw = raw.reshape(plan.split_shape)
-    if plan.perm is not None:
-        raw = lax.transpose(raw, plan.perm)
-    if plan.final_shape is not None:
-        raw = raw.reshape(plan.final_shape)
-    return NamedArray(raw, plan.final_axes)
+    if plan.split_shape is None and plan.perm is None and plan.final_shape is None:
+        return NamedArray._new(raw, plan.final_axes)
+    if isinstance(raw, jax.core.Tracer):
+        return NamedArray._new(plan.apply(raw), plan.final_axes)
+    return NamedArray._new(plan.eager(raw), plan.final_axes)
