@@ -76,3 +76,15 @@ def jax_version_supported(version: str | None = None) -> bool:
     except (RuntimeError, ValueError):
         return False
     return True
+
+
+def is_eval_trace(trace: object) -> bool:
+    """Returns whether ``trace`` is JAX's eager evaluation trace (no transformation active).
+
+    ``jax.extend.core.take_current_trace()`` gives the trace object; JAX has no public
+    predicate for "this is eager evaluation", which decides whether compiling a
+    sub-computation pays off.
+    """
+    from jax._src import core  # the one sanctioned jax._src import site
+
+    return isinstance(trace, core.EvalTrace)

@@ -131,16 +131,44 @@ def leaf_signature(leaf: tp.Any) -> tuple[tp.Any, tp.Any]:
     return tuple(shape), getattr(leaf, "dtype", type(leaf))
 
 
+def _structure_key(obj: ImplicitArray) -> tp.Any:
+    """A hashable key for everything ``materialize``'s output shape can depend on.
+
+    That is the class, the aux data, and the shape/dtype of every child leaf. Plain
+    array children are read directly (the common, fast case); other children are
+    flattened. Returns ``None`` when the aux data is unhashable.
+    """
+    layout = _layout(type(obj))
+    d = obj.__dict__
+    children = []
+    for name in layout.children:
+        child = d[name]
+        if isinstance(child, ImplicitArray):
+            children.append(_structure_key(child))
+        elif hasattr(child, "shape") and hasattr(child, "dtype"):
+            children.append((tuple(child.shape), child.dtype))
+        else:
+            leaves, treedef = jax.tree_util.tree_flatten(child)
+            children.append((treedef, tuple(leaf_signature(leaf) for leaf in leaves)))
+    key = (
+        type(obj),
+        d.get("_jaxcore_explicit_shape"),
+        d.get("_jaxcore_explicit_dtype"),
+        tuple(d[name] for name in layout.aux),
+        tuple(children),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _discover(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
     """Finds the shape/dtype of ``materialize(obj)`` with ``jax.eval_shape``, with a cache."""
     from jaxcore.implicit import _materialize  # local: _materialize imports this module
 
-    leaves, treedef = jax.tree_util.tree_flatten(obj)
-    try:
-        key = (treedef, tuple(leaf_signature(leaf) for leaf in leaves))
-        hash(key)
-    except TypeError:
-        key = None
+    key = _structure_key(obj)
     if key is not None:
         found = _discovered_avals.get(key)
         if found is not None:

@@ -27,6 +27,7 @@ from jaxcore.implicit import _base
 from jaxcore.implicit import _dispatch
 from jaxcore.implicit import _materialize
 from jaxcore.implicit import _trace
+from jaxcore.implicit import _warnings
 
 _RULE_PRECEDENCE = -(2**30)
 
@@ -35,17 +36,6 @@ _RULE_PRECEDENCE = -(2**30)
 def _implicit_jaxpr_fn(closed_jaxpr: jex_core.ClosedJaxpr) -> tp.Callable[..., list]:
     """Returns ``implicit(jaxpr_as_fun(closed_jaxpr))``, cached per jaxpr object."""
     return _trace.use_implicit(jex_core.jaxpr_as_fun(closed_jaxpr))
-
-
-@functools.lru_cache(maxsize=1024)
-def _jitted_jaxpr_fn(closed_jaxpr: jex_core.ClosedJaxpr, name: str) -> tp.Callable[..., list]:
-    fn = _implicit_jaxpr_fn(closed_jaxpr)
-
-    def run(*args):
-        return fn(*args)
-
-    run.__name__ = run.__qualname__ = name
-    return jax.jit(run)
 
 
 def _materialize_full(x: tp.Any) -> tp.Any:
@@ -87,7 +77,9 @@ def _jit_rule(primitive, *args: tp.Any, jaxpr, inline, name, **params):
     del primitive, params  # shardings/donation refer to the dense operands.
     if inline:
         return list(_implicit_jaxpr_fn(jaxpr)(*args))
-    return list(_jitted_jaxpr_fn(jaxpr, name)(*args))
+    return list(
+        _trace._compiled_jaxpr_fn(jaxpr, name, _warnings.warnings_state())(*args)
+    )
 
 
 @_dispatch.register(prims.remat_p, precedence=_RULE_PRECEDENCE)

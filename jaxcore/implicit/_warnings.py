@@ -52,6 +52,18 @@ def _env_allows() -> bool:
     return os.environ.get(ENV_VAR, "1").strip().lower() not in _FALSE_VALUES
 
 
+_generation = 0
+
+
+def warnings_state() -> tuple[bool, int]:
+    """(whether fallback warnings are on, how often they were reset).
+
+    Fallback warnings are issued while tracing; code that caches traces keys them on
+    this, so that re-enabling or resetting warnings is not hidden by a cached trace.
+    """
+    return (_enabled.get() and _env_allows(), _generation)
+
+
 def warn_materialize(primitive: tp.Any, implicit_type: type) -> None:
     """Warns (once per primitive and type) that ``implicit_type`` is being materialised."""
     key = (str(primitive), implicit_type)
@@ -75,5 +87,7 @@ def warn_materialize(primitive: tp.Any, implicit_type: type) -> None:
 
 def reset_materialization_warnings() -> None:
     """Forgets which (primitive, type) pairs already warned, so they warn again."""
+    global _generation
     with _lock:
         _warned.clear()
+        _generation += 1
