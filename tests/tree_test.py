@@ -387,19 +387,21 @@ _leaf_arrays = hnp.arrays(
 )
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(_leaf_arrays, min_size=1, max_size=4), st.integers(1, 3))
-def test_stack_round_trip_property(arrays, count):
-    trees = [{"a": a + i, "b": (a * i,)} for i in range(count) for a in [arrays[0]]]
+# Few examples: each new shape compiles fresh XLA ops, and CI has 2 shared cores.
+@settings(max_examples=12, deadline=None)
+@given(_leaf_arrays, st.integers(1, 4))
+def test_stack_round_trip_property(base, count):
+    trees = [{"a": base + i, "b": (base * i,)} for i in range(count)]
     stacked = jt.tree_stack(*trees)
     np.testing.assert_array_equal(stacked["a"], np.stack([t["a"] for t in trees]))
+    assert stacked["b"][0].shape == (count, *base.shape)
     for i, t in enumerate(trees):
         np.testing.assert_array_equal(stacked["a"][i], t["a"])
         np.testing.assert_array_equal(stacked["b"][0][i], t["b"][0])
 
 
-@settings(max_examples=25, deadline=None)
-@given(_leaf_arrays, st.lists(st.integers(0, 3), min_size=1, max_size=4))
+@settings(max_examples=10, deadline=None)
+@given(_leaf_arrays, st.lists(st.integers(0, 2), min_size=1, max_size=3))
 def test_concat_round_trip_property(base, extra_rows):
     trees = [Point(np.repeat(base[:1], r + 1, axis=0), np.full((r + 1, 2), r, np.float32)) for r in extra_rows]
     cat = jt.tree_concat(*trees)
@@ -481,9 +483,9 @@ def test_tree_scatter_set_matches_numpy_and_respects_node_args():
     np.testing.assert_array_equal(jitted["buf"].data, out["buf"].data)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
-    st.integers(1, 12).flatmap(
+    st.integers(1, 6).flatmap(
         lambda n: st.tuples(
             hnp.arrays(np.float32, (n, 2), elements=st.floats(-10, 10, width=32)),
             st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True),
