@@ -2,7 +2,6 @@
 tree_map alignment, and the stack/concat/where/scatter helpers."""
 
 import dataclasses
-import re
 
 import hypothesis.extra.numpy as hnp
 import jax
