@@ -24,6 +24,7 @@ def test_jit_bare_and_decorator_forms_match_plain_jax():
     f = ju.jit(_poly)
     np.testing.assert_allclose(f(x), np.arange(4.0) ** 2 + 1)
     assert f.__name__ == "_poly" and f.__doc__ == "Docstring kept by jit."
+    np.testing.assert_allclose(ju.jit(fn=_poly)(x), np.arange(4.0) ** 2 + 1)
     g = ju.jit(static_argnames="power")(_poly)
     np.testing.assert_allclose(g(x, power=3), np.arange(4.0) ** 3 + 1)
 

@@ -22,16 +22,15 @@ def _require_callable(api: str, fn: Any) -> None:
 
 
 @overload
-def jit(fn: C, /, **kwargs: Any) -> C: ...
+def jit(fn: C, **kwargs: Any) -> C: ...
 
 
 @overload
-def jit(fn: None = None, /, **kwargs: Any) -> Callable[[C], C]: ...
+def jit(fn: None = None, **kwargs: Any) -> Callable[[C], C]: ...
 
 
 def jit(
     fn: C | None = None,
-    /,
     *,
     in_shardings: Any = None,
     out_shardings: Any = None,
