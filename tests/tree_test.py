@@ -254,6 +254,24 @@ def test_no_post_init_suppresses_opted_in_validation_and_nests():
         Positive(-1)
 
 
+def test_no_post_init_is_scoped_to_the_current_thread():
+    import threading
+
+    errors = []
+
+    def build():
+        try:
+            Positive(-1)
+        except ValueError as err:
+            errors.append(str(err))
+
+    with jt.no_post_init():
+        worker = threading.Thread(target=build)
+        worker.start()
+        worker.join()
+    assert errors == ["x must be positive, got -1"]
+
+
 def test_no_post_init_restores_state_after_exception():
     with pytest.raises(RuntimeError):
         with jt.no_post_init():
