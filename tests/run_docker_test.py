@@ -5,12 +5,10 @@ and `debootstrap` commands on a PATH that holds nothing else of the kind, so no 
 built or started. The fakes log every call (as JSON) and keep a list of the images they "have".
 """
 
-import json
 import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,52 +16,42 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # The commands run_docker.sh (and the fakes) use besides the container tools.
-HOST_TOOLS = ("bash", "cat", "cp", "cut", "dirname", "basename", "env", "grep", "id", "mkdir",
-              "mktemp", "rm", "sed", "sha256sum", "tail", "tar", "ln", "readlink", "ls")
+HOST_TOOLS = ("bash", "cat", "cp", "cut", "dirname", "basename", "env", "find", "grep", "id",
+              "ln", "ls", "mkdir", "mktemp", "readlink", "rm", "sed", "sha256sum", "sort", "tail",
+              "tar", "wc")
 
+# A fake docker/podman. Each call leaves calls/<n>.args (engine name and arguments,
+# NUL-separated) and, for build / import / run, what the test wants to see of their inputs.
 FAKE_ENGINE = """\
-#!{python}
-import json, os, sys
-from pathlib import Path
-
-name = Path(sys.argv[0]).name
-args = sys.argv[1:]
-entry = {{"engine": name, "args": args}}
-images_file = Path(os.environ["FAKE_IMAGES"])
-images = images_file.read_text().split() if images_file.exists() else []
-rc = 0
-
-def add_image(ref):
-    with open(images_file, "a") as f:
-        f.write(ref + "\\n")
-
-if args[0] == "info":
-    rc = int(os.environ.get("FAKE_" + name.upper() + "_INFO_RC", "0"))
-elif args[:2] in (["image", "exists"], ["image", "inspect"]):
-    rc = 0 if args[2] in images else 1
-elif args[0] == "build":
-    context = Path(args[-1])
-    entry["context"] = sorted(str(p.relative_to(context)) for p in context.rglob("*"))
-    ca = context / "host-ca" / "ca-bundle.pem"
-    entry["ca"] = ca.read_text() if ca.exists() else None
-    rc = int(os.environ.get("FAKE_BUILD_RC", "0"))
-    if rc == 0:
-        add_image(args[args.index("-t") + 1])
-elif args[0] == "import":
-    entry["stdin_bytes"] = len(sys.stdin.buffer.read())
-    add_image(args[-1])
-elif args[0] == "run":
-    entry["env_file"] = Path(args[args.index("--env-file") + 1]).read_text()
-    if os.environ.get("FAKE_RUN_CLOBBER"):
-        Path(os.environ["FAKE_RUN_CLOBBER"], ".jaxcore_configure.bazelrc").write_text("container\\n")
-        link = Path(os.environ["FAKE_RUN_CLOBBER"], "bazel-bin")
-        if link.is_symlink():
-            link.unlink()
-        link.symlink_to("/root/.cache/bazel/bin")
-    rc = int(os.environ.get("FAKE_RUN_RC", "0"))
-with open(os.environ["FAKE_LOG"], "a") as f:
-    f.write(json.dumps(entry) + "\\n")
-sys.exit(rc)
+#!/usr/bin/env bash
+name="${0##*/}"
+n=$(ls "$FAKE_CALLS" | grep -c '[.]args$' || true)
+call="$FAKE_CALLS/$(printf '%04d' "$n")"
+printf '%s\\0' "$name" "$@" > "$call.args"
+option() {  # the value after option $1 in the remaining arguments
+  local want="$1"; shift
+  while (($#)); do [[ "$1" == "$want" ]] && { echo "$2"; return; }; shift; done
+}
+rc=0
+case "$1" in
+  info) var="FAKE_${name^^}_INFO_RC"; rc="${!var:-0}" ;;
+  image) grep -qxF -- "$3" "$FAKE_IMAGES" 2>/dev/null || rc=1 ;;
+  build)
+    context="${@: -1}"
+    (cd "$context" && find . -mindepth 1 | sed 's|^[.]/||' | sort) > "$call.context"
+    if [[ -f "$context/host-ca/ca-bundle.pem" ]]; then cp "$context/host-ca/ca-bundle.pem" "$call.ca"; fi
+    rc="${FAKE_BUILD_RC:-0}"
+    if ((rc == 0)); then option -t "$@" >> "$FAKE_IMAGES"; fi ;;
+  import) wc -c > "$call.stdin_bytes"; echo "${@: -1}" >> "$FAKE_IMAGES" ;;
+  run)
+    cp "$(option --env-file "$@")" "$call.env"
+    if [[ -n "${FAKE_RUN_CLOBBER:-}" ]]; then
+      echo container > "$FAKE_RUN_CLOBBER/.jaxcore_configure.bazelrc"
+      ln -sfn /root/.cache/bazel/bin "$FAKE_RUN_CLOBBER/bazel-bin"
+    fi
+    rc="${FAKE_RUN_RC:-0}" ;;
+esac
+exit "$rc"
 """
 
 FAKE_DEBOOTSTRAP = """\
@@ -103,12 +91,13 @@ class Sandbox:
             (self.bin / tool).symlink_to(found)
         self.dev = tmp_path / "dev"
         self.dev.mkdir()
-        self.log = tmp_path / "engine.log"
+        self.calls_dir = tmp_path / "calls"
+        self.calls_dir.mkdir()
         self.images = tmp_path / "images.txt"
         self.debootstrap_log = tmp_path / "debootstrap.log"
 
     def add_engine(self, name):
-        _executable(self.bin / name, FAKE_ENGINE.format(python=sys.executable))
+        _executable(self.bin / name, FAKE_ENGINE)
 
     def add_debootstrap(self):
         _executable(self.bin / "debootstrap", FAKE_DEBOOTSTRAP)
@@ -118,7 +107,7 @@ class Sandbox:
             "PATH": str(self.bin),
             "HOME": str(self.tmp),
             "TMPDIR": str(self.tmp),
-            "FAKE_LOG": str(self.log),
+            "FAKE_CALLS": str(self.calls_dir),
             "FAKE_IMAGES": str(self.images),
             "FAKE_DEBOOTSTRAP_LOG": str(self.debootstrap_log),
             "JAXCORE_DOCKER_DEV_DIR": str(self.dev),
@@ -131,9 +120,16 @@ class Sandbox:
         )
 
     def calls(self, verb=None):
-        if not self.log.exists():
-            return []
-        entries = [json.loads(line) for line in self.log.read_text().splitlines()]
+        """The fake engines' calls, in order, as dicts (optionally only one verb's)."""
+        entries = []
+        for args_file in sorted(self.calls_dir.glob("*.args")):
+            fields = args_file.read_text().split("\0")[:-1]
+            entry = {"engine": fields[0], "args": fields[1:]}
+            stem = args_file.with_suffix("")
+            for key in ("context", "ca", "env", "stdin_bytes"):
+                extra = stem.with_suffix("." + key)
+                entry[key] = extra.read_text() if extra.exists() else None
+            entries.append(entry)
         return [e for e in entries if verb is None or e["args"][0] == verb]
 
 
@@ -256,7 +252,7 @@ def test_cpu_run_builds_once_then_reuses_and_returns_the_script_status(box):
     assert tag.startswith("localhost/jaxcore-ci-cpu:")
     assert build["args"][build["args"].index("-f") + 1] == str(box.repo / "docker" / "Dockerfile.cpu")
     # The build context holds the lock file and the (empty) CA folder, not the source tree.
-    assert build["context"] == ["host-ca", "requirements_lock.txt"]
+    assert build["context"].split() == ["host-ca", "requirements_lock.txt"]
     assert build["ca"] is None
     (run,) = box.calls("run")
     args = run["args"]
@@ -292,7 +288,7 @@ def test_environment_is_forwarded_through_an_env_file(box):
            "XJAX_NOT": "y"}
     result = box.run("--", "ci/job.sh", env=env)
     assert result.returncode == 0, result.stderr
-    lines = box.calls("run")[0]["env_file"].splitlines()
+    lines = box.calls("run")[0]["env"].splitlines()
     assert sorted(lines) == ["JAXCORE_EMPTY=", "JAXCORE_PLUGINS=none", "JAX_ENABLE_X64=1"]
     assert "not forwarding JAXCORE_PYTHON" in result.stderr
     assert "not forwarding JAXCORE_MULTI" in result.stderr
@@ -405,7 +401,7 @@ def test_base_from_debootstrap(box):
     (imported,) = box.calls("import")
     base = imported["args"][-1]
     assert base.startswith("localhost/jaxcore-debian-bookworm:debootstrap-")
-    assert imported["stdin_bytes"] > 0
+    assert int(imported["stdin_bytes"]) > 0
     build = box.calls("build")[0]["args"]
     assert f"BASE_IMAGE={base}" in build
     # A second run reuses both the base and the CI image.
