@@ -18,7 +18,7 @@ import pytest
 
 import jaxcore
 import jaxcore_gpu
-from jaxcore import kernels
+from jaxcore import kernels, quant
 from jaxcore_gpu import _blocks, _checks, _dequant
 from jaxcore_gpu import _matmul as gpu_matmul
 
@@ -252,18 +252,21 @@ def test_plugin_metadata_and_initialize():
         jaxcore_gpu.initialize(platforms=("tpu",))
 
 
-class _Quantized:
-    """The attributes ``jaxcore.kernels.quantized_matmul`` reads off a quant array."""
+def _quantized(fmt, k, n):
+    w = jax.random.normal(jax.random.key(7), (k, n), jnp.float32)
+    if fmt == "int8":
+        return quant.ArrayInt8.quantize(w)
+    if fmt == "int4":
+        return quant.ArrayInt4.quantize(w, 32)
+    return quant.ArrayNF4.quantize(w, 64, double_quant=(fmt == "nf4-dq"))
 
-    def __init__(self, qvalue, scale, fmt, block_size):
-        self.qvalue, self._scale, self.fmt, self.block_size = qvalue, scale, fmt, block_size
 
-    def block_scales(self):
-        return self._scale
-
-
-@pytest.mark.parametrize("flag", ["cuda", "rocm", "0"])
-def test_platform_dependent_dispatch_on_cpu(monkeypatch, flag):
+@pytest.mark.parametrize(
+    "fmt,flag", [("int8", "cuda"), ("int4", "rocm"), ("nf4-dq", "1"), ("nf4", "0")]
+)
+def test_platform_dependent_dispatch_on_cpu(monkeypatch, fmt, flag):
+    """jaxcore.quant arrays through the registry: the reference on CPU, or a forced
+    interpret-mode run of the plugin kernel, both equal to x @ q.materialize()."""
     calls = []
     real = gpu_matmul._pallas_matmul
 
@@ -273,12 +276,16 @@ def test_platform_dependent_dispatch_on_cpu(monkeypatch, flag):
 
     monkeypatch.setattr(gpu_matmul, "_pallas_matmul", spy)
     monkeypatch.setenv(kernels.INTERPRET_ENV_VAR, flag)
-    x, qvalue, scale = _make("nf4", 3, 256, 64, 64, jnp.float32)
+    q = _quantized(fmt, 256, 64)
+    x = jax.random.normal(jax.random.key(8), (2, 3, 256), jnp.float32)
 
-    def model(x, qvalue, scale):  # a fresh function: the flag is read at trace time
-        return kernels.quantized_matmul(x[None], _Quantized(qvalue, scale, "nf4", 64))[0]
+    def model(x, q):  # a fresh function: the flag is read at trace time
+        return kernels.quantized_matmul(x, q)
 
-    out = jax.jit(model)(x, qvalue, scale)
-    _check(out, x, qvalue, scale, "nf4", 64, jnp.float32)
+    out = np.asarray(jax.jit(model)(x, q), np.float64)
+    x64, w64 = np.asarray(x, np.float64), np.asarray(q.materialize(), np.float64)
+    atol = _REL_TOL[jnp.float32] * (np.abs(x64) @ np.abs(w64)) + 1e-6
+    assert out.shape == (2, 3, 64)
+    assert np.all(np.abs(out - x64 @ w64) <= atol)
     # Every registered branch is traced; only a forced flag makes one run interpreted.
     assert (True in calls) == (flag != "0")

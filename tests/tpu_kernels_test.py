@@ -16,7 +16,7 @@ import pytest
 
 import jaxcore
 import jaxcore_tpu
-from jaxcore import kernels
+from jaxcore import kernels, quant
 from jaxcore_tpu import _blocks, _checks, _dequant
 from jaxcore_tpu import _matmul as tpu_matmul
 
@@ -210,16 +210,6 @@ def test_plugin_metadata_and_initialize():
         jaxcore_tpu.initialize(platforms=("cuda",))
 
 
-class _Quantized:
-    """The attributes ``jaxcore.kernels.quantized_matmul`` reads off a quant array."""
-
-    def __init__(self, qvalue, scale, fmt, block_size):
-        self.qvalue, self._scale, self.fmt, self.block_size = qvalue, scale, fmt, block_size
-
-    def block_scales(self):
-        return self._scale
-
-
 @pytest.fixture
 def tpu_only_accelerator():
     """Leaves tpu the only registered accelerator kernel; restores registration order."""
@@ -237,6 +227,8 @@ def tpu_only_accelerator():
 
 @pytest.mark.parametrize("flag", ["tpu", "1", ""])
 def test_platform_dependent_dispatch_on_cpu(monkeypatch, tpu_only_accelerator, flag):
+    """A double-quantised NF4 jaxcore.quant array through the registry: the reference on
+    CPU, or a forced interpret-mode run of the TPU kernel; both equal x @ q.materialize()."""
     modes = []
     real = jaxcore_tpu.quantized_matmul
 
@@ -247,12 +239,16 @@ def test_platform_dependent_dispatch_on_cpu(monkeypatch, tpu_only_accelerator, f
     # The registered impl calls the kernel through the package namespace.
     monkeypatch.setattr(jaxcore_tpu, "quantized_matmul", spy)
     monkeypatch.setenv(kernels.INTERPRET_ENV_VAR, flag)
-    x, qvalue, scale = _make("int4", 2, 256, 128, 64, jnp.float32)
+    w = jax.random.normal(jax.random.key(3), (512, 128), jnp.float32)
+    q = quant.ArrayNF4.quantize(w, 64, double_quant=True)
+    x = jax.random.normal(jax.random.key(4), (4, 512), jnp.float32)
 
-    def model(x, qvalue, scale):  # a fresh function: the flag is read at trace time
-        return kernels.quantized_matmul(x, _Quantized(qvalue, scale, "int4", 64))
+    def model(x, q):  # a fresh function: the flag is read at trace time
+        return kernels.quantized_matmul(x, q)
 
-    out = jax.jit(model)(x, qvalue, scale)
-    _check(out, x, qvalue, scale, "int4", 64, jnp.float32)
+    out = np.asarray(jax.jit(model)(x, q), np.float64)
+    x64, w64 = np.asarray(x, np.float64), np.asarray(q.materialize(), np.float64)
+    atol = _REL_TOL[jnp.float32] * (np.abs(x64) @ np.abs(w64)) + 1e-6
+    assert np.all(np.abs(out - x64 @ w64) <= atol)
     # The tpu branch is always traced; only a forced flag also runs it interpreted on CPU.
     assert (True in modes) == (flag != "")
