@@ -2,6 +2,7 @@
 tree_map alignment, and the stack/concat/where/scatter helpers."""
 
 import dataclasses
+import threading
 
 import hypothesis.extra.numpy as hnp
 import jax
@@ -255,8 +256,6 @@ def test_no_post_init_suppresses_opted_in_validation_and_nests():
 
 
 def test_no_post_init_is_scoped_to_the_current_thread():
-    import threading
-
     errors = []
 
     def build():
