@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelection, selection_items
 from jaxcore.named._core import NamedArray
-from jaxcore.named._rearrange import Capture, Side, parse_einsum, raise_parse_error
+from jaxcore.named._rearrange import Side, parse_einsum, raise_parse_error
 
 __all__ = ["dot", "einsum", "order_for_partial_spec"]
 

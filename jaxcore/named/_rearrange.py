@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import math
 from types import EllipsisType
-from typing import Mapping, NoReturn, Sequence
+from typing import Mapping, NoReturn
 
 import jax
 from jax import lax
