@@ -318,7 +318,14 @@ else
   note "building ${image} from docker/Dockerfile.${backend}"
   if ! "${engine}" build "${engine_build_flags[@]}" -f "${dockerfile}" -t "${image}" \
       --label "org.jaxcore.ci.key=${image_key}" "${build_args[@]}" "${context}"; then
-    echo "${PROG}: error: building ${image} from docker/Dockerfile.${backend} failed (output above)" >&2
+    hint=""
+    if [[ "${backend}" == "cpu" ]] && ((!from_debootstrap)); then
+      hint="; if the base image cannot be pulled here, add --base-from-debootstrap"
+    fi
+    if ((!use_host_ca)); then
+      hint+="; if downloads fail TLS verification, add --host-ca"
+    fi
+    echo "${PROG}: error: building ${image} from docker/Dockerfile.${backend} failed (output above)${hint}" >&2
     exit 1
   fi
 fi

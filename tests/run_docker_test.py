@@ -235,8 +235,20 @@ def test_failed_build_exits_1_and_runs_nothing(box):
     box.add_engine("docker")
     result = box.run("--", "ci/job.sh", env={"FAKE_BUILD_RC": "3"})
     assert result.returncode == 1
-    assert "failed (output above)" in _error_line(result)
+    line = _error_line(result)
+    assert "failed (output above)" in line
+    assert "add --base-from-debootstrap" in line and "add --host-ca" in line
     assert box.calls("run") == []
+    result = box.run("--backend", "rocm", "--host-ca=" + str(box.lock), "--", "ci/job.sh",
+                     env={"FAKE_BUILD_RC": "3", "JAXCORE_DOCKER_DEV_DIR": str(box.tmp)})
+    assert result.returncode == 2  # no devices: checked before any build
+    (box.dev / "kfd").touch()
+    (box.dev / "dri").touch()
+    result = box.run("--backend", "rocm", "--host-ca=" + str(box.lock), "--", "ci/job.sh",
+                     env={"FAKE_BUILD_RC": "3"})
+    assert result.returncode == 1
+    line = _error_line(result)
+    assert "Dockerfile.rocm failed (output above)" in line and "add --" not in line
 
 
 # ---- what the engine is asked to do ------------------------------------------------------
