@@ -153,8 +153,10 @@ def pinning_problems(text, name):
                 words = shlex.split(command)
             except ValueError:  # a quote that opens in one simple command and closes in another
                 words = command.split()
-            if words[:2] in (["apt-get", "install"], ["apt", "install"]):
-                for word in words[2:]:
+            while words and re.match(r"^\w+=", words[0]):  # VAR=value prefixes
+                words = words[1:]
+            if words and words[0] in ("apt-get", "apt") and "install" in words[1:]:
+                for word in words[words.index("install") + 1:]:
                     if word.startswith("-"):
                         continue
                     package, eq, version = word.partition("=")
@@ -316,6 +318,8 @@ def test_latest_anywhere_is_reported():
     ("RUN apt install -y \\\n    jq\n", "jq"),
     ("RUN apt-get install -y vim=\n", "vim"),
     ("RUN apt-get install -y \"tool=${UNSET_VERSION}\"\n", "tool"),
+    ("RUN apt-get -y --no-install-recommends install zip\n", "zip"),
+    ("RUN DEBIAN_FRONTEND=noninteractive apt-get install -y unzip\n", "unzip"),
 ])
 def test_unpinned_apt_install_is_reported(install, package):
     problems = pinning_problems(GOOD + install, "bad")
