@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxcore.named as hax
 from jaxcore.named import _dot
@@ -268,3 +270,44 @@ def test_einsum_type_errors():
         hax.einsum("-> H", a, np.ones(3))
     with pytest.raises(TypeError, match="alias x=3 must be an Axis or an axis name"):
         hax.einsum("{x} -> H", a, x=3)
+
+
+# ----------------------------------------------------------------------------- properties
+
+_POOL = hax.make_axes(a=2, b=3, c=1, d=4, e=2)
+
+
+@st.composite
+def _contraction(draw):
+    n_ops = draw(st.integers(1, 3))
+    operands = []
+    for _ in range(n_ops):
+        chosen = draw(st.lists(st.sampled_from(_POOL), unique=True, max_size=4))
+        operands.append(tuple(chosen))
+    union = sorted({ax.name for axes in operands for ax in axes})
+    contracted = draw(st.lists(st.sampled_from(union), unique=True)) if union else []
+    return operands, contracted
+
+
+@settings(max_examples=20, deadline=None)
+@given(_contraction(), st.data())
+def test_dot_matches_einsum_on_random_contractions(case, data):
+    operands, contracted = case
+    rng = np.random.default_rng(len(operands))
+    raws = [rng.integers(-3, 4, size=tuple(a.size for a in axes)).astype(np.int32) for axes in operands]
+    arrays = [hax.NamedArray(jnp.asarray(r), axes) for r, axes in zip(raws, operands)]
+    out = hax.dot(*arrays, axis=tuple(contracted))
+    letters = {ax.name: ax.name for ax in _POOL}
+    kept = []
+    for axes in operands:
+        for ax in axes:
+            if ax.name not in contracted and ax.name not in kept:
+                kept.append(ax.name)
+    spec = ",".join("".join(letters[a.name] for a in axes) for axes in operands) + "->" + "".join(kept)
+    want = np.einsum(spec, *raws)
+    assert tuple(a.name for a in out.axes) == tuple(kept)
+    np.testing.assert_array_equal(np.asarray(out.array), want)
+    # the same contraction with a shuffled output order
+    order = data.draw(st.permutations(kept))
+    shuffled = hax.dot(*arrays, axis=tuple(contracted), out_axes=tuple(order))
+    np.testing.assert_array_equal(np.asarray(shuffled.array), np.einsum(spec[: spec.index(">") + 1] + "".join(order), *raws))
