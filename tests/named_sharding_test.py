@@ -198,6 +198,7 @@ def test_axis_size_helpers(mesh):
         (lambda m, x: hax.shard(hax.NamedArray(jnp.ones((6,)), (hax.Axis("batch", 6),)), {"batch": "data"}, m),
          ValueError, "Axis 'batch' of size 6 cannot be split into 4 shards"),
         (lambda m, x: hax.shard(x, {"batch": "pipe"}, m), ValueError, "maps to mesh axis 'pipe', which the mesh"),
+        (lambda m, x: hax.shard(x, {"batch": "data"}, m.abstract_mesh), ValueError, "needs a concrete Mesh"),
         (lambda m, x: hax.physical_axis_size("batch", {"batch": "data"}), ValueError, "there is no mesh"),
         (lambda m, x: hax.physical_axis_size("batch", {"batch": "pipe"}, m), ValueError, "Mesh axis 'pipe'"),
         (lambda m, x: hax.sharding_for_axis("batch", {"batch": "data"}), ValueError, "needs a mesh"),
