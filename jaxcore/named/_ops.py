@@ -254,6 +254,26 @@ def _check_named(array, fname):
         raise TypeError(f"{fname} needs a NamedArray, got {type(array).__name__}")
 
 
+def _extreme_initial(fn, lowest: bool):
+    """Wraps max/min so a ``where`` mask needs no ``initial``: masked-out slots count as
+    the dtype's lowest (for max) or highest (for min) value."""
+
+    def reduce(x, axis=None, where=None):
+        if where is None:
+            return fn(x, axis=axis)
+        dt = jnp.result_type(x)
+        if jnp.issubdtype(dt, jnp.inexact):
+            init = -jnp.inf if lowest else jnp.inf
+        elif dt == jnp.bool_:
+            init = not lowest
+        else:
+            info = jnp.iinfo(dt)
+            init = info.min if lowest else info.max
+        return fn(x, axis=axis, where=where, initial=init)
+
+    return reduce
+
+
 def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = False):
     if has_ddof:
 
@@ -307,12 +327,14 @@ mean = _make_reduction("mean", jnp.mean, "Named version of ``jax.numpy.mean``.",
 nansum = _make_reduction("nansum", jnp.nansum, "Named version of ``jax.numpy.nansum``.", True)
 nanprod = _make_reduction("nanprod", jnp.nanprod, "Named version of ``jax.numpy.nanprod``.", True)
 nanmean = _make_reduction("nanmean", jnp.nanmean, "Named version of ``jax.numpy.nanmean``.", True)
-max = _make_reduction("max", jnp.max, "Named version of ``jax.numpy.max``.", False)  # noqa: A001
-min = _make_reduction("min", jnp.min, "Named version of ``jax.numpy.min``.", False)  # noqa: A001
-amax = _make_reduction("amax", jnp.max, "Alias of ``max``.", False)
-amin = _make_reduction("amin", jnp.min, "Alias of ``min``.", False)
-nanmax = _make_reduction("nanmax", jnp.nanmax, "Named version of ``jax.numpy.nanmax``.", False)
-nanmin = _make_reduction("nanmin", jnp.nanmin, "Named version of ``jax.numpy.nanmin``.", False)
+_MASK_NOTE = " Elements masked out by ``where`` count as the dtype's lowest value."
+_MASK_NOTE_MIN = " Elements masked out by ``where`` count as the dtype's highest value."
+max = _make_reduction("max", _extreme_initial(jnp.max, True), "Named version of ``jax.numpy.max``." + _MASK_NOTE, False)  # noqa: A001
+min = _make_reduction("min", _extreme_initial(jnp.min, False), "Named version of ``jax.numpy.min``." + _MASK_NOTE_MIN, False)  # noqa: A001
+amax = _make_reduction("amax", _extreme_initial(jnp.max, True), "Alias of ``max``." + _MASK_NOTE, False)
+amin = _make_reduction("amin", _extreme_initial(jnp.min, False), "Alias of ``min``." + _MASK_NOTE_MIN, False)
+nanmax = _make_reduction("nanmax", _extreme_initial(jnp.nanmax, True), "Named version of ``jax.numpy.nanmax``." + _MASK_NOTE, False)
+nanmin = _make_reduction("nanmin", _extreme_initial(jnp.nanmin, False), "Named version of ``jax.numpy.nanmin``." + _MASK_NOTE_MIN, False)
 all = _make_reduction("all", jnp.all, "True where all elements along the axes are true.", False)  # noqa: A001
 any = _make_reduction("any", jnp.any, "True where any element along the axes is true.", False)  # noqa: A001
 ptp = _make_reduction("ptp", _ptp, "Peak to peak (max - min) along the axes.", False)
@@ -666,22 +688,26 @@ def _coef(out, name: str) -> NamedArray:
 
 def poly(seq_of_zeros) -> NamedArray:
     """Named ``jnp.poly``: coefficients of the polynomial with the given roots."""
-    return _coef(jnp.poly(_raw(seq_of_zeros)), _poly_axis_name(seq_of_zeros))
+    name = _poly_axis_name(seq_of_zeros)
+    return _coef(jnp.poly(_raw(seq_of_zeros)), name)
 
 
 def polyadd(p1, p2) -> NamedArray:
     """Named ``jnp.polyadd``; the coefficient axis comes from a NamedArray input."""
-    return _coef(jnp.polyadd(_raw(p1), _raw(p2)), _poly_axis_name(p1, p2))
+    name = _poly_axis_name(p1, p2)
+    return _coef(jnp.polyadd(_raw(p1), _raw(p2)), name)
 
 
 def polysub(p1, p2) -> NamedArray:
     """Named ``jnp.polysub``; the coefficient axis comes from a NamedArray input."""
-    return _coef(jnp.polysub(_raw(p1), _raw(p2)), _poly_axis_name(p1, p2))
+    name = _poly_axis_name(p1, p2)
+    return _coef(jnp.polysub(_raw(p1), _raw(p2)), name)
 
 
 def polymul(p1, p2) -> NamedArray:
     """Named ``jnp.polymul``; the coefficient axis comes from a NamedArray input."""
-    return _coef(jnp.polymul(_raw(p1), _raw(p2)), _poly_axis_name(p1, p2))
+    name = _poly_axis_name(p1, p2)
+    return _coef(jnp.polymul(_raw(p1), _raw(p2)), name)
 
 
 def polydiv(p1, p2) -> tuple[NamedArray, NamedArray]:
@@ -693,12 +719,14 @@ def polydiv(p1, p2) -> tuple[NamedArray, NamedArray]:
 
 def polyint(p, m: int = 1, k=None) -> NamedArray:
     """Named ``jnp.polyint``: the ``m``-th antiderivative with integration constants ``k``."""
-    return _coef(jnp.polyint(_raw(p), m=m, k=_raw(k)), _poly_axis_name(p))
+    name = _poly_axis_name(p)
+    return _coef(jnp.polyint(_raw(p), m=m, k=_raw(k)), name)
 
 
 def polyder(p, m: int = 1) -> NamedArray:
     """Named ``jnp.polyder``: the ``m``-th derivative."""
-    return _coef(jnp.polyder(_raw(p), m=m), _poly_axis_name(p))
+    name = _poly_axis_name(p)
+    return _coef(jnp.polyder(_raw(p), m=m), name)
 
 
 def polyval(p, x):
@@ -729,12 +757,14 @@ def polyfit(x, y, deg: int, rcond=None, full: bool = False, w=None, cov: bool = 
 
 def roots(p) -> NamedArray:
     """Named ``jnp.roots`` (eager only: the number of roots depends on the values)."""
-    return _coef(jnp.roots(_raw(p)), _poly_axis_name(p))
+    name = _poly_axis_name(p)
+    return _coef(jnp.roots(_raw(p)), name)
 
 
 def trim_zeros(f, trim: str = "fb") -> NamedArray:
     """Named ``jnp.trim_zeros`` (eager only: the result size depends on the values)."""
-    return _coef(jnp.trim_zeros(_raw(f), trim=trim), _poly_axis_name(f))
+    name = _poly_axis_name(f)
+    return _coef(jnp.trim_zeros(_raw(f), trim=trim), name)
 
 
 def vander(x: NamedArray, degree: AxisSelector) -> NamedArray:
