@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+#!/bin/bash
 # Runs one test on one accelerator slot, so many tests can share a machine's GPUs/TPUs.
 #
 # Usage:
@@ -30,17 +30,23 @@
 #     its predecessor's node. Only the queue head picks a slot, so slots are handed out in
 #     arrival order. A waiter that dies or times out leaves its node unmarked; its successor
 #     then waits on the dead waiter's predecessor, so the queue never breaks.
-#   * The head picks the accelerator with the fewest running tests (one test on every
-#     accelerator before a second on any) and takes that (accelerator, slot) lock with flock.
-#     When every slot is busy it blocks reading a FIFO on which finishing wrappers announce
-#     the slot they freed, so a slot is reused within milliseconds. Once a second it also
-#     re-probes the locks, which frees slots whose owner was SIGKILLed without announcing.
+#   * The head reads the slots' owner records, claims the free slot on the accelerator with
+#     the fewest running tests (one test on every accelerator before a second on any), and
+#     passes the turn on at once; only then does it take that (accelerator, slot) lock with
+#     flock, so the next head is already choosing while this one starts its test. When every
+#     slot is taken the head blocks reading a FIFO on which finishing wrappers announce each
+#     release, so a slot is reused within milliseconds. Once a second it also re-probes the
+#     locks, which frees slots whose owner was SIGKILLed before clearing its record.
+#   * The slot lock, not the queue, is what bounds the tests per accelerator: whatever happens
+#     to the queue, no more than JAXCORE_TESTS_PER_ACCELERATOR tests share a device.
 #   * Each slot's lock is held on a file descriptor of this wrapper for the test's lifetime.
 #     The descriptor is deliberately NOT inherited by the test: the slot is free exactly
 #     when the test has ended and the wrapper has gone, and a daemon the test leaks cannot
 #     keep a slot locked. The kernel drops the lock when the wrapper dies in any way, so no
 #     stale lock survives a crash. SIGTERM/SIGINT/SIGHUP to the wrapper alone wait for the
 #     test to end before the slot is released.
+#   * Files in the lock directory: accelerator_<d>_slot_<s>.lock (+ .owner, the claim record),
+#     queue.mutex, queue.tail (last ticket handed out), queue.node.<ticket>, released.fifo.
 #
 # Exit status: the test's own status; 2 for a bad setting or missing command; 73 when the lock
 # directory cannot be made; 75 when no slot became free within JAXCORE_ACCELERATOR_WAIT_S;
@@ -56,6 +62,10 @@ readonly EXIT_NOT_EXECUTABLE=126
 readonly EXIT_NOT_FOUND=127
 # While waiting for a slot, how often locks are re-probed to catch owners killed by SIGKILL.
 readonly STALE_RECHECK_US=1000000
+# A claimed slot whose lock is free is only treated as stale after this long.
+readonly CLAIM_GRACE_US=2000000
+# Old queue nodes are deleted by every caller whose ticket is a multiple of this.
+readonly QUEUE_CLEANUP_EVERY=32
 
 die() {
   local code="$1"
@@ -269,71 +279,93 @@ queue_enter() {
   printf '%d\n' "$TICKET" >"$LOCK_DIR/queue.tail"
   exec {mutex_fd}>&-
 
-  WALKED=()
-  local cur="$tail" done_mark pred_of_cur
+  local cur="$tail" state
   while ((cur > 0)); do
-    remaining_us left
-    ((left > 0)) || left=0
-    us_to_s left_s "$left"
-    if ! run_flock -w "$left_s" "$pred_fd" {NODE_FD}>&-; then
-      exec {pred_fd}>&-
-      return 1
+    # A predecessor that already finished needs no lock call (one process less per test).
+    node_state state "$cur"
+    if [[ "$state" != done ]]; then
+      remaining_us left
+      ((left > 0)) || left=0
+      us_to_s left_s "$left"
+      if ! run_flock -w "$left_s" "$pred_fd" {NODE_FD}>&-; then
+        exec {pred_fd}>&-
+        return 1
+      fi
+      node_state state "$cur"
     fi
     exec {pred_fd}>&-
-    WALKED+=("$LOCK_DIR/queue.node.$cur")
-    done_mark=0
-    pred_of_cur=0
-    while IFS= read -r line; do
-      case "$line" in
-        done) done_mark=1 ;;
-        pred=*) pred_of_cur="${line#pred=}" ;;
-      esac
-    done <"$LOCK_DIR/queue.node.$cur"
-    # An empty node was already cleaned up after its turn, i.e. it is done too.
-    [[ "$pred_of_cur" =~ ^[0-9]+$ ]] || pred_of_cur=0
-    if ((done_mark)) || [[ ! -s "$LOCK_DIR/queue.node.$cur" ]]; then
-      break
-    fi
+    [[ "$state" == done ]] && break
     # Its owner died or gave up before its turn: wait for the one before it instead.
-    cur=$((10#$pred_of_cur))
+    cur="$state"
     ((cur > 0)) && exec {pred_fd}>>"$LOCK_DIR/queue.node.$cur"
   done
   return 0
+}
+
+# Sets $1 to "done" if queue node $2 finished its turn (or was already cleaned up), else to
+# the ticket of the node it was waiting for.
+node_state() {
+  local line pred="" finished=0
+  while IFS= read -r line; do
+    case "$line" in
+      done) finished=1 ;;
+      pred=*) pred="${line#pred=}" ;;
+    esac
+  done 2>/dev/null <"$LOCK_DIR/queue.node.$2"
+  if ((finished)) || [[ ! "$pred" =~ ^[0-9]+$ ]]; then
+    printf -v "$1" done
+  else
+    printf -v "$1" '%d' "$((10#$pred))"
+  fi
 }
 
 # Ends this caller's turn at the head, letting the next caller pick a slot.
 queue_leave() {
   printf 'done\n' >>"$LOCK_DIR/queue.node.$TICKET"
   exec {NODE_FD}>&-
-  # Nobody waits on the nodes this caller walked past any more.
-  ((${#WALKED[@]} == 0)) || rm -f -- "${WALKED[@]}"
+}
+
+# Deletes old queue nodes, once every QUEUE_CLEANUP_EVERY tickets (one `rm` for many tests).
+# Safe: this caller has had its turn, so every ticket below its own has finished or given
+# up, and a node that is gone reads as finished to anyone who still looks at it.
+queue_cleanup() {
+  ((TICKET % QUEUE_CLEANUP_EVERY == 0)) || return 0
+  local node n
+  local -a old=()
+  for node in "$LOCK_DIR"/queue.node.*; do
+    n="${node##*.}"
+    [[ "$n" =~ ^[0-9]+$ ]] && ((10#$n < TICKET - QUEUE_CLEANUP_EVERY)) && old+=("$node")
+  done
+  ((${#old[@]} == 0)) || rm -f -- "${old[@]}"
 }
 
 slot_file() { printf -v "$1" '%s/accelerator_%d_slot_%d.lock' "$LOCK_DIR" "$2" "$3"; }
 
-# Tries to take the lock of (device $1, slot $2); on success SLOT_FD holds it.
-try_slot() {
-  local file
+# Claims (device $1, slot $2) for this caller by writing its owner record, which is what
+# queue heads read to see which slots are taken. Claims are only made at the queue head, so
+# no two callers claim one slot; the slot's lock is taken afterwards, outside the queue.
+claim_slot() {
+  local file now
   slot_file file "$1" "$2"
-  exec {SLOT_FD}>>"$file"
-  if run_flock -n "$SLOT_FD"; then
-    return 0
-  fi
-  exec {SLOT_FD}>&-
-  SLOT_FD=""
-  return 1
+  now_us now
+  printf 'pid=%d ticket=%d claimed_us=%d test=%s\n' "$$" "$TICKET" "$now" "$TEST_NAME" \
+    >"$file.owner"
 }
 
-# Re-probes slots that look busy; clears the owner record of any whose lock is free (its
-# owner was killed before it could clear the record itself).
+# Re-probes slots that look taken; clears the owner record of any whose lock is free although
+# it was claimed more than CLAIM_GRACE_US ago (its owner was killed before it could clear it).
 recheck_stale_slots() {
-  local d s owner probe_fd file
+  local d s owner probe_fd file now claimed
+  now_us now
   for ((d = 0; d < COUNT; d++)); do
     for ((s = 0; s < PER_ACCELERATOR; s++)); do
       slot_file file "$d" "$s"
       owner=""
       [[ -f "$file.owner" ]] && read -r owner <"$file.owner"
       [[ -n "$owner" ]] || continue
+      claimed=0
+      [[ "$owner" =~ claimed_us=([0-9]+) ]] && claimed="${BASH_REMATCH[1]}"
+      ((now - 10#$claimed >= CLAIM_GRACE_US)) || continue
       exec {probe_fd}>>"$file"
       if run_flock -n "$probe_fd"; then
         : >"$file.owner"
@@ -343,11 +375,10 @@ recheck_stale_slots() {
   done
 }
 
-# At the queue head: takes the free slot on the least-loaded accelerator, waiting for one to
-# be released when all are busy. Sets DEVICE and SLOT; returns 1 when the wait budget runs out.
+# At the queue head: claims the free slot on the least-loaded accelerator, waiting for one to
+# be released when all are taken. Sets DEVICE and SLOT; returns 1 when the wait budget runs out.
 acquire_slot() {
-  local note_fd d s file owner busy best_d best_s best_busy free_s left left_s token tick
-  local -A refused=()
+  local note_fd d s file owner busy best_d best_s best_busy free_s left left_s token tick now
   # Open the release channel before looking, so no release after the look is missed.
   exec {note_fd}<>"$LOCK_DIR/released.fifo"
   local last_recheck
@@ -363,7 +394,7 @@ acquire_slot() {
         slot_file file "$d" "$s"
         owner=""
         [[ -f "$file.owner" ]] && read -r owner <"$file.owner"
-        if [[ -n "$owner" || -n "${refused[$d.$s]:-}" ]]; then
+        if [[ -n "$owner" ]]; then
           busy=$((busy + 1))
         elif ((free_s < 0)); then
           free_s=$s
@@ -376,15 +407,11 @@ acquire_slot() {
       fi
     done
     if ((best_d >= 0)); then
-      if try_slot "$best_d" "$best_s"; then
-        DEVICE=$best_d
-        SLOT=$best_s
-        exec {note_fd}>&-
-        return 0
-      fi
-      # Locked although unrecorded: still being released, or held by an outside process.
-      refused[$best_d.$best_s]=1
-      continue
+      claim_slot "$best_d" "$best_s"
+      DEVICE=$best_d
+      SLOT=$best_s
+      exec {note_fd}>&-
+      return 0
     fi
     remaining_us left
     if ((left <= 0)); then
@@ -398,15 +425,29 @@ acquire_slot() {
       # Drain every announcement already queued, then look again.
       while read -r -t 0 -u "$note_fd" && read -r -u "$note_fd" token; do :; done
     else
-      local now
       now_us now
       if ((now - last_recheck >= STALE_RECHECK_US)); then
         recheck_stale_slots
         last_recheck=$now
       fi
     fi
-    refused=()
   done
+}
+
+# Takes the claimed slot's lock, held on SLOT_FD until the test ends. It is normally free at
+# once; it can be busy for a moment while the previous owner finishes releasing it, or longer
+# if a process outside this scheme holds it. Returns 1 when the wait budget runs out.
+lock_slot() {
+  local file left left_s
+  slot_file file "$DEVICE" "$SLOT"
+  exec {SLOT_FD}>>"$file"
+  remaining_us left
+  ((left > 0)) || left=0
+  us_to_s left_s "$left"
+  run_flock -w "$left_s" "$SLOT_FD" && return 0
+  exec {SLOT_FD}>&-
+  : >"$file.owner"
+  return 1
 }
 
 # Frees the slot and tells a waiting queue head about it.
@@ -526,10 +567,12 @@ main() {
     log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"
     die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (all ${COUNT} accelerators x ${PER_ACCELERATOR} slots stayed busy, locks in '$LOCK_DIR'); raise JAXCORE_ACCELERATOR_WAIT_S or lower --local_test_jobs / pytest -n"
   fi
-  local owner_file
-  slot_file owner_file "$DEVICE" "$SLOT"
-  printf 'pid=%d ticket=%d test=%s\n' "$$" "$TICKET" "$TEST_NAME" >"$owner_file.owner"
   queue_leave
+  if ! lock_slot; then
+    now_us end_us
+    log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"
+    die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (slot $SLOT of accelerator $DEVICE stayed locked by a process outside this queue, locks in '$LOCK_DIR')"
+  fi
 
   export_device_env "$DEVICE"
   now_us got_us
@@ -545,6 +588,7 @@ main() {
   now_us end_us
   release_slot
   log_line "$DEVICE" "$SLOT" "$((got_us - start_us))" "$((end_us - got_us))" "$code"
+  queue_cleanup
   if [[ -n "$caught" && "$code" == 0 ]]; then
     case "$caught" in
       TERM) code=143 ;;
