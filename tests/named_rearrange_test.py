@@ -305,3 +305,20 @@ def test_split_matches_numpy_reshape(factors, other, data):
     y = hax.rearrange(x, "(s: " + " ".join(pieces) + ") o -> " + " ".join(outs[i] for i in perm), **bindings)
     want = raw.reshape(*factors, other).transpose(perm)
     np.testing.assert_array_equal(np.asarray(y.array), want)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 4), st.data())
+def test_ellipsis_keeps_unnamed_axes_in_order(n, data):
+    sizes = [2, 3, 1, 4][:n]
+    names = [f"x{i}" for i in range(n)]
+    raw = np.arange(math.prod(sizes), dtype=np.int32).reshape(sizes)
+    x = hax.NamedArray(jnp.asarray(raw), tuple(hax.Axis(k, s) for k, s in zip(names, sizes)))
+    named = data.draw(st.lists(st.sampled_from(range(n)), unique=True))
+    cut = data.draw(st.integers(0, len(named)))
+    rest = [i for i in range(n) if i not in named]
+    rhs = [names[i] for i in named[:cut]] + ["..."] + [names[i] for i in named[cut:]]
+    y = hax.rearrange(x, "{" + " ".join(names[i] for i in named) + "} -> " + " ".join(rhs))
+    order = named[:cut] + rest + named[cut:]
+    assert tuple(a.name for a in y.axes) == tuple(names[i] for i in order)
+    np.testing.assert_array_equal(np.asarray(y.array), raw.transpose(order))
