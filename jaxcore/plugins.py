@@ -148,6 +148,8 @@ _deferred: dict[str, frozenset[str] | None] = {}
 
 
 def _is_initializing(module: ModuleType) -> bool:
+    """Whether the module's body is still executing (CPython's import system marks such
+    modules with ``__spec__._initializing``; it is how it reports circular imports)."""
     spec = getattr(module, "__spec__", None)
     return bool(getattr(spec, "_initializing", False))
 

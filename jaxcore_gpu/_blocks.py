@@ -136,7 +136,7 @@ def choose(problem: _checks.Problem) -> BlockConfig | None:
     if regime(problem.m) == "decode" and "split_k" not in override:
         config = dataclasses.replace(config, split_k=_split_k(problem, config))
     config = dataclasses.replace(config, **override)
-    _validate(config, problem)
+    validate(config, problem)
     return config
 
 
@@ -154,7 +154,7 @@ def _split_k(problem: _checks.Problem, config: BlockConfig) -> int:
     return split
 
 
-def _validate(config: BlockConfig, problem: _checks.Problem) -> None:
+def validate(config: BlockConfig, problem: _checks.Problem) -> None:
     """Raises ValueError naming the field of ``config`` that breaks a tiling rule."""
     for name in ("block_m", "block_n"):
         v = getattr(config, name)

@@ -62,7 +62,7 @@ def quantized_matmul(
     if config is None:
         config = _blocks.choose(problem)
     else:
-        _blocks._validate(config, problem)
+        _blocks.validate(config, problem)
     if config is None:
         # K (or the scale block) is not a multiple of 16 qvalue rows: no Triton tile
         # fits, so this shape takes XLA's dequantise-then-dot path.
