@@ -558,6 +558,15 @@ def einsum(
         if not isinstance(value, (Axis, str)):
             raise TypeError(f"einsum alias {name}={value!r} must be an Axis or an axis name")
     operands = tuple(a.axes for a in arrays)
-    contracted, spec = _plan_einsum(equation, operands, tuple(axis_aliases.items()))
-    plan = _plan_dot(operands, contracted, spec)
+    key = (equation, operands, tuple(axis_aliases.items()))
+    plan = _EINSUM_PLANS.get(key)
+    if plan is None:
+        contracted, spec = _plan_einsum(*key)
+        plan = _plan_dot(operands, contracted, spec)
+        if len(_EINSUM_PLANS) >= _MAX_CACHED_PLANS:
+            _EINSUM_PLANS.clear()
+        _EINSUM_PLANS[key] = plan
     return _run_plan(plan, [a.array for a in arrays], precision, preferred_element_type, _dot_general)
+
+
+_EINSUM_PLANS: dict = {}
