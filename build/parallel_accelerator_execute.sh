@@ -4,6 +4,8 @@
 # Usage:
 #   bazel test --run_under="$PWD/build/parallel_accelerator_execute.sh" --local_test_jobs=N ...
 #   build/parallel_accelerator_execute.sh <test executable> [args...]
+#   build/parallel_accelerator_execute.sh --detect   # prints "<platform> <count> <source>",
+#                                    # source = env | detected | default (nothing found)
 #
 # The test executable is found like Bazel's own wrappers find it: as given (absolute, relative
 # to the working directory, or on PATH), else through the runfiles tree (RUNFILES_DIR,
@@ -196,7 +198,8 @@ detect_accelerators() {
     done
   fi
   [[ -n "$PLATFORM" ]] || PLATFORM=generic
-  [[ -n "$COUNT" ]] || COUNT=1
+  COUNT_SOURCE=found
+  [[ -n "$COUNT" ]] || { COUNT=1; COUNT_SOURCE=default; }
   COUNT=$((10#$COUNT))
 }
 
@@ -534,6 +537,15 @@ main() {
   local wait_setting="${JAXCORE_ACCELERATOR_WAIT_S:-3600}" wait_us
   seconds_to_us wait_us "$wait_setting" ||
     die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_WAIT_S='$wait_setting' is not a non-negative number of seconds"
+  if [[ "$1" == --detect ]]; then
+    # For the ci/ scripts: report what detection finds, without running anything.
+    local source=detected
+    [[ -n "${JAXCORE_ACCELERATOR_COUNT:-}" ]] && source=env
+    detect_accelerators
+    [[ "$source" == detected && "$COUNT_SOURCE" == default ]] && source=default
+    printf '%s %d %s\n' "$PLATFORM" "$COUNT" "$source"
+    exit 0
+  fi
   detect_accelerators
   resolve_executable "$1"
   shift

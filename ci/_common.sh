@@ -1,0 +1,236 @@
+# Shared by the ci/run_*.sh jobs; sourced (after ci/envs/default.env) with the working
+# directory at the repository root. Each job is one call to one of the *_job functions below.
+#
+# Bazel jobs run two phases: single-accelerator tests in parallel, then `multiaccelerator`
+# tests one at a time with every device visible. pytest jobs do the same with pytest-xdist.
+# Both phases always run; the job fails with the first failing phase's exit code.
+
+# Absolute path of the scheduler the accelerator jobs run every test under.
+readonly CI_SCHEDULER="$PWD/build/parallel_accelerator_execute.sh"
+# Exit codes meaning "no tests matched": Bazel's and pytest's.
+readonly BAZEL_NO_TESTS=4
+readonly PYTEST_NO_TESTS=5
+
+ci_log() {
+  printf '[ci] %s\n' "$*" >&2
+}
+
+ci_die() {
+  printf '[ci] error: %s\n' "$*" >&2
+  exit 1
+}
+
+# Prints a command, shell-quoted, then runs it (only prints it when JAXCORE_DRY_RUN=1).
+ci_run() {
+  local quoted
+  printf -v quoted ' %q' "$@"
+  printf '+%s\n' "$quoted"
+  [[ "$JAXCORE_DRY_RUN" == 1 ]] && return 0
+  "$@"
+}
+
+# Runs `build/build.py setup` for backend $1 unless JAXCORE_SKIP_SETUP=1.
+ci_setup() {
+  if [[ "$JAXCORE_SKIP_SETUP" != 1 ]]; then
+    ci_run python3 build/build.py setup --backend="$1"
+  fi
+}
+
+ci_min() {
+  local m="$1" v
+  for v in "$@"; do
+    ((v < m)) && m="$v"
+  done
+  printf '%d\n' "$m"
+}
+
+ci_cpu_cores() {
+  nproc
+}
+
+# How many test processes fit in RAM at JAXCORE_RAM_PER_TEST_GIB each (at least 1).
+ci_ram_jobs() {
+  local kib
+  kib="$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
+  local jobs=$((kib / (JAXCORE_RAM_PER_TEST_GIB * 1024 * 1024)))
+  ((jobs >= 1)) || jobs=1
+  printf '%d\n' "$jobs"
+}
+
+# Sets ACCELERATOR_COUNT for platform $1 (cuda, rocm, tpu): JAXCORE_ACCELERATOR_COUNT, or what
+# the scheduler detects. Finding none is an error, except in a dry run (which assumes 1).
+ci_detect_accelerators() {
+  local platform="$1" detected count source
+  detected="$(JAXCORE_ACCELERATOR_PLATFORM="$platform" "$CI_SCHEDULER" --detect)" ||
+    ci_die "accelerator detection failed (JAXCORE_ACCELERATOR_COUNT='${JAXCORE_ACCELERATOR_COUNT:-}')"
+  read -r _ count source <<<"$detected"
+  if [[ "$source" == default ]]; then
+    [[ "$JAXCORE_DRY_RUN" == 1 ]] ||
+      ci_die "no $platform accelerator found on this machine; set JAXCORE_ACCELERATOR_COUNT to override detection"
+    ci_log "dry run: no $platform accelerator found, assuming 1"
+  fi
+  ACCELERATOR_COUNT="$count"
+}
+
+# Parallel test processes for an accelerator job: accelerators x per-accelerator, capped by
+# CPU cores and by RAM.
+ci_accelerator_jobs() {
+  ci_min "$((ACCELERATOR_COUNT * JAXCORE_TESTS_PER_ACCELERATOR))" "$(ci_cpu_cores)" "$(ci_ram_jobs)"
+}
+
+# Records one phase's exit code; code $2 counts as success when $3 (an allowed "no tests"
+# code) matches it. Sets JOB_STATUS to the first failure.
+ci_phase_done() {
+  local phase="$1" code="$2" allowed="${3:-}"
+  if [[ "$code" == 0 || (-n "$allowed" && "$code" == "$allowed") ]]; then
+    [[ "$code" == 0 ]] || ci_log "$phase: no tests to run there"
+    ci_log "$phase: passed"
+    return 0
+  fi
+  ci_log "$phase: FAILED (exit code $code)"
+  ((JOB_STATUS != 0)) || JOB_STATUS="$code"
+}
+
+ci_finish() {
+  if ((JOB_STATUS == 0)); then
+    ci_log "job passed"
+  else
+    ci_log "job failed"
+  fi
+  exit "$JOB_STATUS"
+}
+
+# One `bazel test` with the CI config and the caller's extra options (which come last, so
+# they win).
+ci_bazel_test() {
+  local -a startup options
+  # The options are shell words (build.py writes them with shlex.quote).
+  eval "startup=($JAXCORE_BAZEL_STARTUP_OPTIONS)"
+  eval "options=($JAXCORE_BAZEL_OPTIONS)"
+  local -a args=("$@") targets=()
+  local i
+  for i in "${!args[@]}"; do
+    if [[ "${args[$i]}" == -- ]]; then
+      targets=("${args[@]:i}")
+      args=("${args[@]:0:i}")
+      break
+    fi
+  done
+  ci_run "$JAXCORE_BAZEL" "${startup[@]}" test --config=ci "${args[@]}" "${options[@]}" "${targets[@]}"
+}
+
+# Bazel job on CPU: no scheduler needed.
+ci_bazel_cpu_job() {
+  JOB_STATUS=0
+  ci_setup cpu
+  local jobs code
+  jobs="$(ci_min "$(ci_cpu_cores)" "$(ci_ram_jobs)")"
+  ci_log "phase 1: single-device tests, --local_test_jobs=$jobs"
+  code=0
+  ci_bazel_test --config=cpu --local_test_jobs="$jobs" \
+    --test_tag_filters=jaxcore_test_cpu,-multiaccelerator -- //tests:cpu_tests || code=$?
+  ci_phase_done "phase 1 (bazel, cpu)" "$code"
+  ci_log "phase 2: multiaccelerator tests, one at a time"
+  code=0
+  ci_bazel_test --config=cpu --local_test_jobs=1 \
+    --test_tag_filters=jaxcore_test_cpu,multiaccelerator -- //tests:cpu_tests || code=$?
+  ci_phase_done "phase 2 (bazel, cpu, multiaccelerator)" "$code" "$BAZEL_NO_TESTS"
+  ci_finish
+}
+
+# Bazel job on accelerators: platform $1 (cuda, rocm, tpu), test suite $2 (gpu, tpu).
+ci_bazel_accelerator_job() {
+  local platform="$1" suite="$2"
+  JOB_STATUS=0
+  ci_setup "$platform"
+  ci_detect_accelerators "$platform"
+  local jobs code
+  jobs="$(ci_accelerator_jobs)"
+  local -a scheduler_env=(
+    --run_under="$CI_SCHEDULER"
+    --test_env=JAXCORE_ACCELERATOR_PLATFORM="$platform"
+    --test_env=JAXCORE_ACCELERATOR_COUNT="$ACCELERATOR_COUNT"
+    --test_env=JAXCORE_TESTS_PER_ACCELERATOR="$JAXCORE_TESTS_PER_ACCELERATOR"
+    --test_env=JAXCORE_ACCELERATOR_WAIT_S="$JAXCORE_ACCELERATOR_WAIT_S"
+    --test_env=JAXCORE_LOCK_DIR="$JAXCORE_LOCK_DIR"
+    # The locks live outside the sandbox, shared by every test.
+    --sandbox_writable_path="$JAXCORE_LOCK_DIR"
+  )
+  if [[ -n "${JAXCORE_ACCELERATOR_LOG:-}" ]]; then
+    scheduler_env+=(--test_env=JAXCORE_ACCELERATOR_LOG="$JAXCORE_ACCELERATOR_LOG"
+      --sandbox_writable_path="$(dirname -- "$JAXCORE_ACCELERATOR_LOG")")
+  fi
+  [[ "$JAXCORE_DRY_RUN" == 1 ]] || mkdir -p -- "$JAXCORE_LOCK_DIR"
+  ci_log "phase 1: single-accelerator tests on $ACCELERATOR_COUNT $platform devices x" \
+    "$JAXCORE_TESTS_PER_ACCELERATOR, --local_test_jobs=$jobs"
+  code=0
+  ci_bazel_test --config="$platform" "${scheduler_env[@]}" --local_test_jobs="$jobs" \
+    --test_tag_filters="jaxcore_test_$suite,-multiaccelerator" -- "//tests:${suite}_tests" ||
+    code=$?
+  ci_phase_done "phase 1 (bazel, $platform)" "$code"
+  ci_log "phase 2: multiaccelerator tests, one at a time, every device visible"
+  code=0
+  ci_bazel_test --config="$platform" --local_test_jobs=1 \
+    --test_tag_filters="jaxcore_test_$suite,multiaccelerator" -- "//tests:${suite}_tests" ||
+    code=$?
+  ci_phase_done "phase 2 (bazel, $platform, multiaccelerator)" "$code" "$BAZEL_NO_TESTS"
+  ci_finish
+}
+
+# True when some test source is marked multiaccelerator, so its phase must collect tests.
+ci_has_multiaccelerator_tests() {
+  grep -qsE 'mark\.multiaccelerator' -- "$JAXCORE_TEST_DIR"/*_test.py
+}
+
+# Records the serial multiaccelerator pytest phase; "no tests" only passes when no test
+# source is marked multiaccelerator.
+ci_pytest_phase2_done() {
+  local phase="$1" code="$2"
+  if [[ "$code" == "$PYTEST_NO_TESTS" ]] && ci_has_multiaccelerator_tests; then
+    ci_log "$phase: collected no tests although $JAXCORE_TEST_DIR has multiaccelerator tests"
+    ci_phase_done "$phase" "$code"
+    return
+  fi
+  ci_phase_done "$phase" "$code" "$PYTEST_NO_TESTS"
+}
+
+# pytest job on CPU.
+ci_pytest_cpu_job() {
+  JOB_STATUS=0
+  ci_setup cpu
+  local code=0
+  ci_log "phase 1: pytest -n $JAXCORE_PYTEST_WORKERS, single-device tests"
+  ci_run env JAX_PLATFORMS=cpu "$JAXCORE_PYTHON" -m pytest -n "$JAXCORE_PYTEST_WORKERS" \
+    -m "not multiaccelerator" "$JAXCORE_TEST_DIR" || code=$?
+  ci_phase_done "phase 1 (pytest, cpu)" "$code"
+  ci_log "phase 2: multiaccelerator tests, serially"
+  code=0
+  ci_run env JAX_PLATFORMS=cpu "$JAXCORE_PYTHON" -m pytest -p no:xdist -m multiaccelerator \
+    "$JAXCORE_TEST_DIR" || code=$?
+  ci_pytest_phase2_done "phase 2 (pytest, cpu, multiaccelerator)" "$code"
+  ci_finish
+}
+
+# pytest job on accelerators: platform $1 (cuda, rocm, tpu), JAXCORE_TEST_BACKEND $2 (gpu, tpu).
+# The root conftest.py pins each xdist worker to one device.
+ci_pytest_accelerator_job() {
+  local platform="$1" backend="$2"
+  JOB_STATUS=0
+  ci_setup "$platform"
+  ci_detect_accelerators "$platform"
+  local workers code=0
+  workers="$(ci_accelerator_jobs)"
+  ci_log "phase 1: pytest -n $workers on $ACCELERATOR_COUNT $platform devices"
+  ci_run env JAX_PLATFORMS="$platform" JAXCORE_TEST_BACKEND="$backend" \
+    JAXCORE_ENABLE_XDIST_PINNING=1 JAXCORE_ACCELERATOR_PLATFORM="$platform" \
+    JAXCORE_ACCELERATOR_COUNT="$ACCELERATOR_COUNT" \
+    "$JAXCORE_PYTHON" -m pytest -n "$workers" -m "not multiaccelerator" "$JAXCORE_TEST_DIR" ||
+    code=$?
+  ci_phase_done "phase 1 (pytest, $platform)" "$code"
+  ci_log "phase 2: multiaccelerator tests, serially, every device visible"
+  code=0
+  ci_run env JAX_PLATFORMS="$platform" JAXCORE_TEST_BACKEND="$backend" \
+    "$JAXCORE_PYTHON" -m pytest -p no:xdist -m multiaccelerator "$JAXCORE_TEST_DIR" || code=$?
+  ci_pytest_phase2_done "phase 2 (pytest, $platform, multiaccelerator)" "$code"
+  ci_finish
+}
