@@ -8,6 +8,9 @@ import jax.numpy as jnp
 
 FORMATS = ("int8", "int4", "nf4")
 
+KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+"""Activation dtypes the fused kernels compute in; others take the XLA path."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
@@ -49,7 +52,8 @@ def check_problem(x, qvalue, scale, *, fmt: str, block_size: int) -> Problem:
     Args:
       x: dense activations, shape (M, K), a floating dtype.
       qvalue: int8 (K, N) for ``int8``; uint8 (K // 2, N) for ``int4``/``nf4``.
-      scale: float32 (K // block_size, N), the per-block scale (absmax for NF4).
+      scale: floating (K // block_size, N), the per-block scale (absmax for NF4);
+        the kernels read it as float32.
       fmt: the weight format.
       block_size: weight rows per scale row; divides K (even for packed formats).
 
@@ -90,6 +94,6 @@ def check_problem(x, qvalue, scale, *, fmt: str, block_size: int) -> Problem:
             f"scale must have shape (K // block_size, N) = {(k // block_size, n)}, "
             f"got {scale.shape}"
         )
-    if scale.dtype != jnp.float32:
-        raise TypeError(f"scale must be float32, got {scale.dtype}")
+    if not jnp.issubdtype(scale.dtype, jnp.floating):
+        raise TypeError(f"scale must have a floating dtype, got {scale.dtype}")
     return problem

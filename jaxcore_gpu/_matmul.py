@@ -42,7 +42,8 @@ def quantized_matmul(
     Args:
       x: activations (M, K), float16 / bfloat16 / float32.
       qvalue: int8 (K, N) or nibble-packed uint8 (K // 2, N) (see ``jaxcore.kernels``).
-      scale: float32 (K // block_size, N) per-block scale (the absmax for NF4).
+      scale: floating (K // block_size, N) per-block scale (the absmax for NF4),
+        read as float32.
       fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
       block_size: logical weight rows per scale row.
       out_dtype: dtype of the result; defaults to ``x.dtype``.
@@ -59,13 +60,18 @@ def quantized_matmul(
     """
     problem = _checks.check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
     out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
+    scale = scale.astype(jnp.float32)
+    if problem.m == 0:
+        return jnp.zeros((0, problem.n), out_dtype)
     if config is None:
         config = _blocks.choose(problem)
     else:
         _blocks.validate(config, problem)
-    if config is None:
-        # K (or the scale block) is not a multiple of 16 qvalue rows: no Triton tile
-        # fits, so this shape takes XLA's dequantise-then-dot path.
+    if config is None or x.dtype not in _checks.KERNEL_DTYPES:
+        # No Triton tile fits (K or the scale block is not a multiple of 16 qvalue rows),
+        # or Triton's dot has no such activation dtype (e.g. float64): this call takes
+        # XLA's dequantise-then-dot path. Every platform's branch is traced, so the
+        # kernel must accept whatever the reference accepts.
         return _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype)
     return _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret)
 
@@ -85,12 +91,15 @@ def _split_x(x, problem: _checks.Problem) -> list:
 
 
 def _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype):
-    """Dequantise-then-dot in plain jax.numpy, for shapes no Triton tile fits."""
+    """Dequantise-then-dot in plain jax.numpy, for calls no Triton kernel serves."""
     code = _nf4_code() if problem.fmt == "nf4" else None
     parts = _dequant.decode(qvalue, problem.fmt, code, jnp.float32)
     rows = jnp.repeat(scale, problem.group_packed, axis=0)
+    acc_dtype = jnp.promote_types(x.dtype, jnp.float32)
     acc = sum(
-        jnp.dot(xp.astype(jnp.float32), v * rows, precision=jax.lax.Precision.HIGHEST)
+        jnp.dot(xp.astype(acc_dtype), v.astype(acc_dtype) * rows.astype(acc_dtype),
+                precision=jax.lax.Precision.HIGHEST,
+                preferred_element_type=acc_dtype)
         for xp, v in zip(_split_x(x, problem), parts)
     )
     return acc.astype(out_dtype)

@@ -37,7 +37,8 @@ def quantized_matmul(
     Args:
       x: activations (M, K), float32 / bfloat16 / float16.
       qvalue: int8 (K, N) or nibble-packed uint8 (K // 2, N) (see ``jaxcore.kernels``).
-      scale: float32 (K // block_size, N) per-block scale (the absmax for NF4).
+      scale: floating (K // block_size, N) per-block scale (the absmax for NF4),
+        read as float32.
       fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
       block_size: logical weight rows per scale row.
       out_dtype: result dtype; defaults to ``x.dtype``.
@@ -58,6 +59,13 @@ def quantized_matmul(
 
     problem = _checks.check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
     out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
+    scale = scale.astype(jnp.float32)
+    if problem.m == 0:
+        return jnp.zeros((0, problem.n), out_dtype)
+    if x.dtype not in _checks.KERNEL_DTYPES:
+        # The MXU has no such activation dtype (e.g. float64). Every platform's branch is
+        # traced, so the kernel must accept whatever the reference accepts.
+        return _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype)
     if config is None:
         config = _blocks.choose(problem)
     else:
@@ -108,6 +116,19 @@ def _nf4_code() -> tuple[float, ...]:
     from jaxcore import kernels  # the codebook's single source of truth
 
     return tuple(float(c) for c in np.asarray(kernels.NF4_CODE))
+
+
+def _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype):
+    """Dequantise-then-dot in plain jax.numpy, for activation dtypes the MXU lacks."""
+    code = _nf4_code() if problem.fmt == "nf4" else None
+    rows = jnp.repeat(scale, problem.group_packed, axis=0)
+    acc_dtype = jnp.promote_types(x.dtype, jnp.float32)
+    acc = sum(
+        jnp.dot(xp.astype(acc_dtype), v.astype(acc_dtype) * rows.astype(acc_dtype),
+                precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc_dtype)
+        for xp, v in zip(_split_x(x, problem), _dequant.decode(qvalue, problem.fmt, code))
+    )
+    return acc.astype(out_dtype)
 
 
 def _split_x(x, problem: _checks.Problem) -> list:

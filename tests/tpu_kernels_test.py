@@ -89,6 +89,24 @@ def test_interpret_matches_reference(fmt, m, k, n, block_size, dtype, overrides)
     _check(out, x, qvalue, scale, fmt, block_size, dtype)
 
 
+def test_accepts_what_the_reference_accepts():
+    """Every platform's branch is traced on every platform, so the kernel must take the
+    reference's inputs: bfloat16 scales, zero rows, float64 activations (XLA path)."""
+    x, qvalue, scale = _make("nf4", 3, 256, 128, 64, jnp.float32)
+    scale16 = scale.astype(jnp.bfloat16)
+    out = jaxcore_tpu.quantized_matmul(x, qvalue, scale16, fmt="nf4", block_size=64,
+                                       interpret=True)
+    _check(out, x, qvalue, scale16.astype(jnp.float32), "nf4", 64, jnp.float32)
+    empty = jaxcore_tpu.quantized_matmul(x[:0], qvalue, scale, fmt="nf4", block_size=64)
+    assert empty.shape == (0, 128) and empty.dtype == jnp.float32
+    with jax.enable_x64(True):
+        x64 = jnp.asarray(np.asarray(x), jnp.float64)
+        out64 = jaxcore_tpu.quantized_matmul(x64, qvalue, scale, fmt="nf4", block_size=64)
+        assert out64.dtype == jnp.float64
+        want = np.asarray(x64) @ _numpy_dense("nf4", qvalue, scale, 64)
+        np.testing.assert_allclose(np.asarray(out64), want, rtol=1e-10, atol=1e-12)
+
+
 def test_out_dtype_and_impl_entry_point():
     x, qvalue, scale = _make("nf4", 2, 256, 128, 64, jnp.bfloat16)
     out = jaxcore_tpu.quantized_matmul_impl(
@@ -163,6 +181,8 @@ def test_scale_block_misalignment_is_named():
         (lambda a: dict(a, qvalue=a["qvalue"][:8]), ValueError, r"must have shape \(64, 16\)"),
         (lambda a: dict(a, block_size=0), ValueError, "block_size 0 must be positive"),
         (lambda a: dict(a, scale=a["scale"].T), ValueError, r"= \(2, 16\), got \(16, 2\)"),
+        (lambda a: dict(a, scale=a["scale"].astype(jnp.int8)), TypeError, "scale must have a floating dtype"),
+        (lambda a: dict(a, x=a["x"][None]), ValueError, r"x must be 2-D \(M, K\), got shape \(1, 2, 64\)"),
     ],
 )
 def test_argument_errors(mutate, error, match):
