@@ -468,12 +468,12 @@ release_slot() {
 # Appends one line about this test to JAXCORE_ACCELERATOR_LOG, if set.
 log_line() {
   [[ -n "${JAXCORE_ACCELERATOR_LOG:-}" ]] || return 0
-  local device="$1" slot="$2" wait_us="$3" run_us="$4" code="$5" when wait_s run_s
+  local device="$1" slot="$2" wait_ms=$(($3 / 1000)) run_ms=$(($4 / 1000)) code="$5" when
   printf -v when '%(%Y-%m-%dT%H:%M:%S%z)T' -1
-  us_to_s wait_s "$wait_us"
-  us_to_s run_s "$run_us"
-  printf '%s\ttest=%s\tdevice=%s\tslot=%s\twait_s=%.3f\trun_s=%.3f\texit=%s\n' \
-    "$when" "$TEST_NAME" "$device" "$slot" "$wait_s" "$run_s" "$code" \
+  # Seconds with millisecond precision, formatted with integers (no locale decimal point).
+  printf '%s\ttest=%s\tdevice=%s\tslot=%s\twait_s=%d.%03d\trun_s=%d.%03d\texit=%s\n' \
+    "$when" "$TEST_NAME" "$device" "$slot" "$((wait_ms / 1000))" "$((wait_ms % 1000))" \
+    "$((run_ms / 1000))" "$((run_ms % 1000))" "$code" \
     >>"$JAXCORE_ACCELERATOR_LOG" ||
     printf '%s: warning: cannot append to JAXCORE_ACCELERATOR_LOG=%s\n' "$PROG" "$JAXCORE_ACCELERATOR_LOG" >&2
 }
