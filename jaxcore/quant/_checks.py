@@ -35,15 +35,15 @@ def check_weight(x, what: str) -> jax.Array:
     x = jnp.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"{what}: expected a 2-D (K, N) weight, got shape {x.shape}")
-    if not isinstance(x, jax.core.Tracer):
-        finite = np.isfinite(np.asarray(x, dtype=np.float32))
-        if not finite.all():
-            bad = np.argwhere(~finite)
-            first = tuple(int(i) for i in bad[0])
-            raise ValueError(
-                f"{what}: weight of shape {x.shape} has {len(bad)} non-finite value(s) (NaN/Inf), "
-                f"first at index {first}: {np.asarray(x)[first]}"
-            )
+    if not isinstance(x, jax.core.Tracer) and not bool(jnp.isfinite(x).all()):
+        # Only the failing case copies the weight to the host, to name the bad entries.
+        host = np.asarray(x, dtype=np.float32)
+        bad = np.argwhere(~np.isfinite(host))
+        first = tuple(int(i) for i in bad[0])
+        raise ValueError(
+            f"{what}: weight of shape {x.shape} has {len(bad)} non-finite value(s) (NaN/Inf), "
+            f"first at index {first}: {host[first]}"
+        )
     return x
 
 

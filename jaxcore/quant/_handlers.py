@@ -32,7 +32,8 @@ def _contract(dense, q: _QuantizedArray, dimension_numbers, precision, preferred
         return lax.dot_general(
             *operands, dimension_numbers, precision=precision, preferred_element_type=preferred_element_type
         )
-    dense = dense.astype(jnp.promote_types(dense.dtype, q.dtype)) if not jnp.issubdtype(dense.dtype, jnp.floating) else dense
+    if not jnp.issubdtype(dense.dtype, jnp.floating):
+        dense = dense.astype(q.dtype)  # only reachable through lax.dot_general on raw ints
     x = jnp.moveaxis(dense, d_contract[0], -1)
     if q_contract[0] == 0:
         out = quantized_matmul(x, q, preferred_element_type=out_dtype)

@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import jax
 
 from jaxcore.implicit import ste
+from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
 
-_CLASSES = {}
-
-
-def _class_for(fmt: str):
-    if not _CLASSES:
-        from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
-
-        _CLASSES.update(int8=ArrayInt8, int4=ArrayInt4, nf4=ArrayNF4)
-    if fmt not in _CLASSES:
-        raise ValueError(f"fake_quantize: unknown format {fmt!r}; expected one of {sorted(_CLASSES)}")
-    return _CLASSES[fmt]
+_CLASSES = {"int8": ArrayInt8, "int4": ArrayInt4, "nf4": ArrayNF4}
 
 
 @functools.lru_cache(maxsize=None)
-def _straight_through(fmt: str, options: tuple) -> callable:
-    cls = _class_for(fmt)
+def _straight_through(fmt: str, options: tuple) -> Callable[[jax.Array], jax.Array]:
+    """One `ste`-wrapped quantise-dequantise function per (format, options), reused across calls."""
+    cls = _CLASSES[fmt]
     kwargs = dict(options)
     return ste(lambda w: cls.quantize(w, **kwargs).materialize())
 
@@ -34,6 +27,8 @@ def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
     The forward value is exactly what the quantised weight materialises to, so a model
     trained through it sees the quantisation error; the gradient is the identity
     (`jaxcore.implicit.ste`), so it reaches the float master weights ``w`` unchanged.
+    (``ste`` of a function that returns the quantised array itself cannot do this: that
+    array's cotangent has slots for codes and scales only, not for the dense gradient.)
 
     Args:
       w: float (K, N) master weight.
@@ -47,4 +42,6 @@ def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
     Raises:
       ValueError: for an unknown format, and any error of that format's ``quantize``.
     """
+    if fmt not in _CLASSES:
+        raise ValueError(f"fake_quantize: unknown format {fmt!r}; expected one of {sorted(_CLASSES)}")
     return _straight_through(fmt, tuple(sorted(options.items())))(w)
