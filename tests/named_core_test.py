@@ -441,6 +441,7 @@ def test_index_gather_with_named_arrays():
     _assert_named(c[{"seq": si, "head": 0}], y[:, [1, 4], 0], (B, K))
     _assert_named(c.take("seq", si), np.take(y, [1, 4], axis=1).transpose(0, 1, 2), (B, K, H))
     _assert_named(c.take("head", 1), y[:, :, 1], (B, Axis("seq", 6)))
+    _assert_named(hax.take(hax.named(y[0, 0], (H,)), "head", index=1), y[0, 0, 1], ())
 
     def named_fn(y, i):
         return hax.named(y, ("batch", "seq", "head"))["seq", hax.named(i, ("k",))].array

@@ -279,8 +279,7 @@ class NamedArray:
         Returns ``typing.Annotated[NamedArray, AxesSpec(...)]``; pass it to
         ``matches_axes`` to check an array against it.
         """
-        spec = _as_axes_spec(item if not isinstance(item, tuple) else item)
-        return typing.Annotated[cls, spec]
+        return typing.Annotated[cls, _as_axes_spec(item)]
 
     # -- indexing ---------------------------------------------------------------------
     def __getitem__(self, idx):
@@ -520,6 +519,20 @@ class NamedArray:
         return NamedArray._new(jnp.invert(self.array), self.axes, self._names)
 
 
+_FORWARDING_METHODS = (
+    "rename", "rearrange", "broadcast_to", "broadcast_axis", "split", "flatten_axes", "unflatten_axis",
+    "ravel", "flatten", "unbind", "slice", "updated_slice", "take", "dot", "all", "any", "max", "min",
+    "sum", "prod", "product", "mean", "std", "var", "ptp", "argmax", "argmin", "argsort", "sort",
+    "cumsum", "cumprod", "clip", "conj", "conjugate", "copy", "round", "trace",
+)  # fmt: skip
+for _m in _FORWARDING_METHODS:
+    _target = {"flatten": "ravel", "product": "prod"}.get(_m, _m)
+    getattr(NamedArray, _m).__doc__ = (
+        f"Method form of ``jaxcore.named.{_target}`` with this array as the first argument."
+    )
+del _m, _target
+
+
 jax.tree_util.register_pytree_with_keys(
     NamedArray,
     lambda x: (((jax.tree_util.GetAttrKey("array"), x.array),), x.axes),
@@ -707,10 +720,15 @@ def _align_to(axes: tuple[Axis, ...], out_axes: tuple[Axis, ...]) -> _AlignPlan:
 _BINARY_PLANS: dict = {}
 
 
+_PLAN_CACHE_LIMIT = 4096  # plans are tiny; the bound only guards pathological shape churn
+
+
 def _binary_plan(a1: tuple[Axis, ...], a2: tuple[Axis, ...]):
     key = (a1, a2)
     plan = _BINARY_PLANS.get(key)
     if plan is None:
+        if len(_BINARY_PLANS) >= _PLAN_CACHE_LIMIT:
+            _BINARY_PLANS.clear()
         out = _merge_axes((a1, a2))
         plan = (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out))
         _BINARY_PLANS[key] = plan
@@ -1087,6 +1105,32 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
     )
 
 
+_STATIC_GETTERS: dict = {}
+
+
+def _static_getter(pos: tuple):
+    """A cached jitted ``x[pos]`` for an index of Python ints and slices, else ``None``.
+
+    Eager ``jax.Array.__getitem__`` re-derives its gather every call; compiling the
+    (static) index once makes repeated eager reads a single dispatch.
+    """
+    key = []
+    for p in pos:
+        if type(p) is int:
+            key.append(p)
+        elif type(p) is builtins.slice:
+            key.append((p.start, p.stop, p.step))
+        else:
+            return None
+    key = tuple(key)
+    getter = _STATIC_GETTERS.get(key)
+    if getter is None:
+        if len(_STATIC_GETTERS) >= _PLAN_CACHE_LIMIT:
+            _STATIC_GETTERS.clear()
+        getter = _STATIC_GETTERS[key] = jax.jit(lambda x: x[pos])
+    return getter
+
+
 def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
     """Selects from ``array`` by axis name; usually written ``array[...]``.
 
@@ -1107,6 +1151,11 @@ def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
         raise TypeError(f"index() needs a NamedArray, got {type(array).__name__}")
     plan = _plan_index(array, slices)
     x = array.array
+    if plan.perm is None and plan.final_perm is None and not isinstance(x, _Tracer):
+        getter = _static_getter(plan.pos)
+        if getter is not None:  # eager, static ints/slices: one compiled dispatch
+            x = getter(x)
+            return NamedArray._new(x, plan.final_axes) if plan.final_axes else x
     if plan.perm is not None:
         x = jnp.transpose(x, plan.perm)
     if plan.dynamic:
@@ -1118,6 +1167,9 @@ def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
     if not plan.final_axes:
         return x
     return NamedArray._new(x, plan.final_axes)
+
+
+_index_fn = index
 
 
 class _NamedIndexUpdateHelper:
@@ -1321,13 +1373,15 @@ def _slice_many(array, start: Mapping, length: Mapping | None = None) -> NamedAr
     return NamedArray._new(x, axes)
 
 
-def take(array: NamedArray, axis: AxisSelector, index_: int | NamedArray) -> NamedArray:
+def take(array: NamedArray, axis: AxisSelector, index: int | NamedArray) -> NamedArray:  # noqa: F811
     """Selects along ``axis`` by an int (removes it) or an integer NamedArray (gathers).
 
     With a NamedArray index the axis is replaced by the index's axes; index axes that the
-    array also has are matched elementwise.
+    array also has are matched elementwise. Unlike ``index``, the result is always a
+    NamedArray (with no axes when the last axis is taken).
     """
-    return index(array, {axis: index_})
+    out = _index_fn(array, {axis: index})
+    return out if isinstance(out, NamedArray) else NamedArray._new(out, ())
 
 
 def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: NamedArray) -> NamedArray:
@@ -1351,9 +1405,7 @@ def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: 
                 f"updated_slice needs a NamedArray update (or a scalar), got shape {getattr(update, 'shape', None)}"
             )
         update = NamedArray._new(jnp.asarray(update, dtype=array.dtype), ())
-    started = {array.axes[i].name for i, s in enumerate(starts) if not (isinstance(s, int) and s == 0)} | {
-        (k if isinstance(k, str) else k.name) for k in start
-    }
+    started = {array.axes[array._index_of(k)].name for k in start}
     for ax in update.axes:
         if ax.name not in array._names:
             raise ValueError(

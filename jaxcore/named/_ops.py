@@ -227,6 +227,8 @@ def _reduce_plan(array: NamedArray, axis):
         drop = {positions} if isinstance(positions, int) else set(positions)
         plan = (positions, tuple(ax for i, ax in enumerate(array.axes) if i not in drop))
     if key is not None:
+        if len(_REDUCE_CACHE) >= 4096:  # bound growth under pathological shape churn
+            _REDUCE_CACHE.clear()
         _REDUCE_CACHE[key] = plan
     return plan
 
