@@ -19,11 +19,11 @@ from ._matmul import quantized_matmul
 __all__ = [
     "BlockConfig",
     "DIST_NAME",
+    "IMPLS",
     "PLATFORMS",
     "block_config",
     "initialize",
     "quantized_matmul",
-    "quantized_matmul_impl",
 ]
 
 __version__: str = _build_config.VERSION
@@ -31,27 +31,27 @@ PLATFORMS: tuple[str, ...] = tuple(_build_config.PLATFORMS)
 DIST_NAME: str | None = _build_config.DIST_NAME
 
 
-def quantized_matmul_impl(
-    x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False
-):
-    """The ``jaxcore.kernels`` entry point for kernel ``"quantized_matmul"``.
+def _make_impl(platform: str):
+    """The ``jaxcore.kernels`` entry point of kernel ``"quantized_matmul"`` for ``platform``."""
 
-    Args:
-      x2d: activations (M, K).
-      qvalue: quantized weights (int8 (K, N) or packed uint8 (K // 2, N)).
-      scale: float32 (K // block_size, N) block scales.
-      fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
-      block_size: weight rows per scale row.
-      out_dtype: result dtype.
-      interpret: run in Pallas interpret mode (forced-interpret runs on CPU).
+    def impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype,
+             interpret: bool = False):
+        return quantized_matmul(
+            x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
+            interpret=interpret, platform=platform,
+        )
 
-    Returns:
-      The (M, N) product.
-    """
-    return quantized_matmul(
-        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
-        interpret=interpret,
+    impl.__name__ = impl.__qualname__ = f"quantized_matmul_{platform}"
+    impl.__doc__ = (
+        f"Kernel ``quantized_matmul`` for platform {platform!r}, as ``jaxcore.kernels`` "
+        "calls it: ``impl(x2d, qvalue, scale, *, fmt, block_size, out_dtype, "
+        "interpret=False) -> (M, N)``; tiles tuned for that platform."
     )
+    return impl
+
+
+IMPLS = {platform: _make_impl(platform) for platform in ("cuda", "rocm")}
+"""The registered implementation per GPU platform (same kernel, per-platform tiles)."""
 
 
 def initialize(platforms: Sequence[str] | None = None) -> None:
@@ -73,7 +73,7 @@ def initialize(platforms: Sequence[str] | None = None) -> None:
     from jaxcore import kernels
 
     for platform in chosen:
-        kernels.register_kernel("quantized_matmul", platform, quantized_matmul_impl)
+        kernels.register_kernel("quantized_matmul", platform, IMPLS[platform])
 
 
 # Last: if user code imported this package before jaxcore, jaxcore's plugin discovery

@@ -45,16 +45,21 @@ class BlockConfig:
     num_stages: int = 3
 
 
-# (regime, packed) -> default tiles. Regimes: "decode" M <= 16, "medium" M <= 128,
+# (regime, packed) -> default tiles. Each pipeline stage holds one 16 KiB (decode) or
+# 8 KiB (int8 prefill) / 8 KiB (packed prefill) weight tile plus its activation tile. Regimes: "decode" M <= 16, "medium" M <= 128,
 # "large" otherwise. Packed formats step twice as many logical rows per byte loaded.
 _TABLE = {
-    ("decode", False): BlockConfig(16, 128, 256, num_warps=4, num_stages=4),
-    ("decode", True): BlockConfig(16, 128, 512, num_warps=4, num_stages=4),
+    ("decode", False): BlockConfig(16, 128, 128, num_warps=4, num_stages=4),
+    ("decode", True): BlockConfig(16, 128, 256, num_warps=4, num_stages=4),
     ("medium", False): BlockConfig(64, 128, 64, num_warps=4, num_stages=3),
     ("medium", True): BlockConfig(64, 128, 128, num_warps=4, num_stages=3),
     ("large", False): BlockConfig(128, 128, 64, num_warps=8, num_stages=3),
     ("large", True): BlockConfig(128, 128, 128, num_warps=8, num_stages=3),
 }
+
+# Most pipeline stages per platform: AMD GPUs have 64 KiB of LDS per CU (NVIDIA H100:
+# 227 KiB of shared memory per block), and ROCm's Triton pipeliner is tuned for 2.
+_MAX_STAGES = {"cuda": 4, "rocm": 2}
 
 _override: contextvars.ContextVar[dict] = contextvars.ContextVar(
     "jaxcore_gpu_block_override", default={}
@@ -111,8 +116,12 @@ def regime(m: int) -> str:
     return "decode" if m <= 16 else "medium" if m <= 128 else "large"
 
 
-def choose(problem: _checks.Problem) -> BlockConfig | None:
+def choose(problem: _checks.Problem, platform: str = "cuda") -> BlockConfig | None:
     """Picks the tiles for ``problem``: table, shape clamps, split-K, then overrides.
+
+    Args:
+      problem: the shapes.
+      platform: ``"cuda"`` or ``"rocm"``; bounds the pipeline depth (shared memory).
 
     Returns:
       The :class:`BlockConfig`, or ``None`` when no legal K step exists (K or the
@@ -122,6 +131,8 @@ def choose(problem: _checks.Problem) -> BlockConfig | None:
     Raises:
       ValueError: an override (see :func:`block_config`) that breaks a tiling rule.
     """
+    if platform not in _MAX_STAGES:
+        raise ValueError(f"unknown GPU platform {platform!r}; expected one of {tuple(_MAX_STAGES)}")
     override = _override.get()
     base = _TABLE[(regime(problem.m), problem.packed)]
     unit = 2 if problem.packed else 1
@@ -132,7 +143,8 @@ def choose(problem: _checks.Problem) -> BlockConfig | None:
         step //= 2
     if "block_k" not in override and step < _MIN_DOT:
         return None
-    config = BlockConfig(bm, bn, step * unit, 1, base.num_warps, base.num_stages)
+    stages = min(base.num_stages, _MAX_STAGES[platform])
+    config = BlockConfig(bm, bn, step * unit, 1, base.num_warps, stages)
     if regime(problem.m) == "decode" and "split_k" not in override:
         config = dataclasses.replace(config, split_k=_split_k(problem, config))
     config = dataclasses.replace(config, **override)

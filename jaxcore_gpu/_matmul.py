@@ -36,6 +36,7 @@ def quantized_matmul(
     out_dtype=None,
     interpret: bool = False,
     config: _blocks.BlockConfig | None = None,
+    platform: str = "cuda",
 ):
     """``x @ dequantize(qvalue, scale)`` with the weights decoded inside the kernel.
 
@@ -50,6 +51,7 @@ def quantized_matmul(
       interpret: run the kernel in Pallas interpret mode (any backend, e.g. CPU).
       config: explicit tiles; default: the table of :mod:`._blocks` (plus any
         :func:`block_config` override active while tracing).
+      platform: ``"cuda"`` or ``"rocm"``, the GPU the table tunes the tiles for.
 
     Returns:
       The (M, N) product in ``out_dtype``.
@@ -64,7 +66,7 @@ def quantized_matmul(
     if problem.m == 0:
         return jnp.zeros((0, problem.n), out_dtype)
     if config is None:
-        config = _blocks.choose(problem)
+        config = _blocks.choose(problem, platform)
     else:
         _blocks.validate(config, problem)
     if config is None or x.dtype not in _checks.KERNEL_DTYPES:

@@ -96,7 +96,7 @@ def test_interpret_matches_reference(fmt, m, k, n, block_size, dtype, overrides)
 
 def test_out_dtype_and_impl_entry_point():
     x, qvalue, scale = _make("nf4", 2, 128, 32, 64, jnp.bfloat16)
-    out = jaxcore_gpu.quantized_matmul_impl(
+    out = jaxcore_gpu.IMPLS["rocm"](
         x, qvalue, scale, fmt="nf4", block_size=64, out_dtype=jnp.float32, interpret=True
     )
     assert out.dtype == jnp.float32
@@ -145,17 +145,26 @@ def test_explicit_config_argument():
 
 def test_table_regimes():
     decode = _blocks.choose(_checks.Problem(m=1, k=4096, n=4096, fmt="int8", block_size=4096))
-    assert (decode.block_m, decode.block_n, decode.block_k) == (16, 128, 256)
-    # 32 column tiles fill 1/8 of the 256-program target: split K 8 ways (16 steps / 8 = 2
-    # is below the 4-step minimum, so 4).
-    assert decode.split_k == 4
+    assert (decode.block_m, decode.block_n, decode.block_k, decode.num_stages) == (16, 128, 128, 4)
+    # 32 column tiles x 32 K steps: split K 8 ways to reach the 256-program target, each
+    # split still pipelining 4 steps.
+    assert decode.split_k == 8
     wide = _blocks.choose(_checks.Problem(m=1, k=4096, n=65536, fmt="nf4", block_size=64))
-    # 512 columns tiles already fill the GPU; each step spans 8 NF4 blocks of 64 rows.
-    assert wide.split_k == 1 and wide.block_k == 512
+    # 512 column tiles already fill the GPU; each step spans 4 NF4 blocks of 64 rows.
+    assert wide.split_k == 1 and wide.block_k == 256
     large = _blocks.choose(_checks.Problem(m=512, k=4096, n=4096, fmt="int4", block_size=128))
     assert (large.block_m, large.block_n, large.split_k, large.num_warps) == (128, 128, 1, 8)
     medium = _blocks.choose(_checks.Problem(m=20, k=512, n=20, fmt="int8", block_size=512))
     assert (medium.block_m, medium.block_n) == (32, 32)  # clamped to the problem
+
+
+def test_rocm_tiles_fit_lds():
+    problem = _checks.Problem(m=1, k=4096, n=4096, fmt="nf4", block_size=64)
+    cuda, rocm = _blocks.choose(problem, "cuda"), _blocks.choose(problem, "rocm")
+    assert (cuda.num_stages, rocm.num_stages) == (4, 2)
+    assert dataclasses.replace(rocm, num_stages=4) == cuda
+    with pytest.raises(ValueError, match="unknown GPU platform 'tpu'"):
+        _blocks.choose(problem, "tpu")
 
 
 def test_override_and_its_scope():
@@ -266,7 +275,7 @@ def test_plugin_metadata_and_initialize():
     assert jaxcore_gpu.PLATFORMS == ("cuda", "rocm")
     assert jaxcore_gpu.DIST_NAME is None
     jaxcore_gpu.initialize(platforms=("rocm",))
-    assert kernels.registered_kernels("quantized_matmul")["rocm"] is jaxcore_gpu.quantized_matmul_impl
+    assert kernels.registered_kernels("quantized_matmul")["rocm"] is jaxcore_gpu.IMPLS["rocm"]
     with pytest.raises(ValueError, match=r"serves platforms \('cuda', 'rocm'\), not \['tpu'\]"):
         jaxcore_gpu.initialize(platforms=("tpu",))
 

@@ -93,7 +93,7 @@ def test_source_tree_plugins_load_at_import():
     assert (tpu.name, tpu.loaded, tpu.platforms, tpu.version) == ("tpu", True, ("tpu",), jaxcore.__version__)
     assert info.jaxcore_version == jaxcore.__version__
     registered = kernels.registered_kernels("quantized_matmul")
-    assert registered["cuda"] is jaxcore_gpu.quantized_matmul_impl
+    assert registered["cuda"] is jaxcore_gpu.IMPLS["cuda"]
     assert "gpu (jaxcore_gpu, source package): loaded for cuda, rocm" in info.format()
     assert plugins.load_plugins() is info  # discovery runs once unless forced
 
@@ -267,7 +267,7 @@ def test_plugin_imported_before_jaxcore(tmp_path):
         from jaxcore import kernels, plugins
         status = [p for p in plugins.info().plugins if p.module == "jaxcore_gpu"][0]
         print(status.loaded, status.platforms)
-        print(kernels.registered_kernels("quantized_matmul")["rocm"] is jaxcore_gpu.quantized_matmul_impl)
+        print(kernels.registered_kernels("quantized_matmul")["rocm"] is jaxcore_gpu.IMPLS["rocm"])
         """,
         {"PYTHONPATH": os.pathsep.join([_repo_root(), os.environ.get("PYTHONPATH", "")])},
         tmp_path,
