@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxcore.named as hax
 from jaxcore.named import Axis, NamedArray
@@ -292,6 +294,70 @@ def test_named_add_jaxpr_has_no_extra_ops():
     named_t = jax.make_jaxpr(lambda x, y: (hax.named(x, (B, E)) + hax.named(y, (E, B))).array)(x, y.T)
     pos_t = jax.make_jaxpr(lambda x, y: x + y.T)(x, y.T)
     assert [e.primitive for e in named_t.eqns] == [e.primitive for e in pos_t.eqns]
+
+
+_PROP_AXES = hax.make_axes(p=2, q=3, r=1, s=4)
+
+
+def _axes_subsets():
+    return st.permutations(_PROP_AXES).flatmap(lambda perm: st.integers(0, 4).map(lambda k: tuple(perm[:k])))
+
+
+def _reference_broadcast(x, axes, out_axes):
+    """NumPy reference: transpose ``x`` into ``out_axes`` order, with 1s for missing axes."""
+    names = [a.name for a in axes]
+    present = [a for a in out_axes if a.name in names]
+    x = np.transpose(x, [names.index(a.name) for a in present]) if names else x
+    return np.reshape(x, [a.size if a.name in names else 1 for a in out_axes])
+
+
+@settings(max_examples=30, deadline=None)
+@given(_axes_subsets(), _axes_subsets())
+def test_property_binary_alignment_matches_numpy(axes1, axes2):
+    x = np.random.default_rng(len(axes1)).standard_normal([a.size for a in axes1]).astype(np.float32)
+    y = np.random.default_rng(len(axes2) + 7).standard_normal([a.size for a in axes2]).astype(np.float32)
+    out = hax.named(x, axes1) * 2 - hax.named(y, axes2)
+    union = axes1 + tuple(a for a in axes2 if a not in axes1)
+    ref = _reference_broadcast(x, axes1, union) * 2 - _reference_broadcast(y, axes2, union)
+    _assert_named(out, ref, union)
+
+
+_INDEX_CHOICES = st.one_of(
+    st.none(),
+    st.integers(-4, 3),
+    st.tuples(st.integers(-5, 5) | st.none(), st.integers(-5, 5) | st.none(), st.sampled_from([None, 1, 2, -1])),
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.tuples(*[_INDEX_CHOICES] * 4))
+def test_property_basic_indexing_matches_numpy(choices):
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 1, 4)
+    a = hax.named(x, _PROP_AXES)
+    named_idx, pos_idx, out_axes = {}, [], []
+    for ax, c in zip(_PROP_AXES, choices):
+        if c is None:
+            pos_idx.append(slice(None))
+            out_axes.append(ax)
+        elif isinstance(c, int):
+            c = c % ax.size
+            named_idx[ax.name] = c
+            pos_idx.append(c)
+        else:
+            sl = slice(*c)
+            named_idx[ax.name] = sl
+            pos_idx.append(sl)
+            out_axes.append(Axis(ax.name, len(range(*sl.indices(ax.size)))))
+    ref = x[tuple(pos_idx)]
+    out = a[named_idx]
+    if out_axes:
+        _assert_named(out, ref, out_axes)
+        # a scatter-add through .at on the same region matches NumPy's in-place add
+        upd = x.copy()
+        upd[tuple(pos_idx)] += 1
+        _assert_named(a.at[named_idx].add(1.0), upd, _PROP_AXES)
+    else:
+        np.testing.assert_array_equal(out, ref)
 
 
 # ----------------------------------------------------------------------------- broadcasting

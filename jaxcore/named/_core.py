@@ -1108,12 +1108,8 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
 _STATIC_GETTERS: dict = {}
 
 
-def _static_getter(pos: tuple):
-    """A cached jitted ``x[pos]`` for an index of Python ints and slices, else ``None``.
-
-    Eager ``jax.Array.__getitem__`` re-derives its gather every call; compiling the
-    (static) index once makes repeated eager reads a single dispatch.
-    """
+def _static_key(pos: tuple):
+    """A hashable key for an index made only of Python ints and slices, else ``None``."""
     key = []
     for p in pos:
         if type(p) is int:
@@ -1122,13 +1118,38 @@ def _static_getter(pos: tuple):
             key.append((p.start, p.stop, p.step))
         else:
             return None
-    key = tuple(key)
+    return tuple(key)
+
+
+def _static_getter(pos: tuple):
+    """A cached jitted ``x[pos]`` for an index of Python ints and slices, else ``None``.
+
+    Eager ``jax.Array.__getitem__`` re-derives its gather every call; compiling the
+    (static) index once makes repeated eager reads a single dispatch.
+    """
+    key = _static_key(pos)
+    if key is None:
+        return None
     getter = _STATIC_GETTERS.get(key)
     if getter is None:
         if len(_STATIC_GETTERS) >= _PLAN_CACHE_LIMIT:
             _STATIC_GETTERS.clear()
         getter = _STATIC_GETTERS[key] = jax.jit(lambda x: x[pos])
     return getter
+
+
+def _static_updater(method: str, pos: tuple):
+    """A cached jitted ``x.at[pos].<method>(v)`` for a static index, else ``None``."""
+    key = _static_key(pos)
+    if key is None:
+        return None
+    key = (method, key)
+    fn = _STATIC_GETTERS.get(key)
+    if fn is None:
+        if len(_STATIC_GETTERS) >= _PLAN_CACHE_LIMIT:
+            _STATIC_GETTERS.clear()
+        fn = _STATIC_GETTERS[key] = jax.jit(lambda x, v: getattr(x.at[pos], method)(v))
+    return fn
 
 
 def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
@@ -1215,6 +1236,10 @@ class _NamedIndexUpdateRef:
                 f"{getattr(value, 'shape', None)}; the selected region has axes {_describe(plan.axes)}"
             )
         x = arr.array
+        if plan.perm is None and not kwargs and not isinstance(x, _Tracer) and not isinstance(value, _Tracer):
+            updater = _static_updater(method, plan.pos)
+            if updater is not None:  # eager, static ints/slices: one compiled dispatch
+                return NamedArray._new(updater(x, value), arr.axes, arr._names)
         if plan.perm is not None:
             x = jnp.transpose(x, plan.perm)
         if plan.dynamic and "mode" not in kwargs:
