@@ -120,6 +120,31 @@ def decode_unscaled(fmt: str, qslab: jax.Array) -> jax.Array:
     return jnp.asarray(NF4_CODE)[nibbles.astype(jnp.int32)]
 
 
+def decode_parts(fmt: str, qslab: jax.Array) -> tuple[jax.Array, ...]:
+    """Decodes stored codes without interleaving the packed rows.
+
+    For int8 this is ``(q,)``. For the 4-bit formats it is ``(even, odd)``: the unscaled
+    values of logical rows 2i (low nibbles) and 2i + 1 (high nibbles), each shaped like
+    ``qslab``. Kernels contract them with the even and odd columns of the activations,
+    which avoids interleaving the rows of every dequantised slab.
+
+    Args:
+      fmt: storage format name.
+      qslab: a slab of stored ``qvalue`` rows.
+
+    Returns:
+      A tuple of float32 arrays shaped like ``qslab``.
+    """
+    check_format(fmt)
+    if fmt == "int8":
+        return (qslab.astype(jnp.float32),)
+    halves = (qslab & jnp.uint8(0x0F), qslab >> jnp.uint8(4))
+    if fmt == "int4":
+        return tuple(h.astype(jnp.float32) - jnp.float32(INT4_ZERO_POINT) for h in halves)
+    code = jnp.asarray(NF4_CODE)
+    return tuple(code[h.astype(jnp.int32)] for h in halves)
+
+
 def dequantize_slab(fmt: str, qslab: jax.Array, scale_rows: jax.Array, block_size: int) -> jax.Array:
     """Dequantises a slab of whole blocks, or a part of one block, to float32.
 

@@ -4,6 +4,10 @@ Every kernel here walks the contracted axis K in steps of whole blocks (or of a 
 one large block), dequantises only that (step, N) slab and accumulates in float32, so the
 compiled program never holds a float buffer the size of the whole weight. They run on any
 XLA backend and are the numerical reference the fused plugin kernels are tested against.
+
+The 4-bit formats pack logical rows 2i and 2i + 1 into one byte row. Rather than
+interleaving the unpacked rows, the kernels work in stored-row coordinates: the low nibbles
+meet the even columns of the activations and the high nibbles the odd ones.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ _TARGET_STEP_ROWS = 512
 # A step smaller than this would make the loop overhead dominate; the kernel then takes the
 # whole (large) block in one step instead.
 _MIN_STEP_ROWS = 64
+_HIGHEST = lax.Precision.HIGHEST
 
 
 def step_rows(fmt: str, k: int, block_size: int, target: int = _TARGET_STEP_ROWS) -> int:
@@ -55,22 +60,54 @@ def _check_operand(name: str, x2d: jax.Array, size: int, what: str) -> None:
         raise TypeError(f"{name} must be floating point, got dtype {x2d.dtype}")
 
 
-def _slab_loop(fmt: str, qvalue: jax.Array, scale: jax.Array, block_size: int, k: int):
-    """Returns (n_steps, step, load) where ``load(i)`` gives step i's (start, slab reader)."""
-    step = step_rows(fmt, k, block_size)
-    per_row = _formats.rows_per_qvalue_row(fmt)
-    scale_rows = max(step // block_size, 1)
-    scale_f32 = scale.astype(jnp.float32)
+class _Slabs:
+    """Stored-row geometry of one quantised weight and readers for its loop steps."""
 
-    def load(i, *, scaled: bool = True):
-        start = i * step
-        qslab = lax.dynamic_slice_in_dim(qvalue, start // per_row, step // per_row, axis=0)
+    def __init__(self, fmt: str, qvalue: jax.Array, scale: jax.Array, block_size: int, k: int):
+        self.fmt = fmt
+        self.qvalue = qvalue
+        self.scale = scale.astype(jnp.float32)
+        per_row = _formats.rows_per_qvalue_row(fmt)
+        self.parts = per_row  # logical rows per stored row: 1 (int8) or 2 (packed)
+        step = step_rows(fmt, k, block_size)
+        self.step = step // per_row  # stored rows per step
+        self.block = block_size // per_row  # stored rows per scale row
+        self.scale_rows = max(step // block_size, 1)
+        self.n_steps = k // step
+
+    def split_columns(self, x32: jax.Array) -> tuple[jax.Array, ...]:
+        """Splits (M, K) activations into one (M, K // parts) array per nibble."""
+        if self.parts == 1:
+            return (x32,)
+        return tuple(x32[:, p :: self.parts] for p in range(self.parts))
+
+    def merge_columns(self, outs: tuple[jax.Array, ...]) -> jax.Array:
+        """Inverse of `split_columns` for (M, K // parts) results: interleaves them to (M, K)."""
+        if self.parts == 1:
+            return outs[0]
+        m, half = outs[0].shape
+        return jnp.stack(outs, axis=-1).reshape(m, half * self.parts)
+
+    def start(self, i):
+        return i * self.step
+
+    def read(self, i, *, scaled: bool = True) -> tuple[jax.Array, ...]:
+        """Step ``i``'s float32 (step, N) slab for each nibble, scaled unless asked not to."""
+        start = self.start(i)
+        qslab = lax.dynamic_slice_in_dim(self.qvalue, start, self.step, axis=0)
+        parts = _formats.decode_parts(self.fmt, qslab)
         if not scaled:
-            return start, _formats.decode_unscaled(fmt, qslab)
-        srows = lax.dynamic_slice_in_dim(scale_f32, start // block_size, scale_rows, axis=0)
-        return start, _formats.dequantize_slab(fmt, qslab, srows, block_size)
+            return parts
+        srows = lax.dynamic_slice_in_dim(self.scale, start // self.block, self.scale_rows, axis=0)
+        per_scale = min(self.step, self.block)
+        n = qslab.shape[1]
+        return tuple(
+            (u.reshape(self.scale_rows, per_scale, n) * srows[:, None, :]).reshape(self.step, n) for u in parts
+        )
 
-    return k // step, step, load
+    def columns(self, x_parts: tuple[jax.Array, ...], i) -> tuple[jax.Array, ...]:
+        """Step ``i``'s (M, step) column slab of each split activation."""
+        return tuple(lax.dynamic_slice_in_dim(x, self.start(i), self.step, axis=1) for x in x_parts)
 
 
 def reference_quantized_matmul(
@@ -101,15 +138,15 @@ def reference_quantized_matmul(
     k, n = _formats.check_layout(fmt, qvalue, scale, block_size)
     _check_operand("x2d", x2d, k, "contracted size K")
     out_dtype = x2d.dtype if out_dtype is None else out_dtype
-    n_steps, step, load = _slab_loop(fmt, qvalue, scale, block_size, k)
-    x32 = x2d.astype(jnp.float32)
+    slabs = _Slabs(fmt, qvalue, scale, block_size, k)
+    x_parts = slabs.split_columns(x2d.astype(jnp.float32))
 
     def body(i, acc):
-        start, w = load(i)
-        xs = lax.dynamic_slice_in_dim(x32, start, step, axis=1)
-        return acc + jnp.dot(xs, w, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+        for xs, w in zip(slabs.columns(x_parts, i), slabs.read(i)):
+            acc = acc + jnp.dot(xs, w, precision=_HIGHEST, preferred_element_type=jnp.float32)
+        return acc
 
-    acc = lax.fori_loop(0, n_steps, body, jnp.zeros((x2d.shape[0], n), jnp.float32))
+    acc = lax.fori_loop(0, slabs.n_steps, body, jnp.zeros((x2d.shape[0], n), jnp.float32))
     return acc.astype(out_dtype)
 
 
@@ -141,19 +178,24 @@ def reference_quantized_matmul_transposed(
     k, n = _formats.check_layout(fmt, qvalue, scale, block_size)
     _check_operand("x2d", x2d, n, "output size N")
     out_dtype = x2d.dtype if out_dtype is None else out_dtype
-    n_steps, step, load = _slab_loop(fmt, qvalue, scale, block_size, k)
+    slabs = _Slabs(fmt, qvalue, scale, block_size, k)
     x32 = x2d.astype(jnp.float32)
+    contract_n = (((1,), (1,)), ((), ()))
 
-    def body(i, out):
-        start, w = load(i)
-        ys = lax.dot_general(
-            x32, w, (((1,), (1,)), ((), ())),
-            precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32,
+    def body(i, outs):
+        return tuple(
+            lax.dynamic_update_slice_in_dim(
+                out,
+                lax.dot_general(x32, w, contract_n, precision=_HIGHEST, preferred_element_type=jnp.float32),
+                slabs.start(i),
+                axis=1,
+            )
+            for out, w in zip(outs, slabs.read(i))
         )
-        return lax.dynamic_update_slice_in_dim(out, ys, start, axis=1)
 
-    out = lax.fori_loop(0, n_steps, body, jnp.zeros((x2d.shape[0], k), jnp.float32))
-    return out.astype(out_dtype)
+    init = tuple(jnp.zeros((x2d.shape[0], k // slabs.parts), jnp.float32) for _ in range(slabs.parts))
+    outs = lax.fori_loop(0, slabs.n_steps, body, init)
+    return slabs.merge_columns(outs).astype(out_dtype)
 
 
 def reference_scale_gradient(
@@ -185,22 +227,20 @@ def reference_scale_gradient(
     k, n = _formats.check_layout(fmt, qvalue, scale, block_size)
     _check_operand("a2d", a2d, k, "contracted size K")
     _check_operand("b2d", b2d, n, "output size N")
-    n_steps, step, load = _slab_loop(fmt, qvalue, scale, block_size, k)
-    a32 = a2d.astype(jnp.float32)
+    slabs = _Slabs(fmt, qvalue, scale, block_size, k)
+    a_parts = slabs.split_columns(a2d.astype(jnp.float32))
     b32 = b2d.astype(jnp.float32)
-    rows_per_step = max(step // block_size, 1)
+    contract_m = (((0,), (0,)), ((), ()))
 
     def body(i, grad):
-        start, u = load(i, scaled=False)
-        a_slab = lax.dynamic_slice_in_dim(a32, start, step, axis=1)
-        t = lax.dot_general(
-            a_slab, b32, (((0,), (0,)), ((), ())),
-            precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32,
-        )
-        partial = (t * u).reshape(rows_per_step, step // rows_per_step, n).sum(axis=1)
-        row = start // block_size
-        current = lax.dynamic_slice_in_dim(grad, row, rows_per_step, axis=0)
+        weighted = 0.0
+        for a_slab, u in zip(slabs.columns(a_parts, i), slabs.read(i, scaled=False)):
+            t = lax.dot_general(a_slab, b32, contract_m, precision=_HIGHEST, preferred_element_type=jnp.float32)
+            weighted = weighted + t * u
+        partial = weighted.reshape(slabs.scale_rows, slabs.step // slabs.scale_rows, n).sum(axis=1)
+        row = slabs.start(i) // slabs.block
+        current = lax.dynamic_slice_in_dim(grad, row, slabs.scale_rows, axis=0)
         return lax.dynamic_update_slice_in_dim(grad, current + partial, row, axis=0)
 
-    grad = lax.fori_loop(0, n_steps, body, jnp.zeros(scale.shape, jnp.float32))
+    grad = lax.fori_loop(0, slabs.n_steps, body, jnp.zeros(scale.shape, jnp.float32))
     return grad.astype(scale.dtype)
