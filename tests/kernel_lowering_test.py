@@ -66,10 +66,13 @@ def test_export_contains_the_platform_kernel(platform, fmt, tokens):
     assert f"jaxcore_quantized_matmul_{fmt}" in text
 
 
-def test_triton_launch_parameters_follow_the_block_table():
-    _, text = _export("cuda", "int8", 1)
-    # Decode tiles: 16-row x 128-column programs with 4 warps (the jaxcore_gpu table).
-    assert re.search(r"num_warps = 4 : i32", text)
+@pytest.mark.parametrize("platform,stages", [("cuda", 4), ("rocm", 2)])
+def test_triton_launch_parameters_follow_the_block_table(platform, stages):
+    _, text = _export(platform, "int8", 1)
+    # Decode tiles: 16-row x 128-column programs with 4 warps (the jaxcore_gpu table);
+    # the ROCm registration pipelines 2 stages to fit AMD's 64 KiB of LDS.
+    assert re.findall(r"num_warps = (\d+) : i32", text) == ["4", "4"]
+    assert re.findall(r"num_stages = (\d+) : i32", text) == [str(stages)] * 2
     grids = re.findall(r"grid_x = (\d+) : i32, grid_y = (\d+) : i32, grid_z = (\d+) : i32", text)
     # Layer 1: N = 512 -> 4 column tiles; layer 2: N = 256 -> 2 (grid order: M, N, split).
     assert sorted((int(gy) for _, gy, _ in grids)) == [2, 4]
