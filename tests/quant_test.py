@@ -416,3 +416,18 @@ def test_ste_of_quantised_array_output_explains_itself():
     through = ste(lambda w: ArrayNF4.quantize(w).materialize())
     g = jax.grad(lambda w: jnp.sum(x @ through(w)))(w)
     np.testing.assert_allclose(g, np.repeat(x.sum(axis=0)[:, None], 8, axis=1), rtol=1e-6)
+
+
+def test_cotangent_of_quantised_array_refuses_to_materialise():
+    q = ArrayNF4.quantize(weight(64, 8))
+    cotangent = jax.grad(lambda q: jnp.sum(q.materialize()), allow_int=True)(q)
+    assert cotangent.qvalue.dtype == jax.dtypes.float0
+    with pytest.raises(TypeError, match=r"cannot materialise a cotangent of ArrayNF4 .*fake_quantize"):
+        cotangent.materialize()
+
+
+def test_with_axis_rejects_bad_axis():
+    q = ArrayInt4.quantize(weight(64, 8))
+    assert q.with_axis(-1).axis == 1 and q.with_axis(0) is not q
+    with pytest.raises(ValueError, match="ArrayInt4: axis must be 0 or 1 for a 2-D weight, got 3"):
+        q.with_axis(3)

@@ -20,6 +20,24 @@ from jaxcore.quant._arrays import _QuantizedArray
 
 
 def _contract(dense, q: _QuantizedArray, dimension_numbers, precision, preferred_element_type, q_is_lhs: bool):
+    """Evaluates ``dot_general`` of a dense operand with a 2-D quantised weight.
+
+    The dense operand's contracted axis is moved last and it is flattened to (M, C) by the
+    kernel; contracting the weight's first logical axis is ``x @ W``, its second ``x @ W.T``.
+    The kernels accumulate in float32 at full precision, so ``precision`` only applies to
+    the dense fallback.
+
+    Args:
+      dense: the dense operand.
+      q: the quantised operand.
+      dimension_numbers: ``((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))``.
+      precision: the primitive's precision (used by the fallback only).
+      preferred_element_type: the result dtype, or ``None`` for the operands' common type.
+      q_is_lhs: whether ``q`` is the left operand.
+
+    Returns:
+      The ``dot_general`` result, laid out as (lhs free dims, rhs free dims).
+    """
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
     d_contract, q_contract = (rhs_contract, lhs_contract) if q_is_lhs else (lhs_contract, rhs_contract)
     q_batch = lhs_batch if q_is_lhs else rhs_batch
