@@ -72,7 +72,7 @@ CASES = [
     ("int8", 20, 512, 200, 64, jnp.bfloat16, {"block_m": 16, "block_n": 128}),  # ragged M, N
     ("int8", 3, 24, 20, 24, jnp.float32, {}),                      # whole-K step
     ("int4", 1, 1024, 128, 32, jnp.bfloat16, {"block_k": 512}),    # 16 blocks/step, blocked
-    ("int4", 5, 512, 64, 4, jnp.float32, {"block_k": 256}),        # 2-row groups: MXU expansion
+    ("int4", 5, 512, 200, 4, jnp.float32, {"block_k": 256, "block_n": 128}),  # 2-row groups: MXU expansion; ragged N
     ("nf4", 1, 2048, 64, 64, jnp.bfloat16, {"block_k": 1024}),     # 2 K steps x 16 blocks
     ("nf4", 7, 512, 136, 512, jnp.float16, {"block_k": 256, "block_n": 128}),  # 1 scale row
 ]
