@@ -6,6 +6,16 @@ One source tree serves NVIDIA and AMD GPUs: the Triton lowering of Pallas target
 (``jaxcore_rocm6``, platform ``rocm``); from the repository the package registers for
 both. ``import jaxcore`` finds this package and calls :func:`initialize`; Pallas itself
 is imported only when a kernel is first traced, so importing jaxcore stays cheap.
+
+Users do not call the kernel directly: ``jaxcore.kernels.quantized_matmul`` (and ``x @ w``
+with a ``jaxcore.quant`` weight) dispatches to it on GPUs. Tiles come from a small table
+keyed by M (see :class:`BlockConfig`); to override them for code traced in a block::
+
+    with jaxcore_gpu.block_config(block_n=64, split_k=4):
+        y = jax.jit(model)(x, w)
+
+``JAXCORE_PALLAS_INTERPRET=cuda`` (or ``rocm``) runs this kernel in Pallas interpret mode
+on CPU, through the same dispatch.
 """
 
 from __future__ import annotations

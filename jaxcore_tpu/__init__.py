@@ -3,6 +3,12 @@
 Ships as the ``jaxcore-tpu`` wheel (package ``jaxcore_tpu``, platform ``tpu``).
 ``import jaxcore`` finds this package and calls :func:`initialize`; Pallas itself is
 imported only when a kernel is first traced, so importing jaxcore stays cheap.
+
+Users do not call the kernel directly: ``jaxcore.kernels.quantized_matmul`` (and ``x @ w``
+with a ``jaxcore.quant`` weight) dispatches to it on TPUs. Block shapes come from a small
+table keyed by M (see :class:`BlockConfig`) and can be overridden for code traced in a
+``with jaxcore_tpu.block_config(block_k=512):`` block. ``JAXCORE_PALLAS_INTERPRET=tpu``
+runs this kernel on CPU in TPU interpret mode (``pltpu.InterpretParams``).
 """
 
 from __future__ import annotations
