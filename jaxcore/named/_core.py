@@ -730,9 +730,33 @@ def _binary_plan(a1: tuple[Axis, ...], a2: tuple[Axis, ...]):
         if len(_BINARY_PLANS) >= _PLAN_CACHE_LIMIT:
             _BINARY_PLANS.clear()
         out = _merge_axes((a1, a2))
-        plan = (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out))
+        plan = (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out), {})
         _BINARY_PLANS[key] = plan
     return plan
+
+
+EAGER_KERNEL_FNS: set = set()
+"""Positional functions whose aligned eager calls may be cached as one jitted kernel.
+
+Only long-lived functions belong here (the op table registers its entries): the cache
+is keyed on the function object, so a fresh lambda per call would never hit.
+"""
+
+
+def _aligned_call(fn, plan, x1, x2):
+    """``fn`` on two operands laid out by ``plan``.
+
+    Eagerly, the transpose/reshape/op sequence of a registered ``fn`` runs as one cached
+    jitted executable (one dispatch instead of three); while tracing it is emitted inline
+    so the jaxpr holds exactly the positional ops.
+    """
+    _, _, p1, p2, kernels = plan
+    if fn in EAGER_KERNEL_FNS and not isinstance(x1, _Tracer) and not isinstance(x2, _Tracer):
+        kernel = kernels.get(fn)
+        if kernel is None:
+            kernel = kernels[fn] = jax.jit(lambda a, b: fn(p1.apply(a), p2.apply(b)))
+        return kernel(x1, x2)
+    return fn(p1.apply(x1), p2.apply(x2))
 
 
 def _wrap_result(result, axes, names):
@@ -767,8 +791,8 @@ def elementwise_binary(fn, x1, x2):
             a1, a2 = x1.axes, x2.axes
             if a1 is a2 or a1 == a2:
                 return _wrap_result(fn(x1.array, x2.array), a1, x1._names)
-            out, names, p1, p2 = _binary_plan(a1, a2)
-            return _wrap_result(fn(p1.apply(x1.array), p2.apply(x2.array)), out, names)
+            plan = _binary_plan(a1, a2)
+            return _wrap_result(_aligned_call(fn, plan, x1.array, x2.array), plan[0], plan[1])
         _check_scalar_operand(x2, x1)
         return _wrap_result(fn(x1.array, x2), x1.axes, x1._names)
     if type(x2) is NamedArray:

@@ -18,6 +18,7 @@ from jax import lax
 
 from jaxcore.named._axis import Axis, AxisSelector
 from jaxcore.named._core import (
+    EAGER_KERNEL_FNS,
     NamedArray,
     _describe,
     _is_scalar_like,
@@ -178,6 +179,8 @@ def _make_binary(name: str, fn):
     )
     return op
 
+
+EAGER_KERNEL_FNS.update(_BINARY_TABLE.values())
 
 _g = globals()
 for _name, _fn in _UNARY_TABLE.items():
@@ -444,7 +447,7 @@ def clip(array, a_min, a_max):
     """Named ``jnp.clip``: bounds may be NamedArrays (matched by name) or scalars."""
     if a_min is None and a_max is None:
         raise ValueError("clip needs at least one of a_min and a_max")
-    return elementwise_nary(lambda a, lo, hi: jnp.clip(a, lo, hi), array, a_min, a_max)
+    return elementwise_nary(jnp.clip, array, a_min, a_max)
 
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
