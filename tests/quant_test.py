@@ -191,7 +191,11 @@ def test_pytree_round_trip_and_jit_argument():
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda: ArrayInt4.quantize(weight(96, 4), block_size=64), ValueError, r"block_size=64 must be a positive divisor of the blocked axis size 96"),
+        (
+            lambda: ArrayInt4.quantize(weight(96, 4), block_size=64),
+            ValueError,
+            r"block_size=64 must be a positive divisor of the blocked axis size 96",
+        ),
         (lambda: ArrayNF4.quantize(weight(90, 4), block_size=45), ValueError, "block_size=45 must be even"),
         (lambda: ArrayInt8.quantize(weight(96, 4), block_size=0), ValueError, "positive divisor"),
         (lambda: ArrayInt8.quantize(weight(96, 4), block_size=2.0), TypeError, "block_size must be an int"),

@@ -125,7 +125,10 @@ def quantized_matmul(x: jax.Array, q, *, preferred_element_type=None) -> jax.Arr
     ``x`` is flattened to (M, K) and the kernel registered for the platform the program is
     compiled for runs (through one `jax.lax.platform_dependent`; the portable reference is
     the default and serves CPU unless a plugin or ``JAXCORE_PALLAS_INTERPRET`` says
-    otherwise). Differentiable in ``x`` and in the block scales; ``vmap`` and ``jit`` apply.
+    otherwise). ``jit`` and ``vmap`` apply. Reverse-mode differentiable in ``x`` and in the
+    block scales through a `jax.custom_vjp` whose backward pass also works slab by slab (a
+    forward-mode ``jvp`` rule would make ``grad`` keep every dequantised slab alive, i.e.
+    the dense weight), so ``jax.jvp``/``jacfwd`` are not supported.
 
     Args:
       x: floating array (..., K).

@@ -102,7 +102,8 @@ class _Slabs:
         per_scale = min(self.step, self.block)
         n = qslab.shape[1]
         return tuple(
-            (u.reshape(self.scale_rows, per_scale, n) * srows[:, None, :]).reshape(self.step, n) for u in parts
+            (u.reshape(self.scale_rows, per_scale, n) * srows[:, None, :]).reshape(self.step, n)
+            for u in parts
         )
 
     def columns(self, x_parts: tuple[jax.Array, ...], i) -> tuple[jax.Array, ...]:
@@ -235,7 +236,9 @@ def reference_scale_gradient(
     def body(i, grad):
         weighted = 0.0
         for a_slab, u in zip(slabs.columns(a_parts, i), slabs.read(i, scaled=False)):
-            t = lax.dot_general(a_slab, b32, contract_m, precision=_HIGHEST, preferred_element_type=jnp.float32)
+            t = lax.dot_general(
+                a_slab, b32, contract_m, precision=_HIGHEST, preferred_element_type=jnp.float32
+            )
             weighted = weighted + t * u
         partial = weighted.reshape(slabs.scale_rows, slabs.step // slabs.scale_rows, n).sum(axis=1)
         row = slabs.start(i) // slabs.block

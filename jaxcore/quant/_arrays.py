@@ -40,7 +40,9 @@ def _prepare(x, block_size, axis: int, what: str, even: bool):
     blocked = x if axis == 0 else x.T
     size = blocked.shape[0]
     block_size = size if block_size is None else block_size
-    block_size = _checks.check_block_size(block_size, size, what=f"{what} (axis {axis} of {x.shape})", even=even)
+    block_size = _checks.check_block_size(
+        block_size, size, what=f"{what} (axis {axis} of {x.shape})", even=even
+    )
     return x, blocked, block_size, axis
 
 
@@ -92,7 +94,8 @@ class _QuantizedArray(ImplicitArray):
     @property
     def storage_nbytes(self) -> int:
         """Bytes held by the quantised representation (codes and scales)."""
-        return sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize for leaf in jax.tree_util.tree_leaves(self))
+        leaves = jax.tree_util.tree_leaves(self)
+        return sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize for leaf in leaves)
 
     @property
     def T(self) -> _QuantizedArray:  # noqa: N802 - mirrors jax.Array.T
@@ -104,7 +107,11 @@ class _QuantizedArray(ImplicitArray):
 
         With ``axis`` different from ``self.axis`` this is the transpose of ``self``.
         """
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("shape", "dtype")}
+        values = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("shape", "dtype")
+        }
         values["axis"] = _check_axis(axis, type(self).__name__)
         return type(self)(**values, dtype=self.dtype)
 

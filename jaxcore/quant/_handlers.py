@@ -19,7 +19,9 @@ from jaxcore.kernels import quantized_matmul, quantized_matmul_transposed
 from jaxcore.quant._arrays import _QuantizedArray
 
 
-def _contract(dense, q: _QuantizedArray, dimension_numbers, precision, preferred_element_type, q_is_lhs: bool):
+def _contract(
+    dense, q: _QuantizedArray, dimension_numbers, precision, preferred_element_type, q_is_lhs: bool
+):
     """Evaluates ``dot_general`` of a dense operand with a 2-D quantised weight.
 
     The dense operand's contracted axis is moved last and it is flattened to (M, C) by the
@@ -63,24 +65,43 @@ def _contract(dense, q: _QuantizedArray, dimension_numbers, precision, preferred
 
 @register("dot_general")
 def _dense_at_quantized(
-    lhs: jax.Array, rhs: _QuantizedArray, *, dimension_numbers, precision=None, preferred_element_type=None, **params
+    lhs: jax.Array,
+    rhs: _QuantizedArray,
+    *,
+    dimension_numbers,
+    precision=None,
+    preferred_element_type=None,
+    **params,
 ):
     return _contract(lhs, rhs, dimension_numbers, precision, preferred_element_type, q_is_lhs=False)
 
 
 @register("dot_general")
 def _quantized_at_dense(
-    lhs: _QuantizedArray, rhs: jax.Array, *, dimension_numbers, precision=None, preferred_element_type=None, **params
+    lhs: _QuantizedArray,
+    rhs: jax.Array,
+    *,
+    dimension_numbers,
+    precision=None,
+    preferred_element_type=None,
+    **params,
 ):
     return _contract(rhs, lhs, dimension_numbers, precision, preferred_element_type, q_is_lhs=True)
 
 
 @register("dot_general")
 def _quantized_at_quantized(
-    lhs: _QuantizedArray, rhs: _QuantizedArray, *, dimension_numbers, precision=None, preferred_element_type=None, **params
+    lhs: _QuantizedArray,
+    rhs: _QuantizedArray,
+    *,
+    dimension_numbers,
+    precision=None,
+    preferred_element_type=None,
+    **params,
 ):
     # Two quantised operands: the left one is dequantised, the right one stays in the kernel.
-    return _contract(lhs.materialize(), rhs, dimension_numbers, precision, preferred_element_type, q_is_lhs=False)
+    dense = lhs.materialize()
+    return _contract(dense, rhs, dimension_numbers, precision, preferred_element_type, q_is_lhs=False)
 
 
 @register("transpose")
