@@ -11,13 +11,13 @@ def has_implicit_children(x: _base.ImplicitArray) -> bool:
     """Returns whether any child of ``x`` (at any container depth) is an implicit array."""
     children, _ = _base._flatten(x)
     for child in children:
-        if isinstance(child, _base.ImplicitArray):
+        if _base.is_implicit(child):
             return True
         if isinstance(child, (list, tuple, dict)):
             import jax
 
             leaves = jax.tree_util.tree_leaves(child, is_leaf=_base.is_implicit)
-            if any(isinstance(leaf, _base.ImplicitArray) for leaf in leaves):
+            if any(_base.is_implicit(leaf) for leaf in leaves):
                 return True
     return False
 
@@ -46,7 +46,7 @@ def materialize_nested(implicit_arr: tp.Any, full: bool = False) -> tp.Any:
     Returns:
         The materialised value.
     """
-    while isinstance(implicit_arr, _base.ImplicitArray):
+    while _base.is_implicit(implicit_arr):
         implicit_arr = materialize_one_layer(implicit_arr)
         if not full:
             break
@@ -56,7 +56,7 @@ def materialize_nested(implicit_arr: tp.Any, full: bool = False) -> tp.Any:
 def materialize_all(values: tp.Sequence[tp.Any]) -> list[tp.Any]:
     """Fully materialises every implicit array in a flat sequence of operands."""
     return [
-        materialize_nested(v, full=True) if isinstance(v, _base.ImplicitArray) else v
+        materialize_nested(v, full=True) if _base.is_implicit(v) else v
         for v in values
     ]
 

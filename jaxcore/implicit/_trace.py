@@ -18,11 +18,13 @@ JVP/transpose rules' primitives through the handlers.
 from __future__ import annotations
 
 import functools
+import types
 import typing as tp
 import weakref
 
 import jax
 import jax.extend.core as jex_core
+import numpy as np
 
 from jaxcore import _jax_internals
 from jaxcore.implicit import _base
@@ -30,7 +32,7 @@ from jaxcore.implicit import _dispatch
 from jaxcore.implicit import _materialize
 from jaxcore.implicit import _warnings
 
-_ImplicitArray = _base.ImplicitArray
+_is_implicit = _base.is_implicit
 
 
 class _ImplicitTracer(jax.core.Tracer):
@@ -75,7 +77,7 @@ class _ImplicitTrace(jax.core.Trace):
         return values, found
 
     def _wrap(self, out: tp.Any) -> tp.Any:
-        if isinstance(out, _ImplicitArray):
+        if _is_implicit(out):
             return _ImplicitTracer(self, out)
         return out
 
@@ -184,7 +186,7 @@ def trace_for(parent: jax.core.Trace) -> _ImplicitTrace:
 
 def _warn_for(primitive: tp.Any, values: tp.Sequence[tp.Any]) -> None:
     for v in values:
-        if isinstance(v, _ImplicitArray):
+        if _is_implicit(v):
             _warnings.warn_materialize(primitive, type(v))
 
 
@@ -196,11 +198,11 @@ def apply_primitive(primitive: tp.Any, values: list[tp.Any], params: dict) -> tp
     """
     handler = _dispatch.resolve(primitive, tuple(map(type, values)))
     if handler is None:
-        first = next(v for v in values if isinstance(v, _ImplicitArray))
+        first = next(v for v in values if _is_implicit(v))
         _warn_for(primitive, values)
         return type(first).default_handler(primitive, *values, params=params)
     if any(
-        isinstance(v, _ImplicitArray) and _materialize.has_implicit_children(v) for v in values
+        _is_implicit(v) and _materialize.has_implicit_children(v) for v in values
     ):
         return call_with_nested_dispatch(handler, (primitive, values, params), {})
     return handler(primitive, values, params)
@@ -225,12 +227,12 @@ def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs:
         trace = trace_for(parent)
 
     def wrap_children(x: tp.Any) -> tp.Any:
-        if not isinstance(x, _ImplicitArray):
+        if not _is_implicit(x):
             return x
         return jax.tree_util.tree_map(
-            lambda c: _ImplicitTracer(trace, c) if isinstance(c, _ImplicitArray) else c,
+            lambda c: _ImplicitTracer(trace, c) if _is_implicit(c) else c,
             x,
-            is_leaf=lambda c: c is not x and isinstance(c, _ImplicitArray),
+            is_leaf=lambda c: c is not x and _is_implicit(c),
         )
 
     args, kwargs = jax.tree_util.tree_map(
@@ -239,6 +241,18 @@ def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs:
     with jex_core.set_current_trace(trace):
         out = fn(*args, **kwargs)
     return jax.tree_util.tree_map(_is_tracer_of(trace), out)
+
+
+_FLAT_OPERAND_TYPES = (jax.Array, np.ndarray, np.generic, int, float, complex, bool)
+
+
+def _is_flat_operand(x: tp.Any) -> bool:
+    return _is_implicit(x) or isinstance(x, _FLAT_OPERAND_TYPES)
+
+
+def _current_implicit_trace() -> _ImplicitTrace:
+    with jex_core.take_current_trace() as parent:
+        return trace_for(parent)
 
 
 def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
@@ -259,22 +273,32 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
         The wrapped function, with ``fn``'s signature.
     """
 
+    fn_is_leaf = isinstance(fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType))
+
     @functools.wraps(fn)
     def implicit_fn(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        leaves, treedef = jax.tree_util.tree_flatten(
-            (fn, args, kwargs), is_leaf=_base.is_implicit
-        )
-        if not any(isinstance(leaf, _ImplicitArray) for leaf in leaves):
-            return fn(*args, **kwargs)
-        with jex_core.take_current_trace() as parent:
-            trace = trace_for(parent)
-        leaves = [
-            _ImplicitTracer(trace, leaf) if isinstance(leaf, _ImplicitArray) else leaf
-            for leaf in leaves
-        ]
-        f, args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+        if fn_is_leaf and not kwargs and all(map(_is_flat_operand, args)):
+            # Fast path: positional arrays and implicit arrays only, nothing to flatten.
+            if not any(map(_is_implicit, args)):
+                return fn(*args)
+            trace = _current_implicit_trace()
+            args = [_ImplicitTracer(trace, a) if _is_implicit(a) else a for a in args]
+            f = fn
+        else:
+            leaves, treedef = jax.tree_util.tree_flatten(
+                (fn, args, kwargs), is_leaf=_base.is_implicit
+            )
+            if not any(map(_is_implicit, leaves)):
+                return fn(*args, **kwargs)
+            trace = _current_implicit_trace()
+            leaves = [_ImplicitTracer(trace, leaf) if _is_implicit(leaf) else leaf for leaf in leaves]
+            f, args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         with jex_core.set_current_trace(trace):
             out = f(*args, **kwargs)
+        if type(out) is _ImplicitTracer and out._trace is trace:
+            return out.value
+        if isinstance(out, (jax.Array, np.ndarray)):
+            return out
         return jax.tree_util.tree_map(_is_tracer_of(trace), out)
 
     return implicit_fn
