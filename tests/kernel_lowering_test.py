@@ -82,3 +82,25 @@ def test_cpu_export_runs_the_reference():
     _, text = _export("cpu", "nf4", 4)
     assert _TRITON not in text and _MOSAIC not in text
     assert "jaxcore_quantized_matmul" not in text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason=(
+        "jax 0.10.2 lowers every platform_dependent branch with all of the module's "
+        "platforms, so a multi-platform export lowers the Triton/Mosaic pallas_call for "
+        "cpu too ('Only interpret mode is supported on CPU backend'). Single-platform "
+        "exports (above) and runtime dispatch are unaffected."
+    ),
+)
+def test_multi_platform_export():
+    keys = jax.random.split(jax.random.key(0), 2)
+    w1 = _quantize("int8", jax.random.normal(keys[0], (256, 512)), 256)
+    w2 = _quantize("int8", jax.random.normal(keys[1], (512, 256)), 512)
+    x = jax.ShapeDtypeStruct((1, 256), jnp.bfloat16)
+    jax.export.export(
+        jax.jit(_model),
+        platforms=["cpu", "cuda", "tpu"],
+        disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(_TRITON)],
+    )(x, w1, w2)
