@@ -122,6 +122,22 @@ def test_intersect_eliminate_without():
     assert hax.without_axes((B, E), (Axis("embed", 5),), allow_mismatched_sizes=True) == (B,)
 
 
+def test_axis_helpers_reject_malformed_selections():
+    with pytest.raises(TypeError, match="Expected an axis selection"):
+        hax.union_axes(3, (B,))
+    with pytest.raises(ValueError, match="Axis 'batch' given with size 3 and 5"):
+        hax.union_axes({B: 5}, (E,))
+    with pytest.raises(TypeError, match="'x': size must be an int"):
+        hax.union_axes({"x": "big"}, (E,))
+    with pytest.raises(TypeError, match="Expected an AxisSpec"):
+        hax.zeros(3)
+    with pytest.raises(TypeError, match="'batch' is given by name only"):
+        hax.zeros("batch")
+    with pytest.raises(TypeError, match=r"Expected an Axis or an axis name \(str\), got 3"):
+        hax.zeros((B, 3))
+    assert hax.zeros({B: 3}).axes == (B,)
+
+
 def test_selects_axis_and_compatibility():
     assert hax.selects_axis((B, "embed"), {"batch": None, "embed": 128})
     assert hax.selects_axis((B, E), ("batch",))
@@ -211,6 +227,10 @@ def test_class_getitem_and_matches_axes():
     assert hax.zeros((B, H, E)).matches_axes(NamedArray["batch", ..., "embed"])
     with pytest.raises(TypeError, match="Axes spec entries"):
         a.matches_axes((1, 2))
+    import typing
+
+    with pytest.raises(TypeError, match="carries no NamedArray axes spec"):
+        a.matches_axes(typing.Annotated[NamedArray, "batch"])
 
 
 def test_pytree_roundtrip_and_tree_map():
@@ -540,6 +560,11 @@ def test_index_errors(idx, exc, msg):
     a = hax.zeros((B, E))
     with pytest.raises(exc, match=msg):
         a[idx]
+
+
+def test_index_needs_named_array():
+    with pytest.raises(TypeError, match=r"index\(\) needs a NamedArray, got ndarray"):
+        hax.index(np.zeros(3), {"batch": 0})
 
 
 def test_index_error_traced_slice_and_sliced_shared_axis():

@@ -36,6 +36,8 @@ def test_rename():
         hax.rename(a, {"H": Axis("h2", 9)})
     with pytest.raises(ValueError, match="Duplicate axis name 'W'"):
         hax.rename(a, {"H": "W"})
+    with pytest.raises(TypeError, match="rename of 'H': expected an axis name or Axis, got 3"):
+        hax.rename(a, {"H": 3})
 
 
 def test_ravel_and_flatten():

@@ -486,8 +486,6 @@ def array_equiv(a, b):
 
 
 def _new_axis_for(name_or_axis, size: int, what: str) -> Axis:
-    if name_or_axis is None:
-        raise ValueError(f"{what}: an axis is required")
     if isinstance(name_or_axis, str):
         return Axis(name_or_axis, size)
     if name_or_axis.size != size:
