@@ -296,6 +296,17 @@ def test_scalar_operands_and_reflected_ops():
     _assert_named(r, np.arange(12).reshape(3, 4) % 5, (B, E))
 
 
+def test_numpy_and_jax_left_operands_defer_to_named_ops():
+    x = _rand(3, 4)
+    a = hax.named(x, (B, E))
+    _assert_named(np.float32(2) * a, 2 * x, (B, E))
+    _assert_named(jnp.float32(3) - a, 3 - x, (B, E))
+    with pytest.raises(ValueError, match="positional array of shape \\(4,\\)"):
+        np.ones(4, np.float32) * a
+    with pytest.raises(ValueError, match="positional array of shape \\(3, 4\\)"):
+        jnp.ones((3, 4)) + a
+
+
 def test_binary_errors_name_axes():
     a = hax.zeros((B, E))
     with pytest.raises(ValueError, match="Axis 'embed' has mismatched sizes 4 and 5"):

@@ -69,6 +69,10 @@ class NamedArray:
 
     __slots__ = ("array", "axes", "_names")
 
+    # NumPy operands defer to our reflected operators (as with jax.Array), so
+    # ``np.float32(2) * x`` is a NamedArray rather than an object array.
+    __array_ufunc__ = None
+
     def __init__(self, array: Any, axes: AxisSpec):
         axes = to_axes(axes)
         shape = getattr(array, "shape", None)

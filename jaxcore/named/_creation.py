@@ -7,7 +7,7 @@ import math
 import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelector, AxisSpec, to_axes
-from jaxcore.named._core import NamedArray, named
+from jaxcore.named._core import NamedArray
 
 _DEFAULT_NUM = 50  # numpy's default number of samples for linspace & co.
 
@@ -107,6 +107,6 @@ def geomspace(axis: AxisSelector, *, start: float, stop: float, endpoint: bool =
 
 
 __all__ = [
-    "named", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
+    "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "logspace", "geomspace",
 ]  # fmt: skip

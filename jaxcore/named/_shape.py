@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector, AxisSpec, check_unique, to_axes
-from jaxcore.named._core import NamedArray, _describe, broadcast_to
+from jaxcore.named._core import NamedArray, _describe
 
 
 def _check_named(array, fname):
