@@ -371,15 +371,23 @@ def test_cpu_runs_reference_even_with_accelerator_kernels(isolated_registry):
     kernels.register_kernel("quantized_matmul", "cuda", cuda)
     kernels.register_kernel("quantized_matmul", "tpu", tpu)
     np.testing.assert_allclose(kernels.quantized_matmul(x, q), expected, rtol=1e-5, atol=1e-4)
-    assert cuda.calls == [] and tpu.calls == []  # eagerly only the CPU branch is traced
+    # Every branch is staged out (not in interpret mode), and the CPU one runs.
+    assert cuda.calls == [False] and tpu.calls == [False]
 
     def f(x, qvalue, scale):
         return kernels.quantized_matmul(x, FakeQuant("int4", qvalue, scale, 32))
 
     y = jax.jit(f)(x, q.qvalue, q.block_scales())
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-4)
-    # Under jit every branch is staged out (not in interpret mode), and the CPU one runs.
+    # The same configuration and shapes reuse the compiled program: no new trace.
     assert cuda.calls == [False] and tpu.calls == [False]
+    kernels.quantized_matmul(x, q)
+    assert cuda.calls == [False]
+    # A newly registered kernel changes the configuration, so the next call traces again.
+    rocm = RecordingKernel(300.0)
+    kernels.register_kernel("quantized_matmul", "rocm", rocm)
+    np.testing.assert_allclose(kernels.quantized_matmul(x, q), expected, rtol=1e-5, atol=1e-4)
+    assert rocm.calls == [False]
 
 
 @pytest.mark.parametrize("value, marker", [("1", 100.0), ("cuda", 100.0), ("tpu", 200.0)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,58 +22,84 @@ from jaxcore.kernels import _formats, _interpret, _reference, _registry
 KERNEL_NAME = "quantized_matmul"
 
 
-def _dispatch(x2d, qvalue, scale, fmt, block_size, out_dtype):
+class _Config(NamedTuple):
+    """Everything static about one quantised matmul; hashable, so it keys the jit cache.
+
+    It includes the registered implementations and the interpret-mode choice, so a kernel
+    registered (or an env var changed) after a first call is used by the next call.
+    """
+
+    fmt: str
+    block_size: int
+    out_dtype: np.dtype
+    impls: tuple[tuple[str, Callable], ...]
+    interpret_on: str | None
+
+    def returning(self, dtype) -> _Config:
+        return self._replace(out_dtype=np.dtype(dtype))
+
+
+def _dispatch(x2d, qvalue, scale, cfg: _Config):
     """Calls the registered impls through one `platform_dependent` (reference as default)."""
-    impls = _registry.registered_kernels(KERNEL_NAME)
-    interpret_on = _interpret.interpret_platform(KERNEL_NAME, impls)
-    static = dict(fmt=fmt, block_size=block_size, out_dtype=out_dtype)
+    impls = dict(cfg.impls)
+    static = dict(fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype)
     branches = {
         platform: functools.partial(impl, interpret=False, **static) for platform, impl in impls.items()
     }
-    if interpret_on is not None:
-        branches["cpu"] = functools.partial(impls[interpret_on], interpret=True, **static)
+    if cfg.interpret_on is not None:
+        branches["cpu"] = functools.partial(impls[cfg.interpret_on], interpret=True, **static)
     default = functools.partial(_reference.reference_quantized_matmul, **static)
     return jax.lax.platform_dependent(x2d, qvalue, scale, default=default, **branches)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _matmul(x2d, qvalue, scale, fmt, block_size, out_dtype):
-    return _dispatch(x2d, qvalue, scale, fmt, block_size, out_dtype)
+def _scale_gradient(a2d, b2d, qvalue, scale, cfg: _Config):
+    return _reference.reference_scale_gradient(
+        a2d, b2d, qvalue, scale, fmt=cfg.fmt, block_size=cfg.block_size
+    )
 
 
-def _matmul_fwd(x2d, qvalue, scale, fmt, block_size, out_dtype):
-    return _matmul(x2d, qvalue, scale, fmt, block_size, out_dtype), (x2d, qvalue, scale)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _matmul(x2d, qvalue, scale, cfg: _Config):
+    return _dispatch(x2d, qvalue, scale, cfg)
 
 
-def _matmul_bwd(fmt, block_size, out_dtype, residuals, g):
+def _matmul_fwd(x2d, qvalue, scale, cfg):
+    return _matmul(x2d, qvalue, scale, cfg), (x2d, qvalue, scale)
+
+
+def _matmul_bwd(cfg, residuals, g):
     x2d, qvalue, scale = residuals
-    dx = _matmul_t(g, qvalue, scale, fmt, block_size, x2d.dtype)
-    dscale = _reference.reference_scale_gradient(x2d, g, qvalue, scale, fmt=fmt, block_size=block_size)
-    return dx, None, dscale
+    dx = _matmul_t(g, qvalue, scale, cfg.returning(x2d.dtype))
+    return dx, None, _scale_gradient(x2d, g, qvalue, scale, cfg)
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _matmul_t(x2d, qvalue, scale, fmt, block_size, out_dtype):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _matmul_t(x2d, qvalue, scale, cfg: _Config):
     return _reference.reference_quantized_matmul_transposed(
-        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+        x2d, qvalue, scale, fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype
     )
 
 
-def _matmul_t_fwd(x2d, qvalue, scale, fmt, block_size, out_dtype):
-    return _matmul_t(x2d, qvalue, scale, fmt, block_size, out_dtype), (x2d, qvalue, scale)
+def _matmul_t_fwd(x2d, qvalue, scale, cfg):
+    return _matmul_t(x2d, qvalue, scale, cfg), (x2d, qvalue, scale)
 
 
-def _matmul_t_bwd(fmt, block_size, out_dtype, residuals, g):
+def _matmul_t_bwd(cfg, residuals, g):
     x2d, qvalue, scale = residuals
-    dx = _matmul(g, qvalue, scale, fmt, block_size, x2d.dtype)
-    dscale = _reference.reference_scale_gradient(g, x2d, qvalue, scale, fmt=fmt, block_size=block_size)
-    return dx, None, dscale
+    dx = _matmul(g, qvalue, scale, cfg.returning(x2d.dtype))
+    return dx, None, _scale_gradient(g, x2d, qvalue, scale, cfg)
 
 
 _matmul_t.defvjp(_matmul_t_fwd, _matmul_t_bwd)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _run(x2d, qvalue, scale, cfg: _Config, transposed: bool):
+    # A jit boundary: eager calls compile once per configuration and shape, not every time.
+    return (_matmul_t if transposed else _matmul)(x2d, qvalue, scale, cfg)
 
 
 def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int]:
@@ -112,10 +139,10 @@ def _apply(x, q, preferred_element_type, transposed: bool):
     x2d = x.reshape(math.prod(lead), contracted)
     # In the stored (K, N) layout, x @ S runs the dispatched kernel and x @ S.T the transposed
     # reference; a weight stored along axis 1 is S.T, which swaps the two.
-    if transposed == (axis == 1):
-        out = _matmul(x2d, qvalue, scale, fmt, block_size, out_dtype)
-    else:
-        out = _matmul_t(x2d, qvalue, scale, fmt, block_size, out_dtype)
+    impls = _registry.registered_kernels(KERNEL_NAME)
+    interpret_on = _interpret.interpret_platform(KERNEL_NAME, impls)
+    cfg = _Config(fmt, int(block_size), out_dtype, tuple(impls.items()), interpret_on)
+    out = _run(x2d, qvalue, scale, cfg, transposed != (axis == 1))
     return out.reshape(*lead, out.shape[-1])
 
 
