@@ -342,7 +342,7 @@ def _reference_broadcast(x, axes, out_axes):
     return np.reshape(x, [a.size if a.name in names else 1 for a in out_axes])
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, database=None)
 @given(_axes_subsets(), _axes_subsets())
 def test_property_binary_alignment_matches_numpy(axes1, axes2):
     x = np.random.default_rng(len(axes1)).standard_normal([a.size for a in axes1]).astype(np.float32)
@@ -360,7 +360,7 @@ _INDEX_CHOICES = st.one_of(
 )
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, database=None)
 @given(st.tuples(*[_INDEX_CHOICES] * 4))
 def test_property_basic_indexing_matches_numpy(choices):
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 1, 4)

@@ -807,11 +807,15 @@ def elementwise_binary(fn, x1, x2):
     return fn(x1, x2)
 
 
+_NARY_KERNELS: dict = {}
+
+
 def elementwise_nary(fn, *args, **kwargs):
     """Applies positional ``fn(*args, **kwargs)`` after aligning every NamedArray by name.
 
     Result axes are the union of the operands' axes in first-appearance order.
-    Non-named operands must be scalars.
+    Non-named operands must be scalars (or ``None``, passed through). Eagerly, a
+    registered ``fn`` (see ``EAGER_KERNEL_FNS``) runs as one cached jitted kernel.
     """
     named_args = [a for a in args if isinstance(a, NamedArray)]
     if not named_args:
@@ -820,11 +824,37 @@ def elementwise_nary(fn, *args, **kwargs):
     for a in args:
         if not isinstance(a, NamedArray) and a is not None:
             _check_scalar_operand(a, named_args[0])
-    aligned = [
-        _align_to(a.axes, out).apply(a.array) if isinstance(a, NamedArray) else a for a in args
-    ]
-    result = fn(*aligned, **kwargs)
-    return _wrap_result(jax.tree.map(lambda r: jnp.broadcast_to(r, tuple(ax.size for ax in out)), result), out, None)
+    layout = tuple(a.axes if isinstance(a, NamedArray) else (None if a is None else "scalar") for a in args)
+    operands = [a.array if isinstance(a, NamedArray) else a for a in args if a is not None]
+    if not kwargs and fn in EAGER_KERNEL_FNS and not builtins.any(isinstance(x, _Tracer) for x in operands):
+        key = (fn, layout)
+        kernel = _NARY_KERNELS.get(key)
+        if kernel is None:
+            if len(_NARY_KERNELS) >= _PLAN_CACHE_LIMIT:
+                _NARY_KERNELS.clear()
+            kernel = _NARY_KERNELS[key] = jax.jit(_nary_kernel(fn, layout, out, {}))
+        return _wrap_result(kernel(*operands), out, None)
+    return _wrap_result(_nary_kernel(fn, layout, out, kwargs)(*operands), out, None)
+
+
+def _nary_kernel(fn, layout, out, kwargs):
+    """Positional ``fn`` over operands laid out for ``out``.
+
+    ``layout`` has one entry per argument: a NamedArray's axes, ``"scalar"``, or ``None``
+    for an argument that is ``None`` (passed to ``fn`` as is and not to the kernel). The
+    result is broadcast to the full shape of ``out``.
+    """
+    plans = [_align_to(ax, out) if isinstance(ax, tuple) else ax for ax in layout]
+    shape = tuple(ax.size for ax in out)
+
+    def kernel(*xs):
+        it = iter(xs)
+        operands = [
+            None if p is None else (next(it) if p == "scalar" else p.apply(next(it))) for p in plans
+        ]
+        return jax.tree.map(lambda r: jnp.broadcast_to(r, shape), fn(*operands, **kwargs))
+
+    return kernel
 
 
 def broadcast_arrays(*arrays) -> tuple:

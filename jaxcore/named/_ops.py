@@ -181,6 +181,7 @@ def _make_binary(name: str, fn):
 
 
 EAGER_KERNEL_FNS.update(_BINARY_TABLE.values())
+EAGER_KERNEL_FNS.update((jnp.where, jnp.clip))
 
 _g = globals()
 for _name, _fn in _UNARY_TABLE.items():
