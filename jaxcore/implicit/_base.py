@@ -238,6 +238,24 @@ def _resolve_aval(obj: ImplicitArray) -> jax.core.ShapedArray:
     return aval
 
 
+def adopt_aval(obj: ImplicitArray, shape: tp.Sequence[int], dtype: tp.Any) -> None:
+    """Records the known logical shape/dtype of ``obj`` so it need not be discovered.
+
+    Used for results of operations whose dense output type is already known (the
+    output types of a jaxpr the interpreter ran), never overriding explicit values.
+    """
+    d = obj.__dict__
+    if d.get(_AVAL_ATTR) is not None or d.get("_jaxcore_explicit_shape") is not None:
+        return
+    key = (tuple(shape), dtype)
+    aval = _explicit_avals.get(key)
+    if aval is None:
+        aval = jax.core.ShapedArray(tuple(shape), jnp.dtype(dtype))
+        if len(_explicit_avals) < _MAX_DISCOVERY_CACHE:
+            _explicit_avals[key] = aval
+    d[_AVAL_ATTR] = aval
+
+
 @dataclasses.dataclass
 class ImplicitArray(abc.ABC):
     """Base class for array stand-ins that flow through JAX without materialising.

@@ -95,10 +95,14 @@ class _ImplicitTrace(jax.core.Trace):
             if self.parent_is_eager:
                 # Eager: run the jit body under the interpreter once per operand structure
                 # and compile it, so repeated eager ops cost one cached dispatch.
+                jaxpr = params["jaxpr"]
                 with jex_core.set_current_trace(self.parent_trace):
-                    out = _compiled_jaxpr_fn(
-                        params["jaxpr"], params["name"], _warnings.warnings_state()
-                    )(*values)
+                    out = _compiled_jaxpr_fn(jaxpr, params["name"], _warnings.warnings_state())(
+                        *values
+                    )
+                for o, aval in zip(out, jaxpr.out_avals):
+                    if _is_implicit(o):
+                        _base.adopt_aval(o, aval.shape, aval.dtype)
                 return [self._wrap(o) for o in out]
             if params["inline"]:
                 # An inlinable jit (every jax.numpy function) under a transformation:
