@@ -710,3 +710,21 @@ def test_updated_slice():
         hax.updated_slice(a, {"seq": 5}, hax.zeros((B, Axis("seq", 2))))
     with pytest.raises(ValueError, match="needs a NamedArray update"):
         hax.updated_slice(a, {"seq": 0}, jnp.zeros((3, 2)))
+
+
+def test_creation_broadcast_and_slices_under_jit_vmap_grad():
+    x = _rand(3, 4)
+
+    def named_fn(x):
+        a = hax.named(x, ("batch", "embed"))
+        row = hax.slice(a, "batch", start=1, length=1).rename({"batch": "one"})
+        grown = hax.broadcast_to(hax.sum(row, "one"), (H, E)) * hax.full_like(a["batch", 0], 2.0)
+        base = hax.zeros_like(a) + hax.ones((B, E)) + hax.arange(E, dtype=jnp.float32)
+        return hax.updated_slice(base * a, {"batch": 1}, grown["head", 0:1].rename({"head": "batch"})).array
+
+    def pos_fn(x):
+        grown = jnp.broadcast_to(x[1], (2, 4)) * 2.0
+        base = (jnp.zeros_like(x) + 1 + jnp.arange(4, dtype=jnp.float32)) * x
+        return base.at[1:2].set(grown[0:1])
+
+    _check_all_modes(named_fn, pos_fn, x)

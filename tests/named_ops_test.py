@@ -550,3 +550,36 @@ def test_polynomials():
         hax.polyadd(hax.zeros((B, E)), q)
     f = jax.jit(lambda c, x: hax.polyval(hax.named(c, "coef"), hax.named(x, "t")).array)
     np.testing.assert_allclose(f(np.array([1.0, 0.0, -1.0]), np.array([2.0, 3.0])), [3.0, 8.0])
+
+
+def test_misc_ops_under_jit_vmap_grad():
+    K = Axis("k", 2)
+    sorted_vals = np.array([0.0, 0.5, 1.0, 1.5], np.float32)
+
+    def named_fn(x):
+        a = hax.named(x, ("batch", "embed"))
+        padded = hax.pad(a, {"embed": (1, 0)}, constant_values=0.5)
+        vals, _ = hax.top_k(padded, "embed", 2, new_axis=K)
+        pos = hax.searchsorted(hax.named(sorted_vals, ("embed",)), a)
+        close = hax.isclose(a, a * 1.0000001)
+        rows, _ = hax.nonzero(a > 0, size=Axis("n", 4), fill_value=0)
+        return vals.array * 2 + pos.array.sum() + close.array.sum() + rows.array.sum()
+
+    def pos_fn(x):
+        padded = jnp.pad(x, ((0, 0), (1, 0)), constant_values=0.5)
+        vals, _ = jax.lax.top_k(padded, 2)
+        pos = jnp.searchsorted(sorted_vals, x)
+        close = jnp.isclose(x, x * 1.0000001)
+        rows, _ = jnp.nonzero(x > 0, size=4, fill_value=0)
+        return vals * 2 + pos.sum() + close.sum() + rows.sum()
+
+    x = _SIGNED
+    np.testing.assert_allclose(jax.jit(named_fn)(x), pos_fn(x), rtol=1e-6)
+    xs = np.stack([x, -x, x * 0.5])
+    np.testing.assert_allclose(jax.jit(jax.vmap(named_fn))(xs), np.stack([pos_fn(r) for r in xs]), rtol=1e-6)
+    np.testing.assert_allclose(
+        jax.jit(jax.grad(lambda x: named_fn(x).sum()))(x), jax.grad(lambda x: pos_fn(x).sum())(x), rtol=1e-6
+    )
+    bits = jax.jit(lambda b: hax.unpackbits(hax.packbits(hax.named(b, ("batch", "bits")), "bits"), "bits", count=10).array)
+    raw = _RNG.integers(0, 2, (3, 10)).astype(np.uint8)
+    np.testing.assert_array_equal(bits(raw), raw)
