@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import _build_config
+import jax.numpy as jnp
+
+from . import _blocks, _build_config, _checks, _matmul, _primitive
 from ._blocks import BlockConfig, block_config
 from ._matmul import quantized_matmul
 
@@ -41,21 +43,46 @@ PLATFORMS: tuple[str, ...] = tuple(_build_config.PLATFORMS)
 DIST_NAME: str | None = _build_config.DIST_NAME
 
 
+def _lowered_kernel(x, qvalue, scale, *, platform, overrides, **static):
+    # Runs at lowering time: re-apply the tile overrides captured when the call was traced.
+    with block_config(**dict(overrides)):
+        return quantized_matmul(x, qvalue, scale, platform=platform, **static)
+
+
+def _lowered_fallback(x, qvalue, scale, *, overrides, **static):
+    del overrides
+    return _matmul.xla_quantized_matmul(x, qvalue, scale, **static)
+
+
+# The kernel lowers for cuda and rocm only (see _primitive), so one program can be
+# exported for several platforms at once.
+_bind = _primitive.platform_primitive(
+    "jaxcore_gpu_quantized_matmul", _lowered_kernel, _lowered_fallback, ("cuda", "rocm")
+)
+
+
 def _make_impl(platform: str):
     """The ``jaxcore.kernels`` entry point of kernel ``"quantized_matmul"`` for ``platform``."""
 
     def impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype,
              interpret: bool = False):
-        return quantized_matmul(
-            x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
-            interpret=interpret, platform=platform,
+        if interpret:  # interpret mode lowers on any platform: call the kernel directly
+            return quantized_matmul(
+                x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
+                interpret=True, platform=platform,
+            )
+        _checks.check_problem(x2d, qvalue, scale, fmt=fmt, block_size=block_size)
+        return _bind(
+            x2d, qvalue, scale, fmt=fmt, block_size=block_size,
+            out_dtype=jnp.dtype(out_dtype if out_dtype is not None else x2d.dtype),
+            overrides=_blocks.current_overrides(),
         )
 
     impl.__name__ = impl.__qualname__ = f"quantized_matmul_{platform}"
     impl.__doc__ = (
         f"Kernel ``quantized_matmul`` for platform {platform!r}, as ``jaxcore.kernels`` "
         "calls it: ``impl(x2d, qvalue, scale, *, fmt, block_size, out_dtype, "
-        "interpret=False) -> (M, N)``; tiles tuned for that platform."
+        "interpret=False) -> (M, N)``; tiles tuned for the platform it is lowered for."
     )
     return impl
 

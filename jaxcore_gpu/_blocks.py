@@ -75,6 +75,9 @@ def block_config(**fields: int):
         with jaxcore_gpu.block_config(block_n=64, split_k=4):
             y = jax.jit(f)(x, w)   # traced here, so uses the override
 
+    The override is read when a call is traced: a function whose trace ``jax.jit``
+    already cached for the same argument shapes keeps the tiles it was traced with.
+
     Args:
       **fields: any :class:`BlockConfig` field; the others keep the table's choice.
 
@@ -90,6 +93,11 @@ def block_config(**fields: int):
         yield
     finally:
         _override.reset(token)
+
+
+def current_overrides() -> tuple[tuple[str, int], ...]:
+    """The active :func:`block_config` overrides, as a hashable, sorted tuple."""
+    return tuple(sorted(_override.get().items()))
 
 
 def _pow2(v: int) -> bool:

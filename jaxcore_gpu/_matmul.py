@@ -78,6 +78,13 @@ def quantized_matmul(
     return _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret)
 
 
+def xla_quantized_matmul(x, qvalue, scale, *, fmt: str, block_size: int, out_dtype=None):
+    """The same product as :func:`quantized_matmul`, as XLA's dequantise-then-dot."""
+    problem = _checks.check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
+    out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
+    return _xla_dequant_matmul(x, qvalue, scale.astype(jnp.float32), problem, out_dtype)
+
+
 def _nf4_code() -> tuple[float, ...]:
     from jaxcore import kernels  # the codebook's single source of truth
 

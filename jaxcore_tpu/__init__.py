@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import _build_config
+import jax.numpy as jnp
+
+from . import _blocks, _build_config, _checks, _matmul, _primitive
 from ._blocks import BlockConfig, block_config
 from ._matmul import quantized_matmul
 
@@ -34,6 +36,25 @@ PLATFORMS: tuple[str, ...] = tuple(_build_config.PLATFORMS)
 DIST_NAME: str | None = _build_config.DIST_NAME
 
 
+def _lowered_kernel(x, qvalue, scale, *, platform, overrides, **static):
+    # Runs at lowering time: re-apply the tile overrides captured when the call was traced.
+    del platform  # only "tpu"
+    with block_config(**dict(overrides)):
+        return quantized_matmul(x, qvalue, scale, **static)
+
+
+def _lowered_fallback(x, qvalue, scale, *, overrides, **static):
+    del overrides
+    return _matmul.xla_quantized_matmul(x, qvalue, scale, **static)
+
+
+# The kernel lowers for tpu only (see _primitive), so one program can be exported for
+# several platforms at once.
+_bind = _primitive.platform_primitive(
+    "jaxcore_tpu_quantized_matmul", _lowered_kernel, _lowered_fallback, ("tpu",)
+)
+
+
 def quantized_matmul_impl(
     x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False
 ):
@@ -42,18 +63,25 @@ def quantized_matmul_impl(
     Args:
       x2d: activations (M, K).
       qvalue: quantized weights (int8 (K, N) or packed uint8 (K // 2, N)).
-      scale: float32 (K // block_size, N) block scales.
+      scale: (K // block_size, N) block scales.
       fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
       block_size: weight rows per scale row.
-      out_dtype: result dtype.
+      out_dtype: result dtype (``None``: ``x2d.dtype``).
       interpret: run in Pallas TPU interpret mode (forced-interpret runs on CPU).
 
     Returns:
       The (M, N) product.
     """
-    return quantized_matmul(
-        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
-        interpret=interpret,
+    if interpret:  # interpret mode lowers on any platform: call the kernel directly
+        return quantized_matmul(
+            x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
+            interpret=True,
+        )
+    _checks.check_problem(x2d, qvalue, scale, fmt=fmt, block_size=block_size)
+    return _bind(
+        x2d, qvalue, scale, fmt=fmt, block_size=block_size,
+        out_dtype=jnp.dtype(out_dtype if out_dtype is not None else x2d.dtype),
+        overrides=_blocks.current_overrides(),
     )
 
 

@@ -55,6 +55,9 @@ _override: contextvars.ContextVar[dict] = contextvars.ContextVar(
 def block_config(**fields: int):
     """Overrides the table's tiles for quantized matmuls traced inside the block.
 
+    The override is read when a call is traced: a function whose trace ``jax.jit``
+    already cached for the same argument shapes keeps the tiles it was traced with.
+
     Args:
       **fields: any :class:`BlockConfig` field; the others keep the table's choice.
 
@@ -70,6 +73,11 @@ def block_config(**fields: int):
         yield
     finally:
         _override.reset(token)
+
+
+def current_overrides() -> tuple[tuple[str, int], ...]:
+    """The active :func:`block_config` overrides, as a hashable, sorted tuple."""
+    return tuple(sorted(_override.get().items()))
 
 
 def regime(m: int) -> str:

@@ -10,6 +10,7 @@ most one rounding of 2**-9 (bf16) / 2**-12 (f16) relative to |x| @ |W|.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -287,6 +288,23 @@ def _quantized(fmt, k, n):
     if fmt == "int4":
         return quant.ArrayInt4.quantize(w, 32)
     return quant.ArrayNF4.quantize(w, 64, double_quant=(fmt == "nf4-dq"))
+
+
+def test_registered_impl_binds_a_platform_primitive():
+    """Outside interpret mode the impl binds a primitive that lowers the kernel only for
+    its accelerator (so multi-platform export works); elsewhere, e.g. on this CPU, it
+    lowers to XLA's dequantise-then-dot. Eager calls and both vmap forms go through it."""
+    impl = functools.partial(jaxcore_gpu.IMPLS["cuda"], fmt="int4", block_size=32, out_dtype=jnp.float32)
+    x, qvalue, scale = _make("int4", 4, 128, 48, 32, jnp.float32)
+    assert "jaxcore_gpu_quantized_matmul" in str(jax.make_jaxpr(impl)(x, qvalue, scale))
+    _check(impl(x, qvalue, scale), x, qvalue, scale, "int4", 32, jnp.float32)
+    members = [_make("int4", 4, 128, 48, 32, jnp.float32, seed=s) for s in (1, 2, 3)]
+    xs, qs, ss = (jnp.stack(parts) for parts in zip(*members))
+    shared = jax.vmap(impl, in_axes=(0, None, None))(xs, qvalue, scale)  # folded into M
+    own = jax.vmap(impl, in_axes=(None, 0, 0))(x, qs, ss)                # one call each
+    for i, (xi, qi, si) in enumerate(members):
+        _check(shared[i], xi, qvalue, scale, "int4", 32, jnp.float32)
+        _check(own[i], x, qi, si, "int4", 32, jnp.float32)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ dtype, so with float32 activations (HIGHEST precision) only summation order diff
 carries one rounding of at most 2**-9 / 2**-12 relative to |x| @ |W|.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -230,6 +232,23 @@ def test_plugin_metadata_and_initialize():
         jaxcore_tpu.initialize(platforms=("cuda",))
 
 
+def test_registered_impl_binds_a_platform_primitive():
+    """Outside interpret mode the impl binds a primitive that lowers the kernel only for
+    its accelerator (so multi-platform export works); elsewhere, e.g. on this CPU, it
+    lowers to XLA's dequantise-then-dot. Eager calls and both vmap forms go through it."""
+    impl = functools.partial(jaxcore_tpu.quantized_matmul_impl, fmt="int4", block_size=32, out_dtype=jnp.float32)
+    x, qvalue, scale = _make("int4", 4, 128, 48, 32, jnp.float32)
+    assert "jaxcore_tpu_quantized_matmul" in str(jax.make_jaxpr(impl)(x, qvalue, scale))
+    _check(impl(x, qvalue, scale), x, qvalue, scale, "int4", 32, jnp.float32)
+    members = [_make("int4", 4, 128, 48, 32, jnp.float32, seed=s) for s in (1, 2, 3)]
+    xs, qs, ss = (jnp.stack(parts) for parts in zip(*members))
+    shared = jax.vmap(impl, in_axes=(0, None, None))(xs, qvalue, scale)  # folded into M
+    own = jax.vmap(impl, in_axes=(None, 0, 0))(x, qs, ss)                # one call each
+    for i, (xi, qi, si) in enumerate(members):
+        _check(shared[i], xi, qvalue, scale, "int4", 32, jnp.float32)
+        _check(own[i], x, qi, si, "int4", 32, jnp.float32)
+
+
 @pytest.fixture
 def tpu_only_accelerator():
     """Leaves tpu the only registered accelerator kernel; restores registration order."""
@@ -261,7 +280,8 @@ def test_platform_dependent_dispatch_on_cpu(monkeypatch, tpu_only_accelerator, f
     monkeypatch.setenv(kernels.INTERPRET_ENV_VAR, flag)
     w = jax.random.normal(jax.random.key(3), (512, 128), jnp.float32)
     q = quant.ArrayNF4.quantize(w, 64, double_quant=True)
-    x = jax.random.normal(jax.random.key(4), (4, 512), jnp.float32)
+    # A row count per flag: JAX caches traces by shape, and the flag is read at trace time.
+    x = jax.random.normal(jax.random.key(4), (2 + len(flag), 512), jnp.float32)
 
     def model(x, q):  # a fresh function: the flag is read at trace time
         return kernels.quantized_matmul(x, q)

@@ -1,0 +1,82 @@
+"""A primitive that lowers to the fused kernel only for this plugin's platforms.
+
+``jaxcore.kernels`` puts every registered kernel in one ``jax.lax.platform_dependent``.
+When a program is lowered for several platforms at once (``jax.export`` with
+``platforms=["cpu", "cuda", "tpu"]``), JAX lowers each branch for all of the module's
+platforms, and a Triton ``pallas_call`` cannot be lowered for cpu or tpu. Binding the
+kernel through a primitive with per-platform lowering rules fixes that: the fused kernel
+is lowered for this plugin's platforms only, and a plain XLA computation (never executed:
+the dispatch routes other platforms elsewhere) stands in for the rest.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+
+
+def platform_primitive(
+    name: str,
+    kernel: Callable[..., jax.Array],
+    fallback: Callable[..., jax.Array],
+    platforms: Sequence[str],
+) -> Callable[..., jax.Array]:
+    """Makes ``bind(x, qvalue, scale, **static) -> (M, N)`` for a quantized-matmul kernel.
+
+    Args:
+      name: the primitive's name (shows in jaxprs).
+      kernel: ``kernel(x, qvalue, scale, *, platform, **static)``; lowered for each of
+        ``platforms`` with that platform's name.
+      fallback: ``fallback(x, qvalue, scale, **static)``; lowered for every other
+        platform. Same result as ``kernel``.
+      platforms: the platforms the kernel lowers for.
+
+    Returns:
+      ``bind``; its static keyword arguments must be hashable and include ``out_dtype``.
+    """
+    prim = Primitive(name)
+
+    def abstract_eval(x, qvalue, scale, *, out_dtype, **static):
+        return jax.core.ShapedArray((x.shape[0], qvalue.shape[1]), out_dtype)
+
+    def impl(*args, **static):  # eager use: compile for the current backend
+        return jax.jit(functools.partial(prim.bind, **static))(*args)
+
+    def lower_kernel(platform, ctx, *args, **static):
+        fn = functools.partial(kernel, platform=platform, **static)
+        return mlir.lower_fun(fn, multiple_results=False)(ctx, *args)
+
+    def lower_fallback(ctx, *args, **static):
+        fn = functools.partial(fallback, **static)
+        return mlir.lower_fun(fn, multiple_results=False)(ctx, *args)
+
+    def batch(args, dims, **static):
+        x, qvalue, scale = args
+        dx, dq, ds = dims
+        if dq is None and ds is None:  # shared weights: fold the batch into M
+            xb = jnp.moveaxis(x, dx, 0)
+            out = prim.bind(xb.reshape(-1, xb.shape[-1]), qvalue, scale, **static)
+            return out.reshape(*xb.shape[:2], out.shape[-1]), 0
+        # Batched weights: one kernel call per member.
+        moved = [None if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+
+        def one(slices):
+            it = iter(slices)
+            call = [a if m is None else next(it) for a, m in zip(args, moved)]
+            return prim.bind(*call, **static)
+
+        batched = tuple(m for m in moved if m is not None)
+        return jax.lax.map(one, batched), 0
+
+    prim.def_abstract_eval(abstract_eval)
+    prim.def_impl(impl)
+    mlir.register_lowering(prim, lower_fallback)
+    for platform in platforms:
+        mlir.register_lowering(prim, functools.partial(lower_kernel, platform), platform=platform)
+    batching.primitive_batchers[prim] = batch
+    return prim.bind
