@@ -292,6 +292,14 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
     elif has_dtype:
 
         def op(array, axis=None, *, where=None, dtype=None):
+            if type(axis) is str and where is None and dtype is None and type(array) is NamedArray:
+                names = array._names
+                if axis in names:  # hot path: one named axis, no options
+                    pos = names.index(axis)
+                    axes = array.axes
+                    return NamedArray._new(
+                        fn(array.array, axis=pos), axes[:pos] + axes[pos + 1 :], names[:pos] + names[pos + 1 :]
+                    )
             _check_named(array, name)
             positions, out_axes = _reduce_plan(array, axis)
             if where is None:
@@ -305,6 +313,14 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
     else:
 
         def op(array, axis=None, *, where=None):
+            if type(axis) is str and where is None and type(array) is NamedArray:
+                names = array._names
+                if axis in names:  # hot path: one named axis, no options
+                    pos = names.index(axis)
+                    axes = array.axes
+                    return NamedArray._new(
+                        fn(array.array, axis=pos), axes[:pos] + axes[pos + 1 :], names[:pos] + names[pos + 1 :]
+                    )
             _check_named(array, name)
             positions, out_axes = _reduce_plan(array, axis)
             if where is None:
