@@ -391,6 +391,60 @@ def test_property_basic_indexing_matches_numpy(choices):
         np.testing.assert_array_equal(out, ref)
 
 
+_GATHER_AXES = hax.make_axes(p=2, q=3, s=4)
+_K = Axis("k", 2)
+
+
+@st.composite
+def _gather_indices(draw):
+    """A named index mixing ints, slices and integer NamedArrays over axes (k) or (k, p)."""
+    out = {}
+    for ax in _GATHER_AXES:
+        kind = draw(st.sampled_from(["none", "int", "slice", "array", "array"]))
+        if kind == "int":
+            out[ax.name] = draw(st.integers(0, ax.size - 1))
+        elif kind == "slice":
+            out[ax.name] = slice(draw(st.integers(0, ax.size - 1)), None)
+        elif kind == "array":
+            idx_axes = draw(st.sampled_from([(_K,), (_K, _GATHER_AXES[0])]))
+            if ax.name == "p" and len(idx_axes) == 2:
+                idx_axes = (_K,)
+            values = draw(st.lists(st.integers(0, ax.size - 1), min_size=4, max_size=4))
+            arr = np.array(values[: int(np.prod([a.size for a in idx_axes]))]).reshape([a.size for a in idx_axes])
+            out[ax.name] = hax.named(arr, idx_axes)
+    return out
+
+
+@settings(max_examples=25, deadline=None, database=None)
+@given(_gather_indices())
+def test_property_gather_indexing_matches_brute_force(idx):
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    a = hax.named(x, _GATHER_AXES)
+    p_in_index_array = any(isinstance(v, NamedArray) and v.has_axis("p") for v in idx.values())
+    if isinstance(idx.get("p"), slice) and p_in_index_array:
+        with pytest.raises(ValueError, match="'p' is sliced and also appears in an index array"):
+            a[idx]
+        return
+    out = a[idx]
+    if not isinstance(out, NamedArray):
+        out = hax.named(out, ())
+    sizes = out.shape
+    for coord in np.ndindex(*sizes.values()):
+        at = dict(zip(sizes, coord))
+        src = []
+        for ax in _GATHER_AXES:
+            v = idx.get(ax.name)
+            if v is None:
+                src.append(at[ax.name])
+            elif isinstance(v, int):
+                src.append(v)
+            elif isinstance(v, slice):
+                src.append(range(*v.indices(ax.size))[at[ax.name]])
+            else:
+                src.append(int(np.asarray(v.array)[tuple(at[n] for n in v._names)]))
+        assert float(np.asarray(out.array)[coord]) == x[tuple(src)], (idx, at)
+
+
 # ----------------------------------------------------------------------------- broadcasting
 
 
