@@ -245,6 +245,14 @@ def test_missing_accelerators_fail_the_job_clearly(job, script):
     assert job.calls() == []
 
 
+def test_bad_accelerator_count_fails_the_job_clearly(job):
+    result = job.run("run_bazel_test_cuda.sh", JAXCORE_ACCELERATOR_COUNT="lots")
+    assert result.returncode == 1
+    assert "JAXCORE_ACCELERATOR_COUNT='lots' is not a positive integer" in result.stderr
+    assert "accelerator detection failed" in result.stderr
+    assert job.calls() == []
+
+
 @pytest.mark.parametrize("codes,status", [
     ("0 0", 0),
     ("0 4", 0),  # no multiaccelerator tests: fine
