@@ -435,3 +435,46 @@ def test_with_axis_rejects_bad_axis():
     assert q.with_axis(-1).axis == 1 and q.with_axis(0) is not q
     with pytest.raises(ValueError, match="ArrayInt4: axis must be 0 or 1 for a 2-D weight, got 3"):
         q.with_axis(3)
+
+
+def test_stacked_weights_scan_experts_and_transposes(no_materialize):
+    rng = np.random.default_rng(13)
+    layers = [ArrayNF4.quantize(weight(64, 64, seed=20 + i), double_quant=True) for i in range(3)]
+    stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *layers)
+    assert stacked.shape == (3, 64, 64) and stacked.T.shape == (3, 64, 64)
+    dense = np.stack([np.asarray(q.materialize(), np.float64) for q in layers])
+    np.testing.assert_allclose(stacked.materialize(), dense, rtol=1e-6)
+
+    # A model that scans over its stacked quantised layers.
+    def model(h, stacked):
+        return jax.lax.scan(lambda h, q: (jnp.tanh(h @ q), None), h, stacked)[0]
+
+    h = rng.standard_normal((2, 64)).astype(np.float32)
+    expected = h.astype(np.float64)
+    for w in dense:
+        expected = np.tanh(expected @ w)
+    np.testing.assert_allclose(jax.jit(implicit(model))(h, stacked), expected, rtol=1e-4, atol=1e-5)
+
+    # Leading dimensions as dot_general batch dimensions (one matrix per expert).
+    x = rng.standard_normal((3, 5, 64)).astype(np.float32)
+    cases = {
+        "emk,ekn->emn": lambda x, q: jnp.einsum("emk,ekn->emn", x, q),
+        "ekn,emn->ekm": lambda x, q: jnp.einsum("ekn,emn->ekm", q, x),
+        "swapaxes": lambda x, q: jnp.swapaxes(q, 1, 2) @ jnp.swapaxes(x, 1, 2),
+    }
+    references = {
+        "emk,ekn->emn": np.einsum("emk,ekn->emn", x, dense),
+        "ekn,emn->ekm": np.einsum("ekn,emn->ekm", dense, x),
+        "swapaxes": np.swapaxes(dense, 1, 2) @ np.swapaxes(x, 1, 2),
+    }
+    got = jax.jit(implicit(lambda x, q: {k: f(x, q) for k, f in cases.items()}))(x, stacked)
+    for label, expected in references.items():
+        np.testing.assert_allclose(got[label], expected, rtol=1e-5, atol=1e-4, err_msg=label)
+
+
+def test_transpose_of_stacking_axis_falls_back_to_dense():
+    stacked = jax.tree_util.tree_map(
+        lambda *leaves: jnp.stack(leaves), *[ArrayInt8.quantize(weight(16, 8, seed=s)) for s in range(2)]
+    )
+    got = implicit(lambda q: jnp.transpose(q, (1, 0, 2)))(stacked)
+    np.testing.assert_allclose(got, np.transpose(np.asarray(stacked.materialize()), (1, 0, 2)))

@@ -59,17 +59,27 @@ class _QuantizedArray(ImplicitArray):
     __array_ufunc__: ClassVar = None
 
     def block_scales(self) -> jax.Array:
-        """The float32 per-block scales, shape (K // block_size, N) in the stored layout."""
+        """The float32 per-block scales, shape (..., K // block_size, N) in the stored layout."""
         return self.scale
 
     def stored_shape(self) -> tuple[int, int]:
-        """The shape (K, N) of the stored (blocked-along-axis-0) weight."""
+        """The shape (K, N) of one stored (blocked-along-axis-0) weight matrix."""
         return (logical_rows(self.fmt, self.qvalue.shape[-2]), self.qvalue.shape[-1])
 
-    def compute_shape(self) -> tuple[int, int]:
-        """The logical shape, read off ``qvalue`` (so it is right under ``vmap`` too)."""
+    def compute_shape(self) -> tuple[int, ...]:
+        """The logical shape, read off ``qvalue`` (so it is right under ``vmap`` too).
+
+        Quantised arrays are 2-D; stacking several (``jax.tree_util.tree_map(jnp.stack, ...)``,
+        e.g. the layers of a model for ``lax.scan``) adds leading dimensions.
+        """
         k, n = self.stored_shape()
-        return (k, n) if self.axis == 0 else (n, k)
+        return tuple(self.qvalue.shape[:-2]) + ((k, n) if self.axis == 0 else (n, k))
+
+    def _over_leading(self, fn):
+        """``fn`` on one weight matrix, vmapped over the leading (stacking) dimensions."""
+        for _ in range(self.qvalue.ndim - 2):
+            fn = jax.vmap(fn)
+        return fn
 
     def materialize(self) -> jax.Array:
         """Dequantises the whole weight (the dense fallback; matmuls avoid it).
@@ -87,8 +97,11 @@ class _QuantizedArray(ImplicitArray):
                 "quantised array; use jaxcore.quant.fake_quantize(w, ...) or "
                 "ste(lambda w: ArrayNF4.quantize(w).materialize()) for quantisation-aware training"
             )
-        dense = dequantize(self.fmt, self.qvalue, self.block_scales(), self.block_size)
-        dense = dense if self.axis == 0 else dense.T
+        fmt, block_size = self.fmt, self.block_size
+        dense = self._over_leading(lambda qv, sc: dequantize(fmt, qv, sc, block_size))(
+            self.qvalue, self.block_scales()
+        )
+        dense = dense if self.axis == 0 else jnp.swapaxes(dense, -1, -2)
         return dense.astype(self.dtype)
 
     @property
@@ -238,7 +251,8 @@ class ArrayNF4(_QuantizedArray):
         """The float32 block absmax, dequantised first when double quantisation is on."""
         if self.scale_group_scale is None:
             return self.scale
-        return _double_quant.expand_scales(self.scale, self.scale_group_scale, self.scale_offset)
+        expand = self._over_leading(_double_quant.expand_scales)
+        return expand(self.scale, self.scale_group_scale, self.scale_offset)
 
     @classmethod
     def quantize(cls, x, block_size: int = 64, double_quant: bool = False, *, axis: int = 0) -> ArrayNF4:

@@ -2,10 +2,10 @@
 
 ``dot_general`` with a dense operand runs `jaxcore.kernels.quantized_matmul` (or its
 transposed form) slab by slab, whichever side the quantised weight is on and whichever of
-its axes is contracted, with any number of leading dimensions on the dense operand.
-``transpose`` of a quantised weight just flips its blocked axis. Other contractions (batch
-dimensions shared with the weight, or contracting both of its axes) are rare and fall back
-to materialising the weight.
+its matrix axes is contracted, with any number of free dimensions on the dense operand and
+with a stacked weight's leading dimensions as batch dimensions. ``transpose`` of the matrix
+axes just flips the blocked axis. Other contractions (a matrix axis as a batch dimension,
+contracting both matrix axes) are rare and fall back to materialising the weight.
 """
 
 from __future__ import annotations
@@ -19,15 +19,32 @@ from jaxcore.kernels import quantized_matmul, quantized_matmul_transposed
 from jaxcore.quant._arrays import _QuantizedArray
 
 
+def _contract_matrix(dense, q: _QuantizedArray, d_axis: int, q_axis: int, out_dtype, q_is_lhs: bool):
+    """Contracts ``dense`` axis ``d_axis`` with axis ``q_axis`` of one 2-D quantised matrix.
+
+    The kernel flattens the dense operand's other axes to M; contracting the weight's first
+    logical axis is ``x @ W``, its second ``x @ W.T``. The result is laid out like
+    ``dot_general``'s: (lhs free dims, rhs free dims).
+    """
+    x = jnp.moveaxis(dense, d_axis, -1)
+    if q_axis == 0:
+        out = quantized_matmul(x, q, preferred_element_type=out_dtype)
+    else:
+        out = quantized_matmul_transposed(x, q, preferred_element_type=out_dtype)
+    return jnp.moveaxis(out, -1, 0) if q_is_lhs else out
+
+
 def _contract(
     dense, q: _QuantizedArray, dimension_numbers, precision, preferred_element_type, q_is_lhs: bool
 ):
-    """Evaluates ``dot_general`` of a dense operand with a 2-D quantised weight.
+    """Evaluates ``dot_general`` of a dense operand with a quantised weight.
 
-    The dense operand's contracted axis is moved last and it is flattened to (M, C) by the
-    kernel; contracting the weight's first logical axis is ``x @ W``, its second ``x @ W.T``.
-    The kernels accumulate in float32 at full precision, so ``precision`` only applies to
-    the dense fallback.
+    Handled without materialising: one contracted matrix axis of the weight, with any free
+    dimensions on the dense side; and, for stacked weights (leading dimensions, e.g. one
+    matrix per expert), those leading dimensions as batch dimensions, vmapping the matrix
+    case over them. Anything else (a matrix axis as a batch dimension, contracting both
+    matrix axes) materialises the weight. The kernels accumulate in float32 at full
+    precision, so ``precision`` only applies to that fallback.
 
     Args:
       dense: the dense operand.
@@ -38,29 +55,43 @@ def _contract(
       q_is_lhs: whether ``q`` is the left operand.
 
     Returns:
-      The ``dot_general`` result, laid out as (lhs free dims, rhs free dims).
+      The ``dot_general`` result, laid out as (batch dims, lhs free dims, rhs free dims).
     """
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
     d_contract, q_contract = (rhs_contract, lhs_contract) if q_is_lhs else (lhs_contract, rhs_contract)
-    q_batch = lhs_batch if q_is_lhs else rhs_batch
-    out_dtype = preferred_element_type
-    if out_dtype is None:
-        out_dtype = jnp.result_type(dense.dtype, q.dtype)
-    if q_batch or len(q_contract) != 1:
+    d_batch, q_batch = (rhs_batch, lhs_batch) if q_is_lhs else (lhs_batch, rhs_batch)
+    n_lead = q.ndim - 2
+    handled = (
+        len(q_contract) == 1
+        and q_contract[0] >= n_lead
+        and tuple(q_batch) == tuple(range(n_lead))
+    )
+    if not handled:
         w = q.materialize()
         operands = (w, dense) if q_is_lhs else (dense, w)
         return lax.dot_general(
-            *operands, dimension_numbers, precision=precision, preferred_element_type=preferred_element_type
+            *operands,
+            dimension_numbers,
+            precision=precision,
+            preferred_element_type=preferred_element_type,
         )
+    out_dtype = preferred_element_type
+    if out_dtype is None:
+        out_dtype = jnp.result_type(dense.dtype, q.dtype)
     if not jnp.issubdtype(dense.dtype, jnp.floating):
         dense = dense.astype(q.dtype)  # only reachable through lax.dot_general on raw ints
-    x = jnp.moveaxis(dense, d_contract[0], -1)
-    if q_contract[0] == 0:
-        out = quantized_matmul(x, q, preferred_element_type=out_dtype)
-    else:
-        out = quantized_matmul_transposed(x, q, preferred_element_type=out_dtype)
-    # dot_general orders the output as (lhs free dims, rhs free dims).
-    return jnp.moveaxis(out, -1, 0) if q_is_lhs else out
+    # Batch dimensions go first on the dense side (in q's leading order), then get vmapped.
+    free = [a for a in range(dense.ndim) if a not in d_batch]
+    dense = jnp.transpose(dense, tuple(d_batch) + tuple(free))
+    d_axis = free.index(d_contract[0])
+    q_axis = q_contract[0] - n_lead
+
+    def matrix(d, qm):
+        return _contract_matrix(d, qm, d_axis, q_axis, out_dtype, q_is_lhs)
+
+    for _ in range(n_lead):
+        matrix = jax.vmap(matrix)
+    return matrix(dense, q)
 
 
 @register("dot_general")
@@ -106,6 +137,11 @@ def _quantized_at_quantized(
 
 @register("transpose")
 def _transpose(operand: _QuantizedArray, *, permutation):
-    if tuple(permutation) == (0, 1):
+    permutation = tuple(permutation)
+    lead = tuple(range(len(permutation) - 2))
+    n = len(permutation)
+    if permutation == tuple(range(n)):
         return operand
-    return operand.T
+    if permutation == lead + (n - 1, n - 2):
+        return operand.T  # swapping the matrix axes only flips the blocked axis
+    return lax.transpose(operand.materialize(), permutation)
