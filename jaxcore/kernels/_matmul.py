@@ -176,7 +176,10 @@ def quantized_matmul_transposed(x: jax.Array, q, *, preferred_element_type=None)
     """Computes ``x @ W.T`` for dense ``x`` of shape (..., N) and a quantised (K, N) weight ``q``.
 
     Used for contractions along a weight's output axis (tied embeddings, ``q @ dense``) and
-    for gradients. It runs the portable slab-wise reference kernel on every platform.
+    for gradients. For a weight blocked along K (``axis=0``) it runs the portable slab-wise
+    reference on every platform; for one stored transposed (``axis=1``, e.g.
+    ``ArrayInt8.quantize(E, axis=1)`` of an embedding table) ``x @ W.T`` is the stored layout's
+    plain product, so the registered, platform-dispatched kernel runs.
 
     Args:
       x: floating array (..., N).
