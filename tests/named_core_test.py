@@ -245,6 +245,12 @@ def test_pytree_roundtrip_and_tree_map():
     assert "array" in jax.tree_util.keystr(paths[0][0])
     out = jax.jit(lambda t: t)(a)
     _assert_named(out, a.array, (B, E))
+    shape = jax.eval_shape(lambda t: t.sum("batch"), a)
+    assert shape.axes == (E,) and shape.array.shape == (4,)
+    assert jax.tree.map(lambda x: None, a).axes == (B, E)  # unflatten accepts any leaf
+    import pickle
+
+    _assert_named(pickle.loads(pickle.dumps(a)), a.array, (B, E))
 
 
 # ----------------------------------------------------------------------------- binary ops
