@@ -23,6 +23,7 @@ import jax
 import jax.extend.core as jex_core
 from jax.extend.core import primitives as prims
 
+from jaxcore import _jax_internals
 from jaxcore.implicit import _base
 from jaxcore.implicit import _dispatch
 from jaxcore.implicit import _materialize
@@ -72,14 +73,46 @@ def _stable_carry_mask(
         mask = new_mask
 
 
+@functools.lru_cache(maxsize=1024)
+def _compiled_jaxpr_fn(
+    closed_jaxpr: jex_core.ClosedJaxpr, name: str, warnings_state: tuple = ()
+) -> tp.Callable[..., list]:
+    """``jax.jit`` of the jaxpr evaluated under the implicit interpreter, cached per jaxpr.
+
+    ``warnings_state`` is part of the cache key only: fallback warnings are issued
+    while tracing, so turning them back on must not reuse a trace made with them off.
+    """
+    del warnings_state
+    fn = _implicit_jaxpr_fn(closed_jaxpr)
+
+    def run(*args):
+        return fn(*args)
+
+    run.__name__ = run.__qualname__ = name
+    return jax.jit(run)
+
+
 @_dispatch.register(prims.jit_p, precedence=_RULE_PRECEDENCE)
 def _jit_rule(primitive, *args: tp.Any, jaxpr, inline, name, **params):
-    del primitive, params  # shardings/donation refer to the dense operands.
-    if inline:
-        return list(_implicit_jaxpr_fn(jaxpr)(*args))
-    return list(
-        _trace._compiled_jaxpr_fn(jaxpr, name, _warnings.warnings_state())(*args)
-    )
+    """``jit`` (and every ``jax.numpy`` function, an inline jit) on implicit operands.
+
+    Eagerly, the body is run under the interpreter once per operand structure and
+    compiled, so repeated eager operations cost one cached dispatch. Under a
+    transformation, inline jits are evaluated in place (as JAX does) and the others
+    stay a nested ``jit``. Shardings and donation refer to the dense operands and are
+    dropped.
+    """
+    del primitive, params
+    with jex_core.take_current_trace() as current:
+        eager = _jax_internals.is_eval_trace(current)
+    if inline and not eager:
+        out = _implicit_jaxpr_fn(jaxpr)(*args)
+    else:
+        out = _compiled_jaxpr_fn(jaxpr, name, _warnings.warnings_state())(*args)
+    for value, aval in zip(out, jaxpr.out_avals):
+        if _base.is_implicit(value):
+            _base.adopt_aval(value, aval.shape, aval.dtype)
+    return list(out)
 
 
 @_dispatch.register(prims.remat_p, precedence=_RULE_PRECEDENCE)

@@ -26,7 +26,6 @@ import jax
 import jax.extend.core as jex_core
 import numpy as np
 
-from jaxcore import _jax_internals
 from jaxcore.implicit import _base
 from jaxcore.implicit import _dispatch
 from jaxcore.implicit import _materialize
@@ -57,12 +56,11 @@ class _ImplicitTracer(jax.core.Tracer):
 class _ImplicitTrace(jax.core.Trace):
     """Dispatches primitives whose operands include implicit arrays of this trace."""
 
-    __slots__ = ("parent_trace", "parent_is_eager", "tag")
+    __slots__ = ("parent_trace", "tag")
 
     def __init__(self, parent_trace: jax.core.Trace):
         super().__init__()
         self.parent_trace = parent_trace
-        self.parent_is_eager = _jax_internals.is_eval_trace(parent_trace)
         self.tag = jex_core.TraceTag()
 
     def _values(self, tracers: tp.Sequence[tp.Any]) -> tuple[list[tp.Any], bool]:
@@ -91,24 +89,6 @@ class _ImplicitTrace(jax.core.Trace):
         if not found:
             with jex_core.set_current_trace(self.parent_trace):
                 return primitive.bind(*values, **params)
-        if primitive is _JIT_P:
-            if self.parent_is_eager:
-                # Eager: run the jit body under the interpreter once per operand structure
-                # and compile it, so repeated eager ops cost one cached dispatch.
-                jaxpr = params["jaxpr"]
-                with jex_core.set_current_trace(self.parent_trace):
-                    out = _compiled_jaxpr_fn(jaxpr, params["name"], _warnings.warnings_state())(
-                        *values
-                    )
-                for o, aval in zip(out, jaxpr.out_avals):
-                    if _is_implicit(o):
-                        _base.adopt_aval(o, aval.shape, aval.dtype)
-                return [self._wrap(o) for o in out]
-            if params["inline"]:
-                # An inlinable jit (every jax.numpy function) under a transformation:
-                # evaluate its body right here, as JAX itself does for inline jits.
-                with jex_core.set_current_trace(self):
-                    return jex_core.jaxpr_as_fun(params["jaxpr"])(*tracers)
         with jex_core.set_current_trace(self.parent_trace):
             out = apply_primitive(primitive, values, params)
         if primitive.multiple_results:
@@ -152,26 +132,6 @@ class _ImplicitTrace(jax.core.Trace):
         return self._bind_on_parent(primitive, values, dict(params, subfuns=(fun,)))
 
 
-_JIT_P = jex_core.primitives.jit_p
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled_jaxpr_fn(
-    closed_jaxpr: jex_core.ClosedJaxpr, name: str, warnings_state: tuple = ()
-) -> tp.Callable[..., list]:
-    """``jax.jit`` of the jaxpr evaluated under the implicit interpreter, cached per jaxpr.
-
-    ``warnings_state`` is part of the cache key only: fallback warnings are issued
-    while tracing, so turning them back on must not reuse a trace made with them off.
-    """
-    del warnings_state
-    fn = use_implicit(jex_core.jaxpr_as_fun(closed_jaxpr))
-
-    def run(*args):
-        return fn(*args)
-
-    run.__name__ = run.__qualname__ = name
-    return jax.jit(run)
 _traces: weakref.WeakKeyDictionary[tp.Any, _ImplicitTrace] = weakref.WeakKeyDictionary()
 
 
@@ -277,7 +237,9 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
         The wrapped function, with ``fn``'s signature.
     """
 
-    fn_is_leaf = isinstance(fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType))
+    fn_is_leaf = isinstance(
+        fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial)
+    )
 
     @functools.wraps(fn)
     def implicit_fn(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
