@@ -71,7 +71,8 @@ def _make_impl(platform: str):
                 x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
                 interpret=True, platform=platform,
             )
-        _checks.check_problem(x2d, qvalue, scale, fmt=fmt, block_size=block_size)
+        problem = _checks.check_problem(x2d, qvalue, scale, fmt=fmt, block_size=block_size)
+        _blocks.choose(problem, platform)  # a bad block_config override fails here, early
         return _bind(
             x2d, qvalue, scale, fmt=fmt, block_size=block_size,
             out_dtype=jnp.dtype(out_dtype if out_dtype is not None else x2d.dtype),
@@ -88,7 +89,9 @@ def _make_impl(platform: str):
 
 
 IMPLS = {platform: _make_impl(platform) for platform in ("cuda", "rocm")}
-"""The registered implementation per GPU platform (same kernel, per-platform tiles)."""
+"""The implementation registered for each GPU platform. Both bind the same primitive,
+whose lowering picks the tiles of the platform it lowers for; in interpret mode the
+registered platform's tiles are used."""
 
 
 def initialize(platforms: Sequence[str] | None = None) -> None:

@@ -77,7 +77,8 @@ def quantized_matmul_impl(
             x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
             interpret=True,
         )
-    _checks.check_problem(x2d, qvalue, scale, fmt=fmt, block_size=block_size)
+    problem = _checks.check_problem(x2d, qvalue, scale, fmt=fmt, block_size=block_size)
+    _blocks.choose(problem)  # a bad block_config override fails here, early
     return _bind(
         x2d, qvalue, scale, fmt=fmt, block_size=block_size,
         out_dtype=jnp.dtype(out_dtype if out_dtype is not None else x2d.dtype),

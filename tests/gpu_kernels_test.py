@@ -335,3 +335,10 @@ def test_platform_dependent_dispatch_on_cpu(monkeypatch, fmt, flag):
     assert np.all(np.abs(out - x64 @ w64) <= atol)
     # Every registered branch is traced; only a forced flag makes one run interpreted.
     assert (True in calls) == (flag != "0")
+
+
+def test_bad_override_fails_when_traced_on_any_platform():
+    x, qvalue, scale = _make("int8", 2, 256, 64, 256, jnp.float32)
+    with jaxcore_gpu.block_config(block_k=96), pytest.raises(ValueError, match="block_k=96"):
+        jax.jit(functools.partial(jaxcore_gpu.IMPLS["cuda"], fmt="int8", block_size=256,
+                                  out_dtype=jnp.float32))(x, qvalue, scale)

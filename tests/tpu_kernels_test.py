@@ -292,3 +292,10 @@ def test_platform_dependent_dispatch_on_cpu(monkeypatch, tpu_only_accelerator, f
     assert np.all(np.abs(out - x64 @ w64) <= atol)
     # The tpu branch is always traced; only a forced flag also runs it interpreted on CPU.
     assert (True in modes) == (flag != "")
+
+
+def test_bad_override_fails_when_traced_on_any_platform():
+    x, qvalue, scale = _make("int8", 2, 256, 128, 256, jnp.float32)
+    with jaxcore_tpu.block_config(block_n=100), pytest.raises(ValueError, match="block_n=100"):
+        jax.jit(functools.partial(jaxcore_tpu.quantized_matmul_impl, fmt="int8", block_size=256,
+                                  out_dtype=jnp.float32))(x, qvalue, scale)
