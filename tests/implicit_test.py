@@ -530,3 +530,16 @@ def test_ste_dense_result_of_implicit_roundtrip():
     x = jnp.array([0.3, -0.6])
     np.testing.assert_allclose(fake_quant(x), [0.25, -0.5])
     np.testing.assert_allclose(jax.grad(lambda x: jnp.sum(3.0 * fake_quant(x)))(x), [3.0, 3.0])
+
+
+def test_finished_traces_are_not_kept_alive():
+    import gc
+
+    from jaxcore.implicit import _trace
+
+    s = Scaled(jnp.ones(3), scale=2.0)
+    for _ in range(3):
+        jax.make_jaxpr(implicit(lambda a: a * 2.0))(s)
+    gc.collect()
+    live_parents = [type(parent).__name__ for parent in _trace._traces.keys()]
+    assert "DynamicJaxprTrace" not in live_parents, live_parents

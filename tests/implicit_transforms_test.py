@@ -108,6 +108,35 @@ def test_jit_outside_and_inside():
     assert_close(inner, fn(dense(S), Y) * Y)
 
 
+def test_jit_inside_implicit_inside_jit_stays_a_nested_jit():
+    f = jax.jit(implicit(lambda a, y: jax.jit(fn)(a, y)))
+    out = f(S, Y)
+    assert isinstance(out, Scaled)
+    assert_close(out, fn(dense(S), Y))
+    jaxpr = jax.make_jaxpr(implicit(lambda a, y: jax.jit(fn)(a, y)))(S, Y)
+    assert [e.primitive.name for e in jaxpr.jaxpr.eqns] == ["jit"]
+
+
+def test_user_jit_handler_overrides_the_builtin_rule():
+    @dataclasses.dataclass
+    class Opaque(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            return self.value
+
+    calls = []
+
+    @register("jit")
+    def _jit_on_opaque(primitive, x: Opaque, *, jaxpr, **params):
+        calls.append(jaxpr)
+        return [jnp.zeros(x.shape, x.dtype)]
+
+    out = implicit(jnp.sin)(Opaque(jnp.ones(3)))
+    assert len(calls) == 1
+    np.testing.assert_array_equal(out, np.zeros(3))
+
+
 def test_nested_implicit_calls():
     out = implicit(lambda a, y: implicit(fn)(a, y) * 2.0)(S, Y)
     assert isinstance(out, Scaled)

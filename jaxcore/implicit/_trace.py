@@ -56,12 +56,24 @@ class _ImplicitTracer(jax.core.Tracer):
 class _ImplicitTrace(jax.core.Trace):
     """Dispatches primitives whose operands include implicit arrays of this trace."""
 
-    __slots__ = ("parent_trace", "tag")
+    __slots__ = ("_parent_ref", "tag")
 
     def __init__(self, parent_trace: jax.core.Trace):
         super().__init__()
-        self.parent_trace = parent_trace
+        # Weak: the cache in trace_for() must not keep finished traces (and everything
+        # they recorded) alive. While this trace is in use its parent is on the stack.
+        self._parent_ref = weakref.ref(parent_trace)
         self.tag = jex_core.TraceTag()
+
+    @property
+    def parent_trace(self) -> jax.core.Trace:
+        parent = self._parent_ref()
+        if parent is None:
+            raise RuntimeError(
+                "an implicit-array tracer outlived the transformation it was created in "
+                "(e.g. it was stored globally inside jit); return values instead"
+            )
+        return parent
 
     def _values(self, tracers: tp.Sequence[tp.Any]) -> tuple[list[tp.Any], bool]:
         values = []
