@@ -189,7 +189,11 @@ detect_accelerators() {
         esac
         continue
       fi
-      n="$(count_"$p")"
+      case "$p" in
+        cuda) n="$(count_cuda)" ;;
+        rocm) n="$(count_rocm)" ;;
+        tpu) n="$(count_tpu)" ;;
+      esac
       if ((n > 0)); then
         [[ -z "$PLATFORM" ]] && PLATFORM="$p"
         COUNT="$n"
@@ -286,7 +290,7 @@ queue_enter() {
   while ((cur > 0)); do
     # A predecessor that already finished needs no lock call (one process less per test).
     node_state state "$cur"
-    if [[ "$state" != done ]]; then
+    if [[ "$state" != "done" ]]; then
       remaining_us left
       ((left > 0)) || left=0
       us_to_s left_s "$left"
@@ -297,7 +301,7 @@ queue_enter() {
       node_state state "$cur"
     fi
     exec {pred_fd}>&-
-    [[ "$state" == done ]] && break
+    [[ "$state" == "done" ]] && break
     # Its owner died or gave up before its turn: wait for the one before it instead.
     cur="$state"
     ((cur > 0)) && exec {pred_fd}>>"$LOCK_DIR/queue.node.$cur"
@@ -316,7 +320,7 @@ node_state() {
     esac
   done 2>/dev/null <"$LOCK_DIR/queue.node.$2"
   if ((finished)) || [[ ! "$pred" =~ ^[0-9]+$ ]]; then
-    printf -v "$1" done
+    printf -v "$1" "done"
   else
     printf -v "$1" '%d' "$((10#$pred))"
   fi
@@ -381,7 +385,7 @@ recheck_stale_slots() {
 # At the queue head: claims the free slot on the least-loaded accelerator, waiting for one to
 # be released when all are taken. Sets DEVICE and SLOT; returns 1 when the wait budget runs out.
 acquire_slot() {
-  local note_fd d s file owner busy best_d best_s best_busy free_s left left_s token tick now
+  local note_fd d s file owner busy best_d best_s best_busy free_s left left_s tick now
   # Open the release channel before looking, so no release after the look is missed.
   exec {note_fd}<>"$LOCK_DIR/released.fifo"
   local last_recheck
@@ -424,9 +428,9 @@ acquire_slot() {
     tick=$STALE_RECHECK_US
     ((left < tick)) && tick=$left
     us_to_s left_s "$tick"
-    if read -r -t "$left_s" -u "$note_fd" token; then
+    if read -r -t "$left_s" -u "$note_fd" _; then
       # Drain every announcement already queued, then look again.
-      while read -r -t 0 -u "$note_fd" && read -r -u "$note_fd" token; do :; done
+      while read -r -t 0 -u "$note_fd" && read -r -u "$note_fd" _; do :; done
     else
       now_us now
       if ((now - last_recheck >= STALE_RECHECK_US)); then
@@ -539,11 +543,11 @@ main() {
     die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_WAIT_S='$wait_setting' is not a non-negative number of seconds"
   if [[ "$1" == --detect ]]; then
     # For the ci/ scripts: report what detection finds, without running anything.
-    local source=detected
-    [[ -n "${JAXCORE_ACCELERATOR_COUNT:-}" ]] && source=env
+    local origin="detected"
+    [[ -n "${JAXCORE_ACCELERATOR_COUNT:-}" ]] && origin="env"
     detect_accelerators
-    [[ "$source" == detected && "$COUNT_SOURCE" == default ]] && source=default
-    printf '%s %d %s\n' "$PLATFORM" "$COUNT" "$source"
+    [[ "$origin" == "detected" && "$COUNT_SOURCE" == "default" ]] && origin="default"
+    printf '%s %d %s\n' "$PLATFORM" "$COUNT" "$origin"
     exit 0
   fi
   detect_accelerators

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the ci/run_*.sh jobs; sourced (after ci/envs/default.env) with the working
 # directory at the repository root. Each job is one call to one of the *_job functions below.
 #
