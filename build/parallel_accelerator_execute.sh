@@ -258,7 +258,8 @@ remaining_us() {
 }
 
 # Joins the queue of callers (see the header). Returns 0 when this caller is at the head,
-# 1 when the wait budget ran out first.
+# 1 when the wait budget ran out first. With nobody queued and a slot free, it claims that
+# slot at once and sets TICKET=0 (no turn to end).
 queue_enter() {
   local mutex_fd left left_s tail=0 pred_fd="" line
   exec {mutex_fd}>>"$LOCK_DIR/queue.mutex"
@@ -271,6 +272,18 @@ queue_enter() {
   fi
   [[ -f "$LOCK_DIR/queue.tail" ]] && read -r tail <"$LOCK_DIR/queue.tail"
   [[ "$tail" =~ ^[0-9]+$ ]] || tail=0
+  # Nobody queued (the last ticket has had its turn): holding the mutex makes this caller
+  # the head, and when a slot is free its turn is over before the mutex is released, so it
+  # needs no queue node (one process less per test on an uncontended machine).
+  local state="done"
+  ((tail > 0)) && node_state state "$tail"
+  if [[ "$state" == "done" ]]; then
+    TICKET=0
+    if claim_free_slot; then
+      exec {mutex_fd}>&-
+      return 0
+    fi
+  fi
   TICKET=$((10#$tail + 1))
   while true; do
     exec {NODE_FD}>>"$LOCK_DIR/queue.node.$TICKET"
@@ -286,7 +299,7 @@ queue_enter() {
   printf '%d\n' "$TICKET" >"$LOCK_DIR/queue.tail"
   exec {mutex_fd}>&-
 
-  local cur="$tail" state
+  local cur="$tail"
   while ((cur > 0)); do
     # A predecessor that already finished needs no lock call (one process less per test).
     node_state state "$cur"
@@ -336,7 +349,7 @@ queue_leave() {
 # Safe: this caller has had its turn, so every ticket below its own has finished or given
 # up, and a node that is gone reads as finished to anyone who still looks at it.
 queue_cleanup() {
-  ((TICKET % QUEUE_CLEANUP_EVERY == 0)) || return 0
+  ((TICKET > 0 && TICKET % QUEUE_CLEANUP_EVERY == 0)) || return 0
   local node n
   local -a old=()
   for node in "$LOCK_DIR"/queue.node.*; do
@@ -382,41 +395,45 @@ recheck_stale_slots() {
   done
 }
 
+# Claims the free slot on the accelerator with the fewest running tests, if there is one
+# (sets DEVICE and SLOT). Only the queue head calls it, so two callers never claim one slot.
+claim_free_slot() {
+  local d s file owner busy free_s best_d=-1 best_s=-1 best_busy=$((PER_ACCELERATOR + 1))
+  for ((d = 0; d < COUNT; d++)); do
+    busy=0
+    free_s=-1
+    for ((s = 0; s < PER_ACCELERATOR; s++)); do
+      slot_file file "$d" "$s"
+      owner=""
+      [[ -f "$file.owner" ]] && read -r owner <"$file.owner"
+      if [[ -n "$owner" ]]; then
+        busy=$((busy + 1))
+      elif ((free_s < 0)); then
+        free_s=$s
+      fi
+    done
+    if ((free_s >= 0 && busy < best_busy)); then
+      best_d=$d
+      best_s=$free_s
+      best_busy=$busy
+    fi
+  done
+  ((best_d >= 0)) || return 1
+  claim_slot "$best_d" "$best_s"
+  DEVICE=$best_d
+  SLOT=$best_s
+}
+
 # At the queue head: claims the free slot on the least-loaded accelerator, waiting for one to
 # be released when all are taken. Sets DEVICE and SLOT; returns 1 when the wait budget runs out.
 acquire_slot() {
-  local note_fd d s file owner busy best_d best_s best_busy free_s left left_s tick now
+  local note_fd left left_s tick now
   # Open the release channel before looking, so no release after the look is missed.
   exec {note_fd}<>"$LOCK_DIR/released.fifo"
   local last_recheck
   now_us last_recheck
   while true; do
-    best_d=-1
-    best_s=-1
-    best_busy=$((PER_ACCELERATOR + 1))
-    for ((d = 0; d < COUNT; d++)); do
-      busy=0
-      free_s=-1
-      for ((s = 0; s < PER_ACCELERATOR; s++)); do
-        slot_file file "$d" "$s"
-        owner=""
-        [[ -f "$file.owner" ]] && read -r owner <"$file.owner"
-        if [[ -n "$owner" ]]; then
-          busy=$((busy + 1))
-        elif ((free_s < 0)); then
-          free_s=$s
-        fi
-      done
-      if ((free_s >= 0 && busy < best_busy)); then
-        best_d=$d
-        best_s=$free_s
-        best_busy=$busy
-      fi
-    done
-    if ((best_d >= 0)); then
-      claim_slot "$best_d" "$best_s"
-      DEVICE=$best_d
-      SLOT=$best_s
+    if claim_free_slot; then
       exec {note_fd}>&-
       return 0
     fi
@@ -577,13 +594,13 @@ main() {
     log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"
     die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (queued behind earlier callers; ${COUNT} accelerators x ${PER_ACCELERATOR} slots, locks in '$LOCK_DIR'); raise JAXCORE_ACCELERATOR_WAIT_S or lower --local_test_jobs / pytest -n"
   fi
-  if ! acquire_slot; then
+  if ((TICKET > 0)) && ! acquire_slot; then
     queue_leave
     now_us end_us
     log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"
     die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (all ${COUNT} accelerators x ${PER_ACCELERATOR} slots stayed busy, locks in '$LOCK_DIR'); raise JAXCORE_ACCELERATOR_WAIT_S or lower --local_test_jobs / pytest -n"
   fi
-  queue_leave
+  ((TICKET == 0)) || queue_leave
   if ! lock_slot; then
     now_us end_us
     log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"

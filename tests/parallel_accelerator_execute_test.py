@@ -194,10 +194,11 @@ def test_waiters_are_served_in_arrival_order(sandbox):
     release = sandbox.root / "release"
     holder = sandbox.start("holder", "--hold-until", str(release), env=env)
     sandbox.wait_started("holder", holder)
+    base = sandbox.queue_tail()  # The holder found the queue empty and took no ticket.
     waiters = []
     for i in range(5):
         waiters.append(sandbox.start(f"w{i}", env=env))
-        sandbox.wait_enqueued(2 + i)
+        sandbox.wait_enqueued(base + 1 + i)
     release.touch()
     assert holder.wait(timeout=30) == 0
     assert [w.wait(timeout=30) for w in waiters] == [0] * 5
@@ -258,12 +259,13 @@ def test_waiters_that_give_up_do_not_break_the_queue(sandbox):
     release = sandbox.root / "release"
     holder = sandbox.start("holder", "--hold-until", str(release), env=env)
     sandbox.wait_started("holder", holder)
+    base = sandbox.queue_tail()
     first = sandbox.start("first", env=env)
-    sandbox.wait_enqueued(2)
+    sandbox.wait_enqueued(base + 1)
     quitter = sandbox.start("quitter", env=dict(env, JAXCORE_ACCELERATOR_WAIT_S="0.2"))
-    sandbox.wait_enqueued(3)
+    sandbox.wait_enqueued(base + 2)
     last = sandbox.start("last", env=env)
-    sandbox.wait_enqueued(4)
+    sandbox.wait_enqueued(base + 3)
     assert quitter.wait(timeout=30) == EXIT_WAIT_TIMEOUT
     assert not sandbox.started("first") and not sandbox.started("last")
     release.touch()
