@@ -31,7 +31,8 @@
 #     ticket under a short mutex, locks its own queue node and blocks (flock, no polling) on
 #     its predecessor's node. Only the queue head picks a slot, so slots are handed out in
 #     arrival order. A waiter that dies or times out leaves its node unmarked; its successor
-#     then waits on the dead waiter's predecessor, so the queue never breaks.
+#     then waits on the dead waiter's predecessor, so the queue never breaks. A caller that
+#     finds nobody queued and a slot free claims it while holding the mutex, with no node.
 #   * The head reads the slots' owner records, claims the free slot on the accelerator with
 #     the fewest running tests (one test on every accelerator before a second on any), and
 #     passes the turn on at once; only then does it take that (accelerator, slot) lock with
