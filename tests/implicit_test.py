@@ -340,6 +340,22 @@ def test_register_errors():
             return x
 
 
+def test_handler_missing_primitive_parameters_is_a_clear_error():
+    @dataclasses.dataclass
+    class Strict(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            return self.value
+
+    @register("mul")
+    def _no_params(x: Strict, y: jax.Array):
+        return x.value * y
+
+    with pytest.raises(TypeError, match=r"_no_params for primitive 'mul' does not accept.*\*\*params"):
+        implicit(lambda a: jax.lax.mul(a, jnp.ones(2)))(Strict(jnp.ones(2)))
+
+
 def test_register_accepts_primitive_names_with_suffix():
     from jaxcore.implicit import _dispatch
 

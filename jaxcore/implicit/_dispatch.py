@@ -129,7 +129,15 @@ def _resolve_annotations(fn: tp.Callable[..., tp.Any]) -> dict[str, tp.Any]:
 class Handler:
     """One registered handler and the operand types it accepts."""
 
-    __slots__ = ("fn", "precedence", "takes_primitive", "positional", "n_required", "varargs")
+    __slots__ = (
+        "fn",
+        "precedence",
+        "takes_primitive",
+        "positional",
+        "n_required",
+        "varargs",
+        "keywords",
+    )
 
     def __init__(self, fn: tp.Callable[..., tp.Any], precedence: int):
         self.fn = fn
@@ -159,6 +167,12 @@ class Handler:
                     n_required = len(positional)
             elif p.kind is p.VAR_POSITIONAL:
                 varargs = _annotation_atoms(annotation, f"parameter *{p.name} of {name}")
+        # Parameter names a primitive's params may bind to; None when **kwargs takes any.
+        self.keywords: frozenset[str] | None = (
+            None
+            if any(p.kind is p.VAR_KEYWORD for p in params)
+            else frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        )
         self.takes_primitive = takes_primitive
         self.positional = tuple(positional)
         self.n_required = n_required
@@ -183,6 +197,13 @@ class Handler:
         return all(_type_le(self.type_at(i), other.type_at(i)) for i in range(n))
 
     def __call__(self, primitive: tp.Any, values: tp.Sequence[tp.Any], params: dict) -> tp.Any:
+        if self.keywords is not None and not self.keywords.issuperset(params):
+            unexpected = sorted(set(params) - self.keywords)
+            raise TypeError(
+                f"handler {getattr(self.fn, '__qualname__', self.fn)} for primitive "
+                f"'{primitive}' does not accept the primitive parameter(s) {unexpected}; "
+                "declare them as keyword-only parameters or add **params"
+            )
         if self.takes_primitive:
             return self.fn(primitive, *values, **params)
         return self.fn(*values, **params)
