@@ -273,6 +273,9 @@ class ImplicitArray(abc.ABC):
     leave them out for arrays that will be ``vmap``-ed over: discovery then sees the
     per-example children.
 
+    Subclasses must be plain (non-frozen) dataclasses, and should be treated as
+    immutable: the discovered shape/dtype is cached per instance.
+
     Class keyword arguments:
         warn_on_materialize: ``False`` silences the fallback-materialisation warning for
             this class (``class Zeros(ImplicitArray, warn_on_materialize=False)``).
