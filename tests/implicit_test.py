@@ -559,3 +559,18 @@ def test_finished_traces_are_not_kept_alive():
     gc.collect()
     live_parents = [type(parent).__name__ for parent in _trace._traces.keys()]
     assert "DynamicJaxprTrace" not in live_parents, live_parents
+
+
+def test_leaked_tracer_is_a_clear_error():
+    import gc
+
+    leaked = []
+
+    def f(a):
+        leaked.append(a)
+        return a * 2.0
+
+    jax.make_jaxpr(implicit(f))(Scaled(jnp.ones(3), scale=2.0))
+    gc.collect()
+    with pytest.raises(jax.errors.UnexpectedTracerError, match="_ImplicitTracer"):
+        leaked[0] * 2.0
