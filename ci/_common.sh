@@ -134,7 +134,7 @@ ci_bazel_cpu_job() {
   ci_log "phase 2: multiaccelerator tests, one at a time"
   code=0
   ci_bazel_test --config=cpu --local_test_jobs=1 \
-    --test_tag_filters=jaxcore_test_cpu,multiaccelerator -- //tests:cpu_tests || code=$?
+    --test_tag_filters=multiaccelerator -- //tests:cpu_tests || code=$?
   ci_phase_done "phase 2 (bazel, cpu, multiaccelerator)" "$code" "$BAZEL_NO_TESTS"
   ci_finish
 }
@@ -172,7 +172,7 @@ ci_bazel_accelerator_job() {
   ci_log "phase 2: multiaccelerator tests, one at a time, every device visible"
   code=0
   ci_bazel_test --config="$platform" --local_test_jobs=1 \
-    --test_tag_filters="jaxcore_test_$suite,multiaccelerator" -- "//tests:${suite}_tests" ||
+    --test_tag_filters=multiaccelerator -- "//tests:${suite}_tests" ||
     code=$?
   ci_phase_done "phase 2 (bazel, $platform, multiaccelerator)" "$code" "$BAZEL_NO_TESTS"
   ci_finish
