@@ -245,6 +245,12 @@ def register(
 ) -> tp.Callable[[CT], CT]:
     """Registers a handler for ``primitive`` applied to implicit arrays.
 
+    The handler receives the operands positionally (optionally preceded by the
+    primitive) and the primitive's parameters as keyword arguments, runs in the trace
+    that was current around :func:`jaxcore.implicit.implicit`, and returns the result
+    (an array or an implicit array; a list for multiple-result primitives). See the
+    module docstring for how handlers are matched to operand types.
+
     Example:
         >>> @register("mul")
         ... def _(x: Scaled, y: jax.Array):
