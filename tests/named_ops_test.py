@@ -52,6 +52,11 @@ def _ref_fn(name):
     return _POS_REF.get(name) or getattr(jnp, name)
 
 
+def _np_ref(name):
+    """The NumPy function for an op (an independent reference that needs no compiling)."""
+    return {"rsqrt": lambda x: 1 / np.sqrt(x)}.get(name) or getattr(np, name)
+
+
 def _as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
@@ -73,7 +78,7 @@ def test_tables_cover_the_spec_lists():
 def test_unary_op_eager(name):
     x = _unary_input(name)
     out = getattr(hax, name)(hax.named(x, (B, E)))
-    for o, r in zip(_as_tuple(out), _as_tuple(_ref_fn(name)(x))):
+    for o, r in zip(_as_tuple(out), _as_tuple(_np_ref(name)(x))):
         _assert_named(o, r, (B, E))
 
 
@@ -101,10 +106,20 @@ def test_unary_ops_under_jit_vmap_grad():
     rows = [pos_all(row) for row in xs]  # eager reference, row by row
     for k, got in enumerate(jax.jit(jax.vmap(named_all))(xs)):
         np.testing.assert_allclose(got, np.stack([r[k] for r in rows]), rtol=1e-5, atol=1e-6)
+    # grad: the named program's gradient jaxpr is the positional one, op for op (so it is
+    # numerically identical once compiled); one op is also checked numerically.
     diff = [n for n in names if n not in _NONDIFF_UNARY]
-    g_named = jax.jit(jax.grad(lambda x: sum(jnp.sum(getattr(hax, n)(hax.named(x, ("batch", "embed"))).array) for n in diff)))(_UNIT)
-    g_pos = jax.jit(jax.grad(lambda x: sum(jnp.sum(_ref_fn(n)(x)) for n in diff)))(_UNIT)
-    np.testing.assert_allclose(g_named, g_pos, rtol=1e-4)
+    pos_op = {**{n: _ref_fn(n) for n in diff}, "rsqrt": jax.lax.rsqrt}
+
+    def named_loss(x):
+        return sum(jnp.sum(getattr(hax, n)(hax.named(x, ("batch", "embed"))).array) for n in diff)
+
+    def pos_loss(x):
+        return sum(jnp.sum(pos_op[n](x)) for n in diff)
+
+    assert str(jax.make_jaxpr(jax.grad(named_loss))(_UNIT)) == str(jax.make_jaxpr(jax.grad(pos_loss))(_UNIT))
+    g = jax.grad(lambda x: jnp.sum(hax.tanh(hax.named(x, ("batch", "embed"))).array))(_UNIT)
+    np.testing.assert_allclose(g, 1 - np.tanh(_UNIT) ** 2, rtol=1e-5)
 
 
 def test_round_and_ndim():
@@ -133,7 +148,7 @@ def _binary_inputs(name):
 @pytest.mark.parametrize("name", hax.BINARY_OPS)
 def test_binary_op_eager_aligns_by_name(name):
     x, y = _binary_inputs(name)
-    ref = getattr(jnp, name)(x, y)
+    ref = _np_ref(name)(x, y)
     # y is stored as (embed, batch): the op must transpose it back by name
     out = getattr(hax, name)(hax.named(x, (B, E)), hax.named(y.T, (E, B)))
     for o, r in zip(_as_tuple(out), _as_tuple(ref)):
@@ -172,10 +187,15 @@ def test_binary_ops_under_jit_vmap_grad():
     def loss(fn_of):
         return lambda x, y: sum(jnp.sum(fn_of(n, x, y)) for n in diff)
 
-    gn = jax.jit(jax.grad(loss(lambda n, x, y: getattr(hax, n)(hax.named(x, ("batch", "embed")), hax.named(y, ("embed", "batch"))).array), (0, 1)))(_F1, _F2.T)
-    gp = jax.jit(jax.grad(loss(lambda n, x, y: getattr(jnp, n)(x, y.T)), (0, 1)))(_F1, _F2.T)
-    for a, b in zip(gn, gp):
-        np.testing.assert_allclose(a, b, rtol=1e-4)
+    # grad: the named gradient jaxpr is the positional one, op for op; one op numerically.
+    named_loss = loss(lambda n, x, y: getattr(hax, n)(hax.named(x, ("batch", "embed")), hax.named(y, ("embed", "batch"))).array)
+    pos_loss = loss(lambda n, x, y: getattr(jnp, n)(x, jnp.transpose(y)))
+    assert str(jax.make_jaxpr(jax.grad(named_loss, (0, 1)))(_F1, _F2.T)) == str(
+        jax.make_jaxpr(jax.grad(pos_loss, (0, 1)))(_F1, _F2.T)
+    )
+    gx, gy = jax.grad(lambda x, y: jnp.sum(hax.multiply(hax.named(x, (B, E)), hax.named(y, (E, B))).array), (0, 1))(_F1, _F2.T)
+    np.testing.assert_allclose(gx, _F2, rtol=1e-6)
+    np.testing.assert_allclose(gy, _F1.T, rtol=1e-6)
 
 
 def test_binary_op_errors():
@@ -189,17 +209,15 @@ def test_binary_op_errors():
 
 _REDUCTIONS = ["sum", "prod", "mean", "max", "min", "amax", "amin", "all", "any", "std", "var",
                "nansum", "nanprod", "nanmean", "nanmax", "nanmin", "nanstd", "nanvar", "ptp"]
-_JNP_REDUCTION = {"amax": jnp.max, "amin": jnp.min}
-
-
 def _reduction_ref(name, x, axis, where=None, **kw):
-    fn = _JNP_REDUCTION.get(name) or getattr(jnp, name)
+    """NumPy reference; masked max/min use the dtype's extreme as ``initial`` (as hax does)."""
+    fn = getattr(np, name)
     if name == "ptp" and where is not None:
-        return jnp.max(x, axis=axis, where=where, initial=-jnp.inf) - jnp.min(x, axis=axis, where=where, initial=jnp.inf)
+        return np.max(x, axis=axis, where=where, initial=-np.inf) - np.min(x, axis=axis, where=where, initial=np.inf)
     if where is None:
         return fn(x, axis=axis, **kw)
     if name in ("max", "min", "amax", "amin", "nanmax", "nanmin"):
-        kw["initial"] = -jnp.inf if "max" in name else jnp.inf
+        kw["initial"] = -np.inf if "max" in name else np.inf
     return fn(x, axis=axis, where=where, **kw)
 
 
