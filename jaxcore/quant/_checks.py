@@ -9,6 +9,12 @@ import numpy as np
 _SUPPORTED = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
 
 
+@jax.jit
+def _all_finite(x: jax.Array) -> jax.Array:
+    """Whether every entry is finite, computed on device (one compiled program per shape)."""
+    return jnp.isfinite(x).all()
+
+
 def check_weight(x, what: str) -> jax.Array:
     """Checks a weight before quantisation and returns it as a jax array.
 
@@ -35,7 +41,7 @@ def check_weight(x, what: str) -> jax.Array:
     x = jnp.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"{what}: expected a 2-D (K, N) weight, got shape {x.shape}")
-    if not isinstance(x, jax.core.Tracer) and not bool(jnp.isfinite(x).all()):
+    if not isinstance(x, jax.core.Tracer) and not bool(_all_finite(x)):
         # Only the failing case copies the weight to the host, to name the bad entries.
         host = np.asarray(x, dtype=np.float32)
         bad = np.argwhere(~np.isfinite(host))
