@@ -9,6 +9,7 @@ JAX versions these wrappers were written against, so an upgrade fails loudly in
 from __future__ import annotations
 
 import jax
+from jax._src import core as _core  # the one sanctioned jax._src import site
 
 # Inclusive lower bound, exclusive upper bound of the JAX versions whose internals
 # the wrappers below were checked against.
@@ -85,6 +86,4 @@ def is_eval_trace(trace: object) -> bool:
     predicate for "this is eager evaluation", which decides whether compiling a
     sub-computation pays off.
     """
-    from jax._src import core  # the one sanctioned jax._src import site
-
-    return isinstance(trace, core.EvalTrace)
+    return isinstance(trace, _core.EvalTrace)

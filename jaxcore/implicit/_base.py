@@ -61,7 +61,7 @@ class _Layout(tp.NamedTuple):
     aux: tuple[str, ...]
 
 
-def _layout(cls: type) -> _Layout:
+def field_layout(cls: type) -> _Layout:
     """Returns (and caches on ``cls``) which dataclass fields are children and which aux."""
     layout = cls.__dict__.get(_LAYOUT_ATTR)
     if layout is not None:
@@ -140,7 +140,7 @@ def _structure_key(obj: ImplicitArray) -> tp.Any:
     array children are read directly (the common, fast case); other children are
     flattened. Returns ``None`` when the aux data is unhashable.
     """
-    layout = _layout(type(obj))
+    layout = field_layout(type(obj))
     d = obj.__dict__
     children = []
     for name in layout.children:
@@ -358,7 +358,7 @@ class ImplicitArray(abc.ABC):
 
 
 def _flatten(obj: ImplicitArray):
-    layout = _layout(type(obj))
+    layout = field_layout(type(obj))
     d = obj.__dict__
     children = [d[name] for name in layout.children]
     aux = (
@@ -371,12 +371,12 @@ def _flatten(obj: ImplicitArray):
 
 def _flatten_with_keys(obj: ImplicitArray):
     children, aux = _flatten(obj)
-    names = _layout(type(obj)).children
+    names = field_layout(type(obj)).children
     return [(jax.tree_util.GetAttrKey(n), c) for n, c in zip(names, children)], aux
 
 
 def _unflatten(cls: type, aux: tuple, children: tp.Iterable[tp.Any]) -> ImplicitArray:
-    layout = _layout(cls)
+    layout = field_layout(cls)
     obj = object.__new__(cls)
     d = obj.__dict__
     d["_jaxcore_explicit_shape"] = aux[0]

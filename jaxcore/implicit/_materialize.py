@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import typing as tp
 
+import jax
+
 from jaxcore.implicit import _base
 
 
 def has_implicit_children(x: _base.ImplicitArray) -> bool:
     """Returns whether any child of ``x`` (at any container depth) is an implicit array."""
-    children, _ = _base._flatten(x)
-    for child in children:
+    d = x.__dict__
+    for name in _base.field_layout(type(x)).children:
+        child = d[name]
         if _base.is_implicit(child):
             return True
         if isinstance(child, (list, tuple, dict)):
-            import jax
-
             leaves = jax.tree_util.tree_leaves(child, is_leaf=_base.is_implicit)
             if any(_base.is_implicit(leaf) for leaf in leaves):
                 return True
