@@ -86,7 +86,11 @@ def _report(name: str, times: dict[str, tuple[float, float]], unit: str = "us", 
 
 def main() -> None:
     warnings.simplefilter("ignore", ji.MaterializationWarning)
-    print(f"jax {jax.__version__}, backend {jax.default_backend()}, 8x8 float32")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"jax {jax.__version__}, backend {jax.default_backend()}, 8x8 float32, "
+        f"load average {load:.2f} on {os.cpu_count()} cores"
+    )
     x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8)), jnp.float32)
     s = Scaled(x, scale=2.0)
 

@@ -8,8 +8,11 @@ JAX versions these wrappers were written against, so an upgrade fails loudly in
 
 from __future__ import annotations
 
+import typing as tp
+
 import jax
 from jax._src import core as _core  # the one sanctioned jax._src import site
+from jax._src import source_info_util as _source_info_util
 
 # Inclusive lower bound, exclusive upper bound of the JAX versions whose internals
 # the wrappers below were checked against.
@@ -86,4 +89,29 @@ def is_eval_trace(trace: object) -> bool:
     predicate for "this is eager evaluation", which decides whether compiling a
     sub-computation pays off.
     """
-    return isinstance(trace, _core.EvalTrace)
+    return type(trace) is _core.EvalTrace or isinstance(trace, _core.EvalTrace)
+
+
+def current_trace() -> object:
+    """Returns the current trace without swapping it out.
+
+    The public ``jax.extend.core.take_current_trace()`` is a context manager that
+    installs the eval trace for its body; reading the trace directly is several times
+    cheaper, and the implicit interpreter does it on every intercepted operation.
+    """
+    return _core.trace_ctx.trace
+
+
+def equation_contexts(eqn: object) -> tuple[tp.Any, tp.Any]:
+    """The two contexts ``jax.core.eval_jaxpr`` evaluates a jaxpr equation in.
+
+    That is the equation's user source information and name stack, and its
+    ``JaxprEqnContext`` (compute type, metadata, mesh), so a jaxpr re-evaluated by the
+    implicit interpreter stages out equations with the same metadata as JAX's own.
+    Use as ``with first, second:``.
+    """
+    name_stack = _source_info_util.current_name_stack() + eqn.source_info.name_stack
+    return (
+        _source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
+        eqn.ctx.manager,
+    )

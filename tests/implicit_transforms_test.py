@@ -307,3 +307,46 @@ def test_make_jaxpr_contains_no_materialisation_for_handled_ops():
     jaxpr = jax.make_jaxpr(implicit(lambda a, y: a * y * y))(S, Y)
     prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
     assert prims.count("mul") == 2, prims
+
+
+def test_inline_jit_bodies_under_a_transformation_dispatch_without_tracers():
+    """jax.numpy functions (inline jits) are re-evaluated equation by equation under jit/grad."""
+    inner = jax.jit(lambda a, y: (a * y) * 2.0 + jnp.sin(a), inline=True)
+    f = lambda a, y: inner(a, y) * y
+    check(f, S, Y, transform=jax.jit)
+    check(f, S, Y, transform=lambda g: jax.vmap(g, in_axes=(None, 0)))
+    jaxpr = jax.make_jaxpr(implicit(lambda a: inner(a, Y)))(S)
+    assert "jit" not in [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    g = jax.grad(lambda y: jnp.sum(dense(implicit(f)(S, y))))(Y)
+    assert_close(g, jax.grad(lambda y: jnp.sum(f(dense(S), y)))(Y))
+
+
+def test_inline_jit_holding_a_custom_jvp_materialises_its_implicit_operands():
+    inner = jax.jit(lambda a: jax.nn.relu(a) + 1.0, inline=True)
+    with pytest.warns(ji.MaterializationWarning, match="custom_jvp_call"):
+        ji.reset_materialization_warnings()
+        got = jax.jit(implicit(inner))(S)
+    assert_close(got, inner(dense(S)))
+    g = jax.grad(lambda y: jnp.sum(implicit(lambda a: inner(a * y))(S)))(Y)
+    assert_close(g, jax.grad(lambda y: jnp.sum(inner(dense(S) * y)))(Y))
+
+
+def test_leaf_callables_and_pytree_callables_as_the_wrapped_function():
+    # A jax.numpy ufunc object is a pytree leaf: the argument-only fast path applies.
+    assert_close(implicit(jnp.sin)(S), jnp.sin(dense(S)))
+    assert_close(implicit(jnp.multiply)(S, Y), dense(S) * Y)
+    # A pytree callable holding an implicit array still has it intercepted.
+    out = implicit(jax.tree_util.Partial(jnp.multiply, S))(Y)
+    assert isinstance(out, Scaled)
+    assert_close(out, dense(S) * Y)
+
+
+def test_alternating_parent_traces_reuse_the_right_implicit_trace():
+    f = implicit(lambda a, y: a * y)
+    for _ in range(2):
+        eager = f(S, Y)
+        jitted = jax.jit(f)(S, Y)
+        batched = jax.vmap(f, in_axes=(None, 0))(S, Y)
+        assert_close(eager, dense(S) * Y)
+        assert_close(jitted, dense(S) * Y)
+        assert_close(batched, jax.vmap(lambda y: dense(S) * y)(Y))

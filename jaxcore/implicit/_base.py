@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import contextvars
 import dataclasses
+import functools
 import typing as tp
 
 import jax
@@ -61,10 +62,17 @@ class _Layout(tp.NamedTuple):
     aux: tuple[str, ...]
 
 
+_layouts: dict[type, _Layout] = {}
+
+
 def field_layout(cls: type) -> _Layout:
     """Returns (and caches on ``cls``) which dataclass fields are children and which aux."""
+    layout = _layouts.get(cls)
+    if layout is not None:
+        return layout
     layout = cls.__dict__.get(_LAYOUT_ATTR)
     if layout is not None:
+        _layouts[cls] = layout
         return layout
     own_fields = cls.__dict__.get("__dataclass_fields__")
     if own_fields is None:
@@ -85,6 +93,7 @@ def field_layout(cls: type) -> _Layout:
         (aux if f.metadata.get(_AUX_METADATA_KEY) else children).append(f.name)
     layout = _Layout(tuple(children), tuple(aux))
     setattr(cls, _LAYOUT_ATTR, layout)
+    _layouts[cls] = layout
     return layout
 
 
@@ -303,8 +312,7 @@ class ImplicitArray(abc.ABC):
             cls.warn_on_materialize = bool(warn_on_materialize)
         IMPLICIT_TYPES.add(cls)
         jax.tree_util.register_pytree_with_keys(
-            cls, _flatten_with_keys, lambda aux, children: _unflatten(cls, aux, children),
-            _flatten,
+            cls, _flatten_with_keys, functools.partial(_unflatten, cls), _flatten,
         )
 
     @abc.abstractmethod

@@ -137,11 +137,20 @@ class Handler:
         "n_required",
         "varargs",
         "keywords",
+        "raw",
     )
 
-    def __init__(self, fn: tp.Callable[..., tp.Any], precedence: int):
+    def __init__(
+        self,
+        fn: tp.Callable[..., tp.Any],
+        precedence: int,
+        raw: tp.Callable[[tp.Any, tp.Sequence[tp.Any], dict], tp.Any] | None = None,
+    ):
         self.fn = fn
         self.precedence = precedence
+        # Optional internal fast entry point taking (primitive, values, params) as they
+        # come, equivalent to __call__ (used by the built-in rules on hot paths).
+        self.raw = raw
         name = getattr(fn, "__qualname__", repr(fn))
         try:
             signature = inspect.signature(fn)
@@ -214,6 +223,7 @@ class Handler:
 
 _handlers: dict[jex_core.Primitive, list[Handler]] = {}
 _cache: dict[tuple[jex_core.Primitive, tuple[type, ...]], Handler | None] = {}
+MISSING = object()  # _cache.get default: None is a cached "no handler".
 
 
 def lookup_primitive(name: str) -> jex_core.Primitive:
@@ -284,6 +294,18 @@ def register(
         return fn
 
     return decorator
+
+
+def register_builtin(
+    primitive: jex_core.Primitive,
+    fn: tp.Callable[..., tp.Any],
+    *,
+    precedence: int,
+    raw: tp.Callable[[tp.Any, tp.Sequence[tp.Any], dict], tp.Any],
+) -> None:
+    """Registers a built-in rule ``fn`` with ``raw``, an equivalent (primitive, values, params) entry."""
+    _handlers.setdefault(primitive, []).append(Handler(fn, precedence, raw=raw))
+    _cache.clear()
 
 
 def resolve(primitive: jex_core.Primitive, operand_types: tuple[type, ...]) -> Handler | None:

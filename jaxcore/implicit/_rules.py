@@ -83,16 +83,14 @@ def _compiled_jaxpr_fn(
     while tracing, so turning them back on must not reuse a trace made with them off.
     """
     del warnings_state
-    fn = _implicit_jaxpr_fn(closed_jaxpr)
 
     def run(*args):
-        return fn(*args)
+        return _trace.eval_jaxpr(closed_jaxpr, args)
 
     run.__name__ = run.__qualname__ = name
     return jax.jit(run)
 
 
-@_dispatch.register(prims.jit_p, precedence=_RULE_PRECEDENCE)
 def _jit_rule(primitive, *args: tp.Any, jaxpr, inline, name, **params):
     """``jit`` (and every ``jax.numpy`` function, an inline jit) on implicit operands.
 
@@ -102,17 +100,28 @@ def _jit_rule(primitive, *args: tp.Any, jaxpr, inline, name, **params):
     stay a nested ``jit``. Shardings and donation refer to the dense operands and are
     dropped.
     """
-    del primitive, params
-    with jex_core.take_current_trace() as current:
-        eager = _jax_internals.is_eval_trace(current)
-    if inline and not eager:
-        out = _implicit_jaxpr_fn(jaxpr)(*args)
+    del params
+    return _jit_rule_raw(primitive, args, {"jaxpr": jaxpr, "inline": inline, "name": name})
+
+
+def _jit_rule_raw(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) -> list:
+    """:func:`_jit_rule` taking the primitive's parameters as one dict (the hot path)."""
+    del primitive
+    jaxpr = params["jaxpr"]
+    if params["inline"] and not _jax_internals.is_eval_trace(_jax_internals.current_trace()):
+        out = _trace.eval_jaxpr(jaxpr, args)
     else:
-        out = _compiled_jaxpr_fn(jaxpr, name, _warnings.warnings_state())(*args)
+        out = _compiled_jaxpr_fn(jaxpr, params["name"], _warnings.warnings_state())(*args)
+    implicit_types = _base.IMPLICIT_TYPES
     for value, aval in zip(out, jaxpr.out_avals):
-        if _base.is_implicit(value):
+        if type(value) in implicit_types:
             _base.adopt_aval(value, aval.shape, aval.dtype)
     return list(out)
+
+
+_dispatch.register_builtin(
+    prims.jit_p, _jit_rule, precedence=_RULE_PRECEDENCE, raw=_jit_rule_raw
+)
 
 
 @_dispatch.register(prims.remat_p, precedence=_RULE_PRECEDENCE)

@@ -26,12 +26,14 @@ import jax
 import jax.extend.core as jex_core
 import numpy as np
 
+from jaxcore import _jax_internals
 from jaxcore.implicit import _base
 from jaxcore.implicit import _dispatch
 from jaxcore.implicit import _materialize
 from jaxcore.implicit import _warnings
 
 _is_implicit = _base.is_implicit
+_IMPLICIT_TYPES = _base.IMPLICIT_TYPES
 
 
 class _ImplicitTracer(jax.core.Tracer):
@@ -97,15 +99,30 @@ class _ImplicitTrace(jax.core.Trace):
         return self.parent_trace.stage_value(val)
 
     def process_primitive(self, primitive, tracers, params):
-        values, found = self._values(tracers)
+        # Hot path (every primitive bound inside use_implicit): no helper calls.
+        values = []
+        found = False
+        for t in tracers:
+            if type(t) is _ImplicitTracer and t._trace is self:
+                values.append(t.value)
+                found = True
+            else:
+                values.append(t)
+        parent = self._parent_ref()
+        if parent is None:
+            parent = self.parent_trace  # raises the explanatory error
         if not found:
-            with jex_core.set_current_trace(self.parent_trace):
+            with jex_core.set_current_trace(parent):
                 return primitive.bind(*values, **params)
-        with jex_core.set_current_trace(self.parent_trace):
+        with jex_core.set_current_trace(parent):
             out = apply_primitive(primitive, values, params)
         if primitive.multiple_results:
-            return [self._wrap(o) for o in out]
-        return self._wrap(out)
+            return [
+                _ImplicitTracer(self, o) if type(o) in _IMPLICIT_TYPES else o for o in out
+            ]
+        if type(out) in _IMPLICIT_TYPES:
+            return _ImplicitTracer(self, out)
+        return out
 
     def _materialized_values(self, primitive, tracers) -> list[tp.Any]:
         values, found = self._values(tracers)
@@ -152,12 +169,22 @@ def trace_for(parent: jax.core.Trace) -> _ImplicitTrace:
 
     Reuse matters for speed: JAX keys its tracing caches (e.g. of every ``jax.numpy``
     function) on the current trace, so a fresh trace per call would re-trace them.
+    The most recent trace is also kept directly (it holds its parent weakly), which
+    spares the weak-dictionary lookup for repeated calls on the same parent.
     """
+    global _last_trace
+    trace = _last_trace
+    if trace is not None and trace._parent_ref() is parent and trace.is_valid():
+        return trace
     trace = _traces.get(parent)
     if trace is None or not trace.is_valid():
         trace = _ImplicitTrace(parent)
         _traces[parent] = trace
+    _last_trace = trace
     return trace
+
+
+_last_trace: _ImplicitTrace | None = None
 
 
 def _warn_for(primitive: tp.Any, values: tp.Sequence[tp.Any]) -> None:
@@ -172,16 +199,58 @@ def apply_primitive(primitive: tp.Any, values: list[tp.Any], params: dict) -> tp
     Runs the matching handler, or the fallback (``default_handler`` of the first
     implicit operand's class, which materialises) with a one-time warning.
     """
-    handler = _dispatch.resolve(primitive, tuple(map(type, values)))
+    types_ = tuple([type(v) for v in values])
+    handler = _dispatch._cache.get((primitive, types_), _dispatch.MISSING)
+    if handler is _dispatch.MISSING:
+        handler = _dispatch.resolve(primitive, types_)
     if handler is None:
-        first = next(v for v in values if _is_implicit(v))
+        first = next(v for v in values if type(v) in _IMPLICIT_TYPES)
         _warn_for(primitive, values)
         return type(first).default_handler(primitive, *values, params=params)
-    if any(
-        _is_implicit(v) and _materialize.has_implicit_children(v) for v in values
-    ):
-        return call_with_nested_dispatch(handler, (primitive, values, params), {})
+    for v in values:
+        if type(v) in _IMPLICIT_TYPES and _materialize.has_implicit_children(v):
+            return call_with_nested_dispatch(handler, (primitive, values, params), {})
+    raw = handler.raw
+    if raw is not None:
+        return raw(primitive, values, params)
     return handler(primitive, values, params)
+
+
+def eval_jaxpr(closed_jaxpr: jex_core.ClosedJaxpr, args: tp.Sequence[tp.Any]) -> list[tp.Any]:
+    """Evaluates ``closed_jaxpr`` on ``args`` (some implicit) in the current trace.
+
+    The same result as ``use_implicit(jax.extend.core.jaxpr_as_fun(closed_jaxpr))``,
+    without wrapping operands in tracers: equations without implicit operands are bound
+    directly, the others go through :func:`apply_primitive` (equations that carry
+    functions, such as ``custom_jvp_call``, materialise, as the trace does).
+    """
+    jaxpr = closed_jaxpr.jaxpr
+    env: dict[tp.Any, tp.Any] = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
+    env.update(zip(jaxpr.invars, args))
+    implicit_types = _IMPLICIT_TYPES
+    literal = jex_core.Literal
+    for eqn in jaxpr.eqns:
+        invals = [v.val if type(v) is literal else env[v] for v in eqn.invars]
+        primitive = eqn.primitive
+        bind_params = primitive.get_bind_params(eqn.params)
+        source_ctx, eqn_ctx = _jax_internals.equation_contexts(eqn)
+        with source_ctx, eqn_ctx:
+            for v in invals:
+                if type(v) in implicit_types:
+                    if "subfuns" in bind_params:
+                        _warn_for(primitive, invals)
+                        invals = _materialize.materialize_all(invals)
+                        ans = primitive.bind(*invals, **bind_params)
+                    else:
+                        ans = apply_primitive(primitive, invals, bind_params)
+                    break
+            else:
+                ans = primitive.bind(*invals, **bind_params)
+        if primitive.multiple_results:
+            env.update(zip(eqn.outvars, ans))
+        else:
+            env[eqn.outvars[0]] = ans
+    return [v.val if type(v) is literal else env[v] for v in jaxpr.outvars]
 
 
 def _is_tracer_of(trace: _ImplicitTrace) -> tp.Callable[[tp.Any], tp.Any]:
@@ -199,8 +268,7 @@ def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs:
     The implicit arrays among ``args`` stay plain objects (``fn`` reads their fields),
     but their implicit children are wrapped as tracers of a fresh implicit trace.
     """
-    with jex_core.take_current_trace() as parent:
-        trace = trace_for(parent)
+    trace = trace_for(_jax_internals.current_trace())
 
     def wrap_children(x: tp.Any) -> tp.Any:
         if not _is_implicit(x):
@@ -227,8 +295,7 @@ def _is_flat_operand(x: tp.Any) -> bool:
 
 
 def _current_implicit_trace() -> _ImplicitTrace:
-    with jex_core.take_current_trace() as parent:
-        return trace_for(parent)
+    return trace_for(_jax_internals.current_trace())
 
 
 def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
@@ -249,8 +316,16 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
         The wrapped function, with ``fn``'s signature.
     """
 
+    # Whether ``fn`` can hold no implicit array (a plain function, or any object that is
+    # a pytree leaf, such as a ``jax.numpy`` ufunc or a ``functools.partial``; not a
+    # ``jax.tree_util.Partial``, a pytree): then only the arguments are scanned.
+    fn_structure = jax.tree_util.tree_structure(fn)
     fn_is_leaf = isinstance(
-        fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial)
+        fn, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    ) or (
+        not _is_implicit(fn)
+        and jax.tree_util.treedef_is_leaf(fn_structure)
+        and fn_structure.num_leaves == 1
     )
 
     @functools.wraps(fn)
