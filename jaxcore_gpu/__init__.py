@@ -20,11 +20,9 @@ on CPU, through the same dispatch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from jaxcore.kernels import plugin_api as _plugin_api
 
-import jax.numpy as jnp
-
-from . import _blocks, _build_config, _checks, _matmul, _primitive
+from . import _blocks, _build_config, _matmul
 from ._blocks import BlockConfig, block_config
 from ._matmul import quantized_matmul
 
@@ -42,79 +40,21 @@ __version__: str = _build_config.VERSION
 PLATFORMS: tuple[str, ...] = tuple(_build_config.PLATFORMS)
 DIST_NAME: str | None = _build_config.DIST_NAME
 
-
-def _lowered_kernel(x, qvalue, scale, *, platform, overrides, **static):
-    # Runs at lowering time: re-apply the tile overrides captured when the call was traced.
-    with block_config(**dict(overrides)):
-        return quantized_matmul(x, qvalue, scale, platform=platform, **static)
-
-
-def _lowered_fallback(x, qvalue, scale, *, overrides, **static):
-    del overrides
-    return _matmul.xla_quantized_matmul(x, qvalue, scale, **static)
-
-
-# The kernel lowers for cuda and rocm only (see _primitive), so one program can be
-# exported for several platforms at once.
-_bind = _primitive.platform_primitive(
-    "jaxcore_gpu_quantized_matmul", _lowered_kernel, _lowered_fallback, ("cuda", "rocm")
+# Both entry points bind one primitive that lowers the kernel for cuda and rocm only, so
+# one program can be exported for several platforms at once.
+IMPLS = _plugin_api.quantized_matmul_impls(
+    primitive_name="jaxcore_gpu_quantized_matmul",
+    module=__name__,
+    platforms=("cuda", "rocm"),
+    kernel=_matmul.quantized_matmul,
+    validate_tiles=_blocks.choose,
+    tiles=_blocks.OVERRIDES,
 )
-
-
-def _make_impl(platform: str):
-    """The ``jaxcore.kernels`` entry point of kernel ``"quantized_matmul"`` for ``platform``."""
-
-    def impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype,
-             interpret: bool = False):
-        if interpret:  # interpret mode lowers on any platform: call the kernel directly
-            return quantized_matmul(
-                x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
-                interpret=True, platform=platform,
-            )
-        problem = _checks.check_problem(x2d, qvalue, scale, fmt=fmt, block_size=block_size)
-        _blocks.choose(problem, platform)  # a bad block_config override fails here, early
-        return _bind(
-            x2d, qvalue, scale, fmt=fmt, block_size=block_size,
-            out_dtype=jnp.dtype(out_dtype if out_dtype is not None else x2d.dtype),
-            overrides=_blocks.current_overrides(),
-        )
-
-    impl.__name__ = impl.__qualname__ = f"quantized_matmul_{platform}"
-    impl.__doc__ = (
-        f"Kernel ``quantized_matmul`` for platform {platform!r}, as ``jaxcore.kernels`` "
-        "calls it: ``impl(x2d, qvalue, scale, *, fmt, block_size, out_dtype, "
-        "interpret=False) -> (M, N)``; tiles tuned for the platform it is lowered for."
-    )
-    return impl
-
-
-IMPLS = {platform: _make_impl(platform) for platform in ("cuda", "rocm")}
 """The implementation registered for each GPU platform. Both bind the same primitive,
 whose lowering picks the tiles of the platform it lowers for; in interpret mode the
 registered platform's tiles are used."""
 
-
-def initialize(platforms: Sequence[str] | None = None) -> None:
-    """Registers the kernels with ``jaxcore.kernels`` for this build's platforms.
-
-    Args:
-      platforms: the subset of :data:`PLATFORMS` to register for (``jaxcore.plugins``
-        passes the ones ``JAXCORE_PLUGINS`` selects); default: all of them.
-
-    Raises:
-      ValueError: a platform this build does not serve.
-    """
-    chosen = PLATFORMS if platforms is None else tuple(platforms)
-    extra = [p for p in chosen if p not in PLATFORMS]
-    if extra:
-        raise ValueError(
-            f"{__name__} serves platforms {PLATFORMS}, not {extra}"
-        )
-    from jaxcore import kernels
-
-    for platform in chosen:
-        kernels.register_kernel("quantized_matmul", platform, IMPLS[platform])
-
+initialize = _plugin_api.plugin_initializer(__name__, PLATFORMS, IMPLS)
 
 # Last: if user code imported this package before jaxcore, jaxcore's plugin discovery
 # found it half-imported and waits for this call to register it.

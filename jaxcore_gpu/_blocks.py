@@ -9,11 +9,9 @@ power-of-two tiles of at least 16 in every ``dot`` dimension.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 
-from . import _checks
+from jaxcore.kernels import plugin_api
 
 # Programs that keep every SM of a current GPU busy with a few waves
 # (132 SMs on H100 SXM, 304 CUs on MI300X); split-K stops once the grid reaches it.
@@ -61,43 +59,23 @@ _TABLE = {
 # 227 KiB of shared memory per block), and ROCm's Triton pipeliner is tuned for 2.
 _MAX_STAGES = {"cuda": 4, "rocm": 2}
 
-_override: contextvars.ContextVar[dict] = contextvars.ContextVar(
-    "jaxcore_gpu_block_override", default={}
-)
+OVERRIDES = plugin_api.TileOverrides(BlockConfig, "jaxcore_gpu_block_override")
+"""The :func:`block_config` overrides active in the current context."""
 
 
-@contextlib.contextmanager
 def block_config(**fields: int):
-    """Overrides the table's tiles for quantized matmuls traced inside the block.
+    """Overrides the table's :class:`BlockConfig` fields for quantized matmuls traced inside.
 
     Example::
 
         with jaxcore_gpu.block_config(block_n=64, split_k=4):
             y = jax.jit(f)(x, w)   # traced here, so uses the override
 
-    The override is read when a call is traced: a function whose trace ``jax.jit``
-    already cached for the same argument shapes keeps the tiles it was traced with.
-
-    Args:
-      **fields: any :class:`BlockConfig` field; the others keep the table's choice.
-
-    Raises:
-      TypeError: a name that is not a BlockConfig field.
+    Scoping and caching follow :meth:`jaxcore.kernels.plugin_api.TileOverrides.override`.
+    An unknown field raises TypeError; a value that breaks a tiling rule raises
+    ValueError when the call is traced.
     """
-    names = {f.name for f in dataclasses.fields(BlockConfig)}
-    unknown = sorted(set(fields) - names)
-    if unknown:
-        raise TypeError(f"unknown BlockConfig field(s) {unknown}; fields are {sorted(names)}")
-    token = _override.set({**_override.get(), **fields})
-    try:
-        yield
-    finally:
-        _override.reset(token)
-
-
-def current_overrides() -> tuple[tuple[str, int], ...]:
-    """The active :func:`block_config` overrides, as a hashable, sorted tuple."""
-    return tuple(sorted(_override.get().items()))
+    return OVERRIDES.override(**fields)
 
 
 def _pow2(v: int) -> bool:
@@ -108,7 +86,7 @@ def _next_pow2(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
 
-def _step_ok(step_packed: int, problem: _checks.Problem) -> bool:
+def _step_ok(step_packed: int, problem: plugin_api.Problem) -> bool:
     """Whether ``step_packed`` qvalue rows per K step tile K and the scale groups."""
     gp = problem.group_packed
     return (
@@ -124,7 +102,7 @@ def regime(m: int) -> str:
     return "decode" if m <= 16 else "medium" if m <= 128 else "large"
 
 
-def choose(problem: _checks.Problem, platform: str = "cuda") -> BlockConfig | None:
+def choose(problem: plugin_api.Problem, platform: str = "cuda") -> BlockConfig | None:
     """Picks the tiles for ``problem``: table, shape clamps, split-K, then overrides.
 
     Args:
@@ -141,7 +119,7 @@ def choose(problem: _checks.Problem, platform: str = "cuda") -> BlockConfig | No
     """
     if platform not in _MAX_STAGES:
         raise ValueError(f"unknown GPU platform {platform!r}; expected one of {tuple(_MAX_STAGES)}")
-    override = _override.get()
+    override = OVERRIDES.active()
     base = _TABLE[(regime(problem.m), problem.packed)]
     unit = 2 if problem.packed else 1
     bm = max(_MIN_DOT, min(base.block_m, _next_pow2(problem.m)))
@@ -160,7 +138,7 @@ def choose(problem: _checks.Problem, platform: str = "cuda") -> BlockConfig | No
     return config
 
 
-def _split_k(problem: _checks.Problem, config: BlockConfig) -> int:
+def _split_k(problem: plugin_api.Problem, config: BlockConfig) -> int:
     """Largest power-of-two split that fills the GPU and keeps the K loop pipelined."""
     tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
     steps = problem.k_packed // (config.block_k // (2 if problem.packed else 1))
@@ -174,7 +152,7 @@ def _split_k(problem: _checks.Problem, config: BlockConfig) -> int:
     return split
 
 
-def validate(config: BlockConfig, problem: _checks.Problem) -> None:
+def validate(config: BlockConfig, problem: plugin_api.Problem) -> None:
     """Raises ValueError naming the field of ``config`` that breaks a tiling rule."""
     for name in ("block_m", "block_n"):
         v = getattr(config, name)

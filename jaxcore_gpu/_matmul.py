@@ -19,10 +19,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from jaxcore.kernels import plugin_api
 
 from . import _blocks
-from . import _checks
 from . import _dequant
 
 
@@ -60,58 +60,24 @@ def quantized_matmul(
       ValueError, TypeError: operands that do not fit the layout contract, or a
         ``config`` that breaks a tiling rule.
     """
-    problem = _checks.check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
-    out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
-    scale = scale.astype(jnp.float32)
+    problem, scale, out_dtype = plugin_api.prepare_operands(
+        x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+    )
     if problem.m == 0:
         return jnp.zeros((0, problem.n), out_dtype)
     if config is None:
         config = _blocks.choose(problem, platform)
     else:
         _blocks.validate(config, problem)
-    if config is None or x.dtype not in _checks.KERNEL_DTYPES:
+    if config is None or x.dtype not in plugin_api.KERNEL_DTYPES:
         # No Triton tile fits (K or the scale block is not a multiple of 16 qvalue rows),
         # or Triton's dot has no such activation dtype (e.g. float64): this call takes
         # XLA's dequantise-then-dot path. Every platform's branch is traced, so the
         # kernel must accept whatever the reference accepts.
-        return _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype)
+        return plugin_api.xla_quantized_matmul(
+            x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+        )
     return _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret)
-
-
-def xla_quantized_matmul(x, qvalue, scale, *, fmt: str, block_size: int, out_dtype=None):
-    """The same product as :func:`quantized_matmul`, as XLA's dequantise-then-dot."""
-    problem = _checks.check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
-    out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
-    return _xla_dequant_matmul(x, qvalue, scale.astype(jnp.float32), problem, out_dtype)
-
-
-def _nf4_code() -> tuple[float, ...]:
-    from jaxcore import kernels  # the codebook's single source of truth
-
-    return tuple(float(c) for c in np.asarray(kernels.NF4_CODE))
-
-
-def _split_x(x, problem: _checks.Problem) -> list:
-    """x for int8; its (even, odd) columns for the nibble-packed formats."""
-    if not problem.packed:
-        return [x]
-    pairs = x.reshape(x.shape[0], problem.k // 2, 2)
-    return [pairs[:, :, 0], pairs[:, :, 1]]
-
-
-def _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype):
-    """Dequantise-then-dot in plain jax.numpy, for calls no Triton kernel serves."""
-    code = _nf4_code() if problem.fmt == "nf4" else None
-    parts = _dequant.decode(qvalue, problem.fmt, code, jnp.float32)
-    rows = jnp.repeat(scale, problem.group_packed, axis=0)
-    acc_dtype = jnp.promote_types(x.dtype, jnp.float32)
-    acc = sum(
-        jnp.dot(xp.astype(acc_dtype), v.astype(acc_dtype) * rows.astype(acc_dtype),
-                precision=jax.lax.Precision.HIGHEST,
-                preferred_element_type=acc_dtype)
-        for xp, v in zip(_split_x(x, problem), parts)
-    )
-    return acc.astype(out_dtype)
 
 
 def _kernel(*refs, fmt, code, nparts, step, group, steps_per_split, n, block_n,
@@ -174,11 +140,11 @@ def _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret):
     compute_dtype = x.dtype
     precision = (jax.lax.Precision.HIGHEST if compute_dtype == jnp.float32
                  else jax.lax.Precision.DEFAULT)
-    x_parts = _split_x(x, problem)
+    x_parts = plugin_api.split_activations(x, problem)
     kernel = functools.partial(
         _kernel,
         fmt=problem.fmt,
-        code=_nf4_code() if problem.fmt == "nf4" else None,
+        code=plugin_api.nf4_code() if problem.fmt == "nf4" else None,
         nparts=len(x_parts),
         step=step,
         group=problem.group_packed,

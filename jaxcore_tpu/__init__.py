@@ -13,11 +13,9 @@ runs this kernel on CPU in TPU interpret mode (``pltpu.InterpretParams``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from jaxcore.kernels import plugin_api as _plugin_api
 
-import jax.numpy as jnp
-
-from . import _blocks, _build_config, _checks, _matmul, _primitive
+from . import _blocks, _build_config
 from ._blocks import BlockConfig, block_config
 from ._matmul import quantized_matmul
 
@@ -36,74 +34,31 @@ PLATFORMS: tuple[str, ...] = tuple(_build_config.PLATFORMS)
 DIST_NAME: str | None = _build_config.DIST_NAME
 
 
-def _lowered_kernel(x, qvalue, scale, *, platform, overrides, **static):
-    # Runs at lowering time: re-apply the tile overrides captured when the call was traced.
+def _kernel(x, qvalue, scale, *, platform, **kwargs):
+    # Looks the kernel up in this package's namespace when called (at lowering time or in
+    # interpret mode), so a wrapper installed as ``jaxcore_tpu.quantized_matmul`` is used.
     del platform  # only "tpu"
-    with block_config(**dict(overrides)):
-        return quantized_matmul(x, qvalue, scale, **static)
+    return quantized_matmul(x, qvalue, scale, **kwargs)
 
 
-def _lowered_fallback(x, qvalue, scale, *, overrides, **static):
-    del overrides
-    return _matmul.xla_quantized_matmul(x, qvalue, scale, **static)
+def _validate_tiles(problem: _plugin_api.Problem, platform: str) -> None:
+    del platform  # only "tpu"
+    _blocks.choose(problem)
 
 
-# The kernel lowers for tpu only (see _primitive), so one program can be exported for
-# several platforms at once.
-_bind = _primitive.platform_primitive(
-    "jaxcore_tpu_quantized_matmul", _lowered_kernel, _lowered_fallback, ("tpu",)
-)
+# The entry point binds a primitive that lowers the kernel for tpu only, so one program can
+# be exported for several platforms at once.
+quantized_matmul_impl = _plugin_api.quantized_matmul_impls(
+    primitive_name="jaxcore_tpu_quantized_matmul",
+    module=__name__,
+    platforms=("tpu",),
+    kernel=_kernel,
+    validate_tiles=_validate_tiles,
+    tiles=_blocks.OVERRIDES,
+)["tpu"]
+"""The ``jaxcore.kernels`` entry point of kernel ``"quantized_matmul"`` on tpu."""
 
-
-def quantized_matmul_impl(
-    x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False
-):
-    """The ``jaxcore.kernels`` entry point for kernel ``"quantized_matmul"``.
-
-    Args:
-      x2d: activations (M, K).
-      qvalue: quantized weights (int8 (K, N) or packed uint8 (K // 2, N)).
-      scale: (K // block_size, N) block scales.
-      fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
-      block_size: weight rows per scale row.
-      out_dtype: result dtype (``None``: ``x2d.dtype``).
-      interpret: run in Pallas TPU interpret mode (forced-interpret runs on CPU).
-
-    Returns:
-      The (M, N) product.
-    """
-    if interpret:  # interpret mode lowers on any platform: call the kernel directly
-        return quantized_matmul(
-            x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
-            interpret=True,
-        )
-    problem = _checks.check_problem(x2d, qvalue, scale, fmt=fmt, block_size=block_size)
-    _blocks.choose(problem)  # a bad block_config override fails here, early
-    return _bind(
-        x2d, qvalue, scale, fmt=fmt, block_size=block_size,
-        out_dtype=jnp.dtype(out_dtype if out_dtype is not None else x2d.dtype),
-        overrides=_blocks.current_overrides(),
-    )
-
-
-def initialize(platforms: Sequence[str] | None = None) -> None:
-    """Registers the kernels with ``jaxcore.kernels`` for this build's platforms.
-
-    Args:
-      platforms: the subset of :data:`PLATFORMS` to register for; default: all.
-
-    Raises:
-      ValueError: a platform this build does not serve.
-    """
-    chosen = PLATFORMS if platforms is None else tuple(platforms)
-    extra = [p for p in chosen if p not in PLATFORMS]
-    if extra:
-        raise ValueError(f"{__name__} serves platforms {PLATFORMS}, not {extra}")
-    from jaxcore import kernels
-
-    for platform in chosen:
-        kernels.register_kernel("quantized_matmul", platform, quantized_matmul_impl)
-
+initialize = _plugin_api.plugin_initializer(__name__, PLATFORMS, {"tpu": quantized_matmul_impl})
 
 # Last: if user code imported this package before jaxcore, jaxcore's plugin discovery
 # found it half-imported and waits for this call to register it.

@@ -10,11 +10,9 @@ tile of scales per step).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 
-from . import _checks
+from jaxcore.kernels import plugin_api
 
 _LANE = 128
 _QVALUE_SUBLANE = 32  # 8-bit arrays tile as (32, 128)
@@ -46,38 +44,19 @@ _TABLE = {
     ("large", True): BlockConfig(256, 512, 1024),
 }
 
-_override: contextvars.ContextVar[dict] = contextvars.ContextVar(
-    "jaxcore_tpu_block_override", default={}
-)
+OVERRIDES = plugin_api.TileOverrides(BlockConfig, "jaxcore_tpu_block_override")
+"""The :func:`block_config` overrides active in the current context."""
 
 
-@contextlib.contextmanager
 def block_config(**fields: int):
-    """Overrides the table's tiles for quantized matmuls traced inside the block.
+    """Overrides the table's :class:`BlockConfig` fields for quantized matmuls traced inside.
 
-    The override is read when a call is traced: a function whose trace ``jax.jit``
-    already cached for the same argument shapes keeps the tiles it was traced with.
-
-    Args:
-      **fields: any :class:`BlockConfig` field; the others keep the table's choice.
-
-    Raises:
-      TypeError: a name that is not a BlockConfig field.
+    Example: ``with jaxcore_tpu.block_config(block_k=512): y = jax.jit(f)(x, w)``. Scoping
+    and caching follow :meth:`jaxcore.kernels.plugin_api.TileOverrides.override`. An
+    unknown field raises TypeError; a value that breaks a Mosaic tiling rule raises
+    ValueError when the call is traced.
     """
-    names = {f.name for f in dataclasses.fields(BlockConfig)}
-    unknown = sorted(set(fields) - names)
-    if unknown:
-        raise TypeError(f"unknown BlockConfig field(s) {unknown}; fields are {sorted(names)}")
-    token = _override.set({**_override.get(), **fields})
-    try:
-        yield
-    finally:
-        _override.reset(token)
-
-
-def current_overrides() -> tuple[tuple[str, int], ...]:
-    """The active :func:`block_config` overrides, as a hashable, sorted tuple."""
-    return tuple(sorted(_override.get().items()))
+    return OVERRIDES.override(**fields)
 
 
 def regime(m: int) -> str:
@@ -85,7 +64,7 @@ def regime(m: int) -> str:
     return "decode" if m <= 32 else "large"
 
 
-def step_error(step: int, problem: _checks.Problem) -> str | None:
+def step_error(step: int, problem: plugin_api.Problem) -> str | None:
     """Why ``step`` qvalue rows per K step are illegal, or None when legal."""
     kp, gp = problem.k_packed, problem.group_packed
     if step <= 0 or kp % step:
@@ -106,7 +85,7 @@ def step_error(step: int, problem: _checks.Problem) -> str | None:
     return None
 
 
-def _pick_step(problem: _checks.Problem, target: int) -> int:
+def _pick_step(problem: plugin_api.Problem, target: int) -> int:
     """The largest legal step <= ``target`` qvalue rows, else the smallest legal one."""
     kp = problem.k_packed
     legal = [d for d in range(1, kp + 1) if kp % d == 0 and step_error(d, problem) is None]
@@ -114,13 +93,13 @@ def _pick_step(problem: _checks.Problem, target: int) -> int:
     return max(below) if below else min(legal)  # kp itself is always legal
 
 
-def choose(problem: _checks.Problem) -> BlockConfig:
+def choose(problem: plugin_api.Problem) -> BlockConfig:
     """Picks the tiles for ``problem``: table, shape clamps, then overrides.
 
     Raises:
       ValueError: an override (see :func:`block_config`) that breaks a tiling rule.
     """
-    override = _override.get()
+    override = OVERRIDES.active()
     base = _TABLE[(regime(problem.m), problem.packed)]
     unit = 2 if problem.packed else 1
     bm = problem.m if problem.m <= base.block_m else base.block_m
@@ -131,7 +110,7 @@ def choose(problem: _checks.Problem) -> BlockConfig:
     return config
 
 
-def validate(config: BlockConfig, problem: _checks.Problem) -> None:
+def validate(config: BlockConfig, problem: plugin_api.Problem) -> None:
     """Raises ValueError naming the field of ``config`` that breaks a Mosaic rule."""
     if config.block_m <= 0 or (config.block_m < problem.m and config.block_m % 16):
         raise ValueError(

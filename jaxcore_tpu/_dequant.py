@@ -1,8 +1,8 @@
 """In-kernel decoding of quantized weight tiles (traceable by the Mosaic TPU lowering).
 
 Mosaic vectors have no gather and only 32-bit integer arithmetic is portable across TPU
-generations, so tiles are widened to int32 first and the NF4 codebook lookup is a
-4-level select tree on the index bits.
+generations, so tiles are widened to int32 first, every decoded tile is float32, and the
+NF4 codebook lookup is a select tree over full-tile constants.
 """
 
 from __future__ import annotations
@@ -12,18 +12,12 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
+from jaxcore.kernels import plugin_api
+
 
 def codebook_lookup(idx, code: Sequence[float]):
     """``code[idx]`` as float32 for an int32 tile ``idx`` in [0, 15], without a gather."""
-    if len(code) != 16:
-        raise ValueError(f"expected a 16-entry codebook, got {len(code)} entries")
-    level = [jnp.full(idx.shape, float(c), jnp.float32) for c in code]
-    bit = 0
-    while len(level) > 1:
-        take_odd = ((idx >> bit) & 1) == 1
-        level = [jnp.where(take_odd, level[i + 1], level[i]) for i in range(0, len(level), 2)]
-        bit += 1
-    return level[0]
+    return plugin_api.codebook_lookup(idx, code, jnp.float32, full_tiles=True)
 
 
 def decode(q, fmt: str, code: Sequence[float] | None) -> list:
@@ -32,10 +26,9 @@ def decode(q, fmt: str, code: Sequence[float] | None) -> list:
     Returns:
       ``[values]`` for int8; ``[even_rows, odd_rows]`` (low, high nibbles) for int4/NF4.
     """
-    q = q.astype(jnp.int32)
     if fmt == "int8":
-        return [q.astype(jnp.float32)]
-    lo, hi = q & 0xF, (q >> 4) & 0xF
+        return [q.astype(jnp.int32).astype(jnp.float32)]
+    lo, hi = plugin_api.nibbles(q)
     if fmt == "int4":
         return [(lo - 8).astype(jnp.float32), (hi - 8).astype(jnp.float32)]
     return [codebook_lookup(lo, code), codebook_lookup(hi, code)]

@@ -14,10 +14,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from jaxcore.kernels import plugin_api
 
 from . import _blocks
-from . import _checks
 from . import _dequant
 
 
@@ -57,15 +57,17 @@ def quantized_matmul(
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
-    problem = _checks.check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
-    out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
-    scale = scale.astype(jnp.float32)
+    problem, scale, out_dtype = plugin_api.prepare_operands(
+        x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+    )
     if problem.m == 0:
         return jnp.zeros((0, problem.n), out_dtype)
-    if x.dtype not in _checks.KERNEL_DTYPES:
+    if x.dtype not in plugin_api.KERNEL_DTYPES:
         # The MXU has no such activation dtype (e.g. float64). Every platform's branch is
         # traced, so the kernel must accept whatever the reference accepts.
-        return _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype)
+        return plugin_api.xla_quantized_matmul(
+            x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+        )
     if config is None:
         config = _blocks.choose(problem)
     else:
@@ -82,11 +84,11 @@ def quantized_matmul(
         s_spec = pl.BlockSpec((n_groups, bn), lambda i, j, k: (0, j))
     else:
         s_spec = pl.BlockSpec((step // gp, bn), lambda i, j, k: (k, j))
-    x_parts = _split_x(x, problem)
+    x_parts = plugin_api.split_activations(x, problem)
     kernel = functools.partial(
         _kernel,
         fmt=fmt,
-        code=_nf4_code() if fmt == "nf4" else None,
+        code=plugin_api.nf4_code() if fmt == "nf4" else None,
         nparts=len(x_parts),
         step=step,
         group=gp,
@@ -110,40 +112,6 @@ def quantized_matmul(
         interpret=pltpu.InterpretParams() if interpret else False,
         name=f"jaxcore_quantized_matmul_{fmt}",
     )(*x_parts, qvalue, scale)
-
-
-def xla_quantized_matmul(x, qvalue, scale, *, fmt: str, block_size: int, out_dtype=None):
-    """The same product as :func:`quantized_matmul`, as XLA's dequantise-then-dot."""
-    problem = _checks.check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
-    out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
-    return _xla_dequant_matmul(x, qvalue, scale.astype(jnp.float32), problem, out_dtype)
-
-
-def _nf4_code() -> tuple[float, ...]:
-    from jaxcore import kernels  # the codebook's single source of truth
-
-    return tuple(float(c) for c in np.asarray(kernels.NF4_CODE))
-
-
-def _xla_dequant_matmul(x, qvalue, scale, problem, out_dtype):
-    """Dequantise-then-dot in plain jax.numpy, for activation dtypes the MXU lacks."""
-    code = _nf4_code() if problem.fmt == "nf4" else None
-    rows = jnp.repeat(scale, problem.group_packed, axis=0)
-    acc_dtype = jnp.promote_types(x.dtype, jnp.float32)
-    acc = sum(
-        jnp.dot(xp.astype(acc_dtype), v.astype(acc_dtype) * rows.astype(acc_dtype),
-                precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc_dtype)
-        for xp, v in zip(_split_x(x, problem), _dequant.decode(qvalue, problem.fmt, code))
-    )
-    return acc.astype(out_dtype)
-
-
-def _split_x(x, problem: _checks.Problem) -> list:
-    """x for int8; its (even, odd) columns for the nibble-packed formats."""
-    if not problem.packed:
-        return [x]
-    pairs = x.reshape(problem.m, problem.k // 2, 2)
-    return [pairs[:, :, 0], pairs[:, :, 1]]
 
 
 def _kernel(*refs, fmt, code, nparts, step, group, one_scale_row, compute_dtype):

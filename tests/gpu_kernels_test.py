@@ -7,10 +7,10 @@ only the summation order differs (rtol ~1e-5 of the |x| @ |W| bound); with bfloa
 float16 activations the decoded weights (exact for int8/int4 integers, rounded for NF4
 codes and for pre-scaled tiles) enter the dot in that dtype, so each product carries at
 most one rounding of 2**-9 (bf16) / 2**-12 (f16) relative to |x| @ |W|.
+The operands, references and the checks both plugins share are in kernel_test_util.py.
 """
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -19,53 +19,13 @@ import pytest
 
 import jaxcore
 import jaxcore_gpu
+import kernel_test_util as ktu
 from jaxcore import kernels, quant
-from jaxcore_gpu import _blocks, _checks, _dequant
+from jaxcore.kernels.plugin_api import Problem
+from jaxcore_gpu import _blocks, _dequant
 from jaxcore_gpu import _matmul as gpu_matmul
 
-_REL_TOL = {jnp.float32: 2e-6, jnp.bfloat16: 2.0**-8, jnp.float16: 2.0**-11}
-
-
-def _make(fmt, m, k, n, block_size, dtype, seed=0):
-    """Random activations and quantized weights covering every code value."""
-    rng = np.random.default_rng(seed)
-    if fmt == "int8":
-        qvalue = rng.integers(-127, 128, (k, n), dtype=np.int8)
-    else:
-        qvalue = rng.integers(0, 256, (k // 2, n), dtype=np.uint8)
-    scale = rng.uniform(0.01, 0.1, (k // block_size, n)).astype(np.float32)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    return jnp.asarray(x, dtype), jnp.asarray(qvalue), jnp.asarray(scale)
-
-
-def _numpy_dense(fmt, qvalue, scale, block_size):
-    """Independent float64 dequantisation of the layout contract."""
-    q = np.asarray(qvalue)
-    if fmt == "int8":
-        values = q.astype(np.float64)
-    else:
-        idx = np.empty((2 * q.shape[0], q.shape[1]), np.int64)
-        idx[0::2], idx[1::2] = q & 0xF, q >> 4
-        if fmt == "int4":
-            values = idx - 8.0
-        else:
-            values = np.asarray(kernels.NF4_CODE, np.float64)[idx]
-    return values * np.repeat(np.asarray(scale, np.float64), block_size, axis=0)
-
-
-def _check(out, x, qvalue, scale, fmt, block_size, compute_dtype):
-    x64 = np.asarray(x.astype(jnp.float32), np.float64)
-    w = _numpy_dense(fmt, qvalue, scale, block_size)
-    bound = np.abs(x64) @ np.abs(w)
-    atol = _REL_TOL[compute_dtype] * bound + 1e-6
-    ref = x64 @ w
-    out64 = np.asarray(out.astype(jnp.float32), np.float64)
-    assert out64.shape == ref.shape
-    assert np.all(np.abs(out64 - ref) <= atol), np.max(np.abs(out64 - ref) - atol)
-    jref = kernels.reference_quantized_matmul(
-        x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=jnp.float32
-    )
-    assert np.all(np.abs(out64 - np.asarray(jref, np.float64)) <= atol)
+_make, _check = ktu.make, ktu.check
 
 
 # (fmt, M, K, N, block_size, activation dtype, overrides). Covers decode (M = 1, ragged
@@ -86,50 +46,28 @@ CASES = [
 
 @pytest.mark.parametrize("fmt,m,k,n,block_size,dtype,overrides", CASES)
 def test_interpret_matches_reference(fmt, m, k, n, block_size, dtype, overrides):
-    x, qvalue, scale = _make(fmt, m, k, n, block_size, dtype)
-    with jaxcore_gpu.block_config(**overrides):
-        out = jaxcore_gpu.quantized_matmul(
-            x, qvalue, scale, fmt=fmt, block_size=block_size, interpret=True
-        )
-    assert out.dtype == dtype
-    _check(out, x, qvalue, scale, fmt, block_size, dtype)
+    ktu.check_interpret_matches_reference(
+        jaxcore_gpu, fmt, m, k, n, block_size, dtype, overrides
+    )
 
 
 def test_out_dtype_and_impl_entry_point():
-    x, qvalue, scale = _make("nf4", 2, 128, 32, 64, jnp.bfloat16)
-    out = jaxcore_gpu.IMPLS["rocm"](
-        x, qvalue, scale, fmt="nf4", block_size=64, out_dtype=jnp.float32, interpret=True
-    )
-    assert out.dtype == jnp.float32
-    _check(out, x, qvalue, scale, "nf4", 64, jnp.bfloat16)
+    ktu.check_entry_point_in_interpret_mode(jaxcore_gpu.IMPLS["rocm"], k=128, n=32)
 
 
 def test_untileable_k_takes_the_xla_path():
     # K = 24: no power-of-two K step of >= 16 rows divides it.
     x, qvalue, scale = _make("int8", 3, 24, 20, 24, jnp.float32)
-    problem = _checks.Problem(m=3, k=24, n=20, fmt="int8", block_size=24)
+    problem = Problem(m=3, k=24, n=20, fmt="int8", block_size=24)
     assert _blocks.choose(problem) is None
     out = jaxcore_gpu.quantized_matmul(x, qvalue, scale, fmt="int8", block_size=24)
     _check(out, x, qvalue, scale, "int8", 24, jnp.float32)
 
 
 def test_accepts_what_the_reference_accepts():
-    """Every platform's branch is traced on every platform, so the kernel must take the
-    reference's inputs: bfloat16 scales, zero rows, float64 activations (XLA path)."""
-    x, qvalue, scale = _make("int4", 3, 128, 32, 32, jnp.float32)
-    scale16 = scale.astype(jnp.bfloat16)
-    out = jaxcore_gpu.quantized_matmul(x, qvalue, scale16, fmt="int4", block_size=32,
-                                       interpret=True)
-    _check(out, x, qvalue, scale16.astype(jnp.float32), "int4", 32, jnp.float32)
-    empty = jaxcore_gpu.quantized_matmul(x[:0], qvalue, scale, fmt="int4", block_size=32,
-                                         out_dtype=jnp.bfloat16)
-    assert empty.shape == (0, 32) and empty.dtype == jnp.bfloat16
-    with jax.enable_x64(True):
-        x64 = jnp.asarray(np.asarray(x), jnp.float64)
-        out64 = jaxcore_gpu.quantized_matmul(x64, qvalue, scale, fmt="int4", block_size=32)
-        assert out64.dtype == jnp.float64
-        want = np.asarray(x64) @ _numpy_dense("int4", qvalue, scale, 32)
-        np.testing.assert_allclose(np.asarray(out64), want, rtol=1e-10, atol=1e-12)
+    ktu.check_accepts_reference_inputs(
+        jaxcore_gpu.quantized_matmul, "int4", 3, 128, 32, 32, empty_out_dtype=jnp.bfloat16
+    )
 
 
 def test_explicit_config_argument():
@@ -145,22 +83,22 @@ def test_explicit_config_argument():
 
 
 def test_table_regimes():
-    decode = _blocks.choose(_checks.Problem(m=1, k=4096, n=4096, fmt="int8", block_size=4096))
+    decode = _blocks.choose(Problem(m=1, k=4096, n=4096, fmt="int8", block_size=4096))
     assert (decode.block_m, decode.block_n, decode.block_k, decode.num_stages) == (16, 128, 128, 4)
     # 32 column tiles x 32 K steps: split K 8 ways to reach the 256-program target, each
     # split still pipelining 4 steps.
     assert decode.split_k == 8
-    wide = _blocks.choose(_checks.Problem(m=1, k=4096, n=65536, fmt="nf4", block_size=64))
+    wide = _blocks.choose(Problem(m=1, k=4096, n=65536, fmt="nf4", block_size=64))
     # 512 column tiles already fill the GPU; each step spans 4 NF4 blocks of 64 rows.
     assert wide.split_k == 1 and wide.block_k == 256
-    large = _blocks.choose(_checks.Problem(m=512, k=4096, n=4096, fmt="int4", block_size=128))
+    large = _blocks.choose(Problem(m=512, k=4096, n=4096, fmt="int4", block_size=128))
     assert (large.block_m, large.block_n, large.split_k, large.num_warps) == (128, 128, 1, 8)
-    medium = _blocks.choose(_checks.Problem(m=20, k=512, n=20, fmt="int8", block_size=512))
+    medium = _blocks.choose(Problem(m=20, k=512, n=20, fmt="int8", block_size=512))
     assert (medium.block_m, medium.block_n) == (32, 32)  # clamped to the problem
 
 
 def test_rocm_tiles_fit_lds():
-    problem = _checks.Problem(m=1, k=4096, n=4096, fmt="nf4", block_size=64)
+    problem = Problem(m=1, k=4096, n=4096, fmt="nf4", block_size=64)
     cuda, rocm = _blocks.choose(problem, "cuda"), _blocks.choose(problem, "rocm")
     assert (cuda.num_stages, rocm.num_stages) == (4, 2)
     assert dataclasses.replace(rocm, num_stages=4) == cuda
@@ -169,7 +107,7 @@ def test_rocm_tiles_fit_lds():
 
 
 def test_override_and_its_scope():
-    problem = _checks.Problem(m=1, k=1024, n=256, fmt="int8", block_size=1024)
+    problem = Problem(m=1, k=1024, n=256, fmt="int8", block_size=1024)
     with jaxcore_gpu.block_config(block_n=64, split_k=2, num_stages=2):
         config = _blocks.choose(problem)
         with jaxcore_gpu.block_config(block_k=128):
@@ -193,7 +131,7 @@ def test_override_and_its_scope():
     ],
 )
 def test_invalid_override_raises(fields, match):
-    problem = _checks.Problem(m=1, k=1024, n=256, fmt="int8", block_size=1024)
+    problem = Problem(m=1, k=1024, n=256, fmt="int8", block_size=1024)
     with jaxcore_gpu.block_config(**fields), pytest.raises(ValueError, match=match):
         _blocks.choose(problem)
 
@@ -291,20 +229,7 @@ def _quantized(fmt, k, n):
 
 
 def test_registered_impl_binds_a_platform_primitive():
-    """Outside interpret mode the impl binds a primitive that lowers the kernel only for
-    its accelerator (so multi-platform export works); elsewhere, e.g. on this CPU, it
-    lowers to XLA's dequantise-then-dot. Eager calls and both vmap forms go through it."""
-    impl = functools.partial(jaxcore_gpu.IMPLS["cuda"], fmt="int4", block_size=32, out_dtype=jnp.float32)
-    x, qvalue, scale = _make("int4", 4, 128, 48, 32, jnp.float32)
-    assert "jaxcore_gpu_quantized_matmul" in str(jax.make_jaxpr(impl)(x, qvalue, scale))
-    _check(impl(x, qvalue, scale), x, qvalue, scale, "int4", 32, jnp.float32)
-    members = [_make("int4", 4, 128, 48, 32, jnp.float32, seed=s) for s in (1, 2, 3)]
-    xs, qs, ss = (jnp.stack(parts) for parts in zip(*members))
-    shared = jax.vmap(impl, in_axes=(0, None, None))(xs, qvalue, scale)  # folded into M
-    own = jax.vmap(impl, in_axes=(None, 0, 0))(x, qs, ss)                # one call each
-    for i, (xi, qi, si) in enumerate(members):
-        _check(shared[i], xi, qvalue, scale, "int4", 32, jnp.float32)
-        _check(own[i], x, qi, si, "int4", 32, jnp.float32)
+    ktu.check_binds_platform_primitive(jaxcore_gpu.IMPLS["cuda"], "jaxcore_gpu_quantized_matmul")
 
 
 @pytest.mark.parametrize(
@@ -324,21 +249,12 @@ def test_platform_dependent_dispatch_on_cpu(monkeypatch, fmt, flag):
     monkeypatch.setenv(kernels.INTERPRET_ENV_VAR, flag)
     q = _quantized(fmt, 256, 64)
     x = jax.random.normal(jax.random.key(8), (2, 3, 256), jnp.float32)
-
-    def model(x, q):  # a fresh function: the flag is read at trace time
-        return kernels.quantized_matmul(x, q)
-
-    out = np.asarray(jax.jit(model)(x, q), np.float64)
-    x64, w64 = np.asarray(x, np.float64), np.asarray(q.materialize(), np.float64)
-    atol = _REL_TOL[jnp.float32] * (np.abs(x64) @ np.abs(w64)) + 1e-6
-    assert out.shape == (2, 3, 64)
-    assert np.all(np.abs(out - x64 @ w64) <= atol)
+    ktu.check_dispatch_matches_dense(x, q, out_shape=(2, 3, 64))
     # Every registered branch is traced; only a forced flag makes one run interpreted.
     assert (True in calls) == (flag != "0")
 
 
 def test_bad_override_fails_when_traced_on_any_platform():
-    x, qvalue, scale = _make("int8", 2, 256, 64, 256, jnp.float32)
-    with jaxcore_gpu.block_config(block_k=96), pytest.raises(ValueError, match="block_k=96"):
-        jax.jit(functools.partial(jaxcore_gpu.IMPLS["cuda"], fmt="int8", block_size=256,
-                                  out_dtype=jnp.float32))(x, qvalue, scale)
+    ktu.check_bad_override_fails_when_traced(
+        jaxcore_gpu, jaxcore_gpu.IMPLS["cuda"], 64, {"block_k": 96}, match="block_k=96"
+    )

@@ -7,9 +7,8 @@ dtype: the kernel decodes and scales tiles in float32, then feeds the MXU in the
 dtype, so with float32 activations (HIGHEST precision) only summation order differs
 (rtol ~1e-6 of |x| @ |W|), and with bfloat16 / float16 activations each scaled weight
 carries one rounding of at most 2**-9 / 2**-12 relative to |x| @ |W|.
+The operands, references and the checks both plugins share are in kernel_test_util.py.
 """
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -18,51 +17,13 @@ import pytest
 
 import jaxcore
 import jaxcore_tpu
+import kernel_test_util as ktu
 from jaxcore import kernels, quant
-from jaxcore_tpu import _blocks, _checks, _dequant
+from jaxcore.kernels.plugin_api import Problem
+from jaxcore_tpu import _blocks, _dequant
 from jaxcore_tpu import _matmul as tpu_matmul
 
-_REL_TOL = {jnp.float32: 2e-6, jnp.bfloat16: 2.0**-8, jnp.float16: 2.0**-11}
-
-
-def _make(fmt, m, k, n, block_size, dtype, seed=0):
-    """Random activations and quantized weights covering every code value."""
-    rng = np.random.default_rng(seed)
-    if fmt == "int8":
-        qvalue = rng.integers(-127, 128, (k, n), dtype=np.int8)
-    else:
-        qvalue = rng.integers(0, 256, (k // 2, n), dtype=np.uint8)
-    scale = rng.uniform(0.01, 0.1, (k // block_size, n)).astype(np.float32)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    return jnp.asarray(x, dtype), jnp.asarray(qvalue), jnp.asarray(scale)
-
-
-def _numpy_dense(fmt, qvalue, scale, block_size):
-    """Independent float64 dequantisation of the layout contract."""
-    q = np.asarray(qvalue)
-    if fmt == "int8":
-        values = q.astype(np.float64)
-    else:
-        idx = np.empty((2 * q.shape[0], q.shape[1]), np.int64)
-        idx[0::2], idx[1::2] = q & 0xF, q >> 4
-        if fmt == "int4":
-            values = idx - 8.0
-        else:
-            values = np.asarray(kernels.NF4_CODE, np.float64)[idx]
-    return values * np.repeat(np.asarray(scale, np.float64), block_size, axis=0)
-
-
-def _check(out, x, qvalue, scale, fmt, block_size, compute_dtype):
-    x64 = np.asarray(x.astype(jnp.float32), np.float64)
-    w = _numpy_dense(fmt, qvalue, scale, block_size)
-    atol = _REL_TOL[compute_dtype] * (np.abs(x64) @ np.abs(w)) + 1e-6
-    out64 = np.asarray(out.astype(jnp.float32), np.float64)
-    assert out64.shape == (x.shape[0], w.shape[1])
-    assert np.all(np.abs(out64 - x64 @ w) <= atol), np.max(np.abs(out64 - x64 @ w) - atol)
-    jref = kernels.reference_quantized_matmul(
-        x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=jnp.float32
-    )
-    assert np.all(np.abs(out64 - np.asarray(jref, np.float64)) <= atol)
+_make = ktu.make
 
 
 # (fmt, M, K, N, block_size, activation dtype, overrides). Covers M = 1, ragged M and N
@@ -82,60 +43,37 @@ CASES = [
 
 @pytest.mark.parametrize("fmt,m,k,n,block_size,dtype,overrides", CASES)
 def test_interpret_matches_reference(fmt, m, k, n, block_size, dtype, overrides):
-    x, qvalue, scale = _make(fmt, m, k, n, block_size, dtype)
-    with jaxcore_tpu.block_config(**overrides):
-        out = jaxcore_tpu.quantized_matmul(
-            x, qvalue, scale, fmt=fmt, block_size=block_size, interpret=True
-        )
-    assert out.dtype == dtype
-    _check(out, x, qvalue, scale, fmt, block_size, dtype)
+    ktu.check_interpret_matches_reference(
+        jaxcore_tpu, fmt, m, k, n, block_size, dtype, overrides
+    )
 
 
 def test_accepts_what_the_reference_accepts():
-    """Every platform's branch is traced on every platform, so the kernel must take the
-    reference's inputs: bfloat16 scales, zero rows, float64 activations (XLA path)."""
-    x, qvalue, scale = _make("nf4", 3, 256, 128, 64, jnp.float32)
-    scale16 = scale.astype(jnp.bfloat16)
-    out = jaxcore_tpu.quantized_matmul(x, qvalue, scale16, fmt="nf4", block_size=64,
-                                       interpret=True)
-    _check(out, x, qvalue, scale16.astype(jnp.float32), "nf4", 64, jnp.float32)
-    empty = jaxcore_tpu.quantized_matmul(x[:0], qvalue, scale, fmt="nf4", block_size=64)
-    assert empty.shape == (0, 128) and empty.dtype == jnp.float32
-    with jax.enable_x64(True):
-        x64 = jnp.asarray(np.asarray(x), jnp.float64)
-        out64 = jaxcore_tpu.quantized_matmul(x64, qvalue, scale, fmt="nf4", block_size=64)
-        assert out64.dtype == jnp.float64
-        want = np.asarray(x64) @ _numpy_dense("nf4", qvalue, scale, 64)
-        np.testing.assert_allclose(np.asarray(out64), want, rtol=1e-10, atol=1e-12)
+    ktu.check_accepts_reference_inputs(jaxcore_tpu.quantized_matmul, "nf4", 3, 256, 128, 64)
 
 
 def test_out_dtype_and_impl_entry_point():
-    x, qvalue, scale = _make("nf4", 2, 256, 128, 64, jnp.bfloat16)
-    out = jaxcore_tpu.quantized_matmul_impl(
-        x, qvalue, scale, fmt="nf4", block_size=64, out_dtype=jnp.float32, interpret=True
-    )
-    assert out.dtype == jnp.float32
-    _check(out, x, qvalue, scale, "nf4", 64, jnp.bfloat16)
+    ktu.check_entry_point_in_interpret_mode(jaxcore_tpu.quantized_matmul_impl, k=256, n=128)
 
 
 # ---- block table -------------------------------------------------------------------
 
 
 def test_table_regimes():
-    decode = _blocks.choose(_checks.Problem(m=1, k=4096, n=4096, fmt="int8", block_size=4096))
+    decode = _blocks.choose(Problem(m=1, k=4096, n=4096, fmt="int8", block_size=4096))
     assert decode == jaxcore_tpu.BlockConfig(block_m=1, block_n=512, block_k=1024)
-    nf4 = _blocks.choose(_checks.Problem(m=8, k=4096, n=11008, fmt="nf4", block_size=64))
+    nf4 = _blocks.choose(Problem(m=8, k=4096, n=11008, fmt="nf4", block_size=64))
     assert nf4 == jaxcore_tpu.BlockConfig(block_m=8, block_n=512, block_k=1024)
-    large = _blocks.choose(_checks.Problem(m=1000, k=4096, n=4096, fmt="int4", block_size=128))
+    large = _blocks.choose(Problem(m=1000, k=4096, n=4096, fmt="int4", block_size=128))
     assert large == jaxcore_tpu.BlockConfig(block_m=256, block_n=512, block_k=1024)
     # K = 640 int8 in 64-row blocks: the largest legal step <= 512 covering a multiple of
     # 8 scale blocks and dividing K is K itself (640 = 10 blocks), the only choice.
-    odd = _blocks.choose(_checks.Problem(m=4, k=640, n=256, fmt="int8", block_size=64))
+    odd = _blocks.choose(Problem(m=4, k=640, n=256, fmt="int8", block_size=64))
     assert odd.block_k == 640
 
 
 def test_override_scope():
-    problem = _checks.Problem(m=1, k=4096, n=4096, fmt="int8", block_size=4096)
+    problem = Problem(m=1, k=4096, n=4096, fmt="int8", block_size=4096)
     with jaxcore_tpu.block_config(block_n=256, block_k=512):
         assert _blocks.choose(problem) == jaxcore_tpu.BlockConfig(1, 256, 512)
     assert _blocks.choose(problem).block_n == 512
@@ -153,14 +91,14 @@ def test_override_scope():
     ],
 )
 def test_invalid_override_raises(fields, match):
-    problem = _checks.Problem(m=64, k=4096, n=1024, fmt="nf4", block_size=64)
+    problem = Problem(m=64, k=4096, n=1024, fmt="nf4", block_size=64)
     with jaxcore_tpu.block_config(**fields), pytest.raises(ValueError, match=match):
         _blocks.choose(problem)
 
 
 def test_scale_block_misalignment_is_named():
     # 96-row int8 blocks: a 128-row step neither divides nor is a multiple of a block.
-    problem = _checks.Problem(m=1, k=768, n=128, fmt="int8", block_size=96)
+    problem = Problem(m=1, k=768, n=128, fmt="int8", block_size=96)
     with pytest.raises(ValueError, match="divide or be a multiple of the scale block"):
         _blocks.validate(jaxcore_tpu.BlockConfig(1, 128, 128), problem)
     # ... and a step of 32 rows is under the 128-lane minimum.
@@ -233,20 +171,9 @@ def test_plugin_metadata_and_initialize():
 
 
 def test_registered_impl_binds_a_platform_primitive():
-    """Outside interpret mode the impl binds a primitive that lowers the kernel only for
-    its accelerator (so multi-platform export works); elsewhere, e.g. on this CPU, it
-    lowers to XLA's dequantise-then-dot. Eager calls and both vmap forms go through it."""
-    impl = functools.partial(jaxcore_tpu.quantized_matmul_impl, fmt="int4", block_size=32, out_dtype=jnp.float32)
-    x, qvalue, scale = _make("int4", 4, 128, 48, 32, jnp.float32)
-    assert "jaxcore_tpu_quantized_matmul" in str(jax.make_jaxpr(impl)(x, qvalue, scale))
-    _check(impl(x, qvalue, scale), x, qvalue, scale, "int4", 32, jnp.float32)
-    members = [_make("int4", 4, 128, 48, 32, jnp.float32, seed=s) for s in (1, 2, 3)]
-    xs, qs, ss = (jnp.stack(parts) for parts in zip(*members))
-    shared = jax.vmap(impl, in_axes=(0, None, None))(xs, qvalue, scale)  # folded into M
-    own = jax.vmap(impl, in_axes=(None, 0, 0))(x, qs, ss)                # one call each
-    for i, (xi, qi, si) in enumerate(members):
-        _check(shared[i], xi, qvalue, scale, "int4", 32, jnp.float32)
-        _check(own[i], x, qi, si, "int4", 32, jnp.float32)
+    ktu.check_binds_platform_primitive(
+        jaxcore_tpu.quantized_matmul_impl, "jaxcore_tpu_quantized_matmul"
+    )
 
 
 @pytest.fixture
@@ -282,20 +209,13 @@ def test_platform_dependent_dispatch_on_cpu(monkeypatch, tpu_only_accelerator, f
     q = quant.ArrayNF4.quantize(w, 64, double_quant=True)
     # A row count per flag: JAX caches traces by shape, and the flag is read at trace time.
     x = jax.random.normal(jax.random.key(4), (2 + len(flag), 512), jnp.float32)
-
-    def model(x, q):  # a fresh function: the flag is read at trace time
-        return kernels.quantized_matmul(x, q)
-
-    out = np.asarray(jax.jit(model)(x, q), np.float64)
-    x64, w64 = np.asarray(x, np.float64), np.asarray(q.materialize(), np.float64)
-    atol = _REL_TOL[jnp.float32] * (np.abs(x64) @ np.abs(w64)) + 1e-6
-    assert np.all(np.abs(out - x64 @ w64) <= atol)
+    ktu.check_dispatch_matches_dense(x, q)
     # The tpu branch is always traced; only a forced flag also runs it interpreted on CPU.
     assert (True in modes) == (flag != "")
 
 
 def test_bad_override_fails_when_traced_on_any_platform():
-    x, qvalue, scale = _make("int8", 2, 256, 128, 256, jnp.float32)
-    with jaxcore_tpu.block_config(block_n=100), pytest.raises(ValueError, match="block_n=100"):
-        jax.jit(functools.partial(jaxcore_tpu.quantized_matmul_impl, fmt="int8", block_size=256,
-                                  out_dtype=jnp.float32))(x, qvalue, scale)
+    ktu.check_bad_override_fails_when_traced(
+        jaxcore_tpu, jaxcore_tpu.quantized_matmul_impl, 128, {"block_n": 100},
+        match="block_n=100",
+    )

@@ -4,6 +4,10 @@
 the branches of one `jax.lax.platform_dependent` (the portable reference is the default and
 is registered for ``"cpu"``), so one jitted program runs unchanged on cpu, cuda, rocm and
 tpu. Backend plugins register their fused kernels with `register_kernel` at import.
+
+`jaxcore.kernels.plugin_api` (imported on its own, by the plugins) holds the backend-neutral
+machinery the plugins build those kernels on: operand checks, tile overrides, dequantisation
+helpers, the per-platform primitive and the registration boilerplate.
 """
 
 from jaxcore.kernels._formats import FORMATS, dequantize, pack_nibbles, unpack_nibbles

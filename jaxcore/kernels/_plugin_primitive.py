@@ -1,12 +1,13 @@
-"""A primitive that lowers to the fused kernel only for this plugin's platforms.
+"""A primitive that lowers a plugin's fused kernel only for the plugin's own platforms.
 
 ``jaxcore.kernels`` puts every registered kernel in one ``jax.lax.platform_dependent``.
 When a program is lowered for several platforms at once (``jax.export`` with
 ``platforms=["cpu", "cuda", "tpu"]``), JAX lowers each branch for all of the module's
-platforms, and a Mosaic ``pallas_call`` cannot be lowered for cpu or cuda. Binding the
-kernel through a primitive with per-platform lowering rules fixes that: the fused kernel
-is lowered for this plugin's platforms only, and a plain XLA computation (never executed:
-the dispatch routes other platforms elsewhere) stands in for the rest.
+platforms, and a ``pallas_call`` can only be lowered for its own backend (Triton for
+cuda/rocm, Mosaic for tpu). Binding the kernel through a primitive with per-platform
+lowering rules fixes that: the fused kernel is lowered for the plugin's platforms only,
+and a plain XLA computation (never executed: the dispatch routes other platforms
+elsewhere) stands in for the rest. Part of :mod:`jaxcore.kernels.plugin_api`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Argument checks shared by the GPU kernels (the kernel contract of ``jaxcore.kernels``)."""
+"""Argument checks of the plugin kernels: the operand contract of ``quantized_matmul``.
+
+Every backend plugin's fused quantized matmul validates its operands here, so the kernels
+of all platforms accept (and reject, with the same errors) exactly the same calls. Part of
+:mod:`jaxcore.kernels.plugin_api`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-FORMATS = ("int8", "int4", "nf4")
+from jaxcore.kernels._formats import FORMATS
 
 KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 """Activation dtypes the fused kernels compute in; others take the XLA path."""
@@ -97,3 +102,22 @@ def check_problem(x, qvalue, scale, *, fmt: str, block_size: int) -> Problem:
     if not jnp.issubdtype(scale.dtype, jnp.floating):
         raise TypeError(f"scale must have a floating dtype, got {scale.dtype}")
     return problem
+
+
+def prepare_operands(x, qvalue, scale, *, fmt: str, block_size: int, out_dtype=None):
+    """What every plugin kernel does first: check the operands and resolve the defaults.
+
+    Args:
+      x, qvalue, scale, fmt, block_size: as for :func:`check_problem`.
+      out_dtype: the requested result dtype, or ``None`` for ``x.dtype``.
+
+    Returns:
+      ``(problem, scale, out_dtype)``: the :class:`Problem`, the scale as float32 (the
+      kernels read it so), and the result dtype as a ``numpy.dtype``.
+
+    Raises:
+      ValueError, TypeError: as :func:`check_problem`.
+    """
+    problem = check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
+    out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
+    return problem, scale.astype(jnp.float32), out_dtype
