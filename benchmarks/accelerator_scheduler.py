@@ -13,9 +13,11 @@ same order onto the same 8 slots. Side by side, in the same run, it measures
   * no wrapper at all: 8 callers starting the tests directly. This is the floor the machine
     itself imposes (process start-up, scheduling under load); on a busy machine it is well
     above 1.0, and the wrapper's own cost is its makespan over this one.
-Failures (non-zero exits) are counted; the goal is zero.
+Failures (non-zero exits) are counted; the goal is zero. It also prints the wrapper's cost
+per test on the critical path: (makespan - no-wrapper makespan) x slots / tests, in ms.
 
 Usage: python3 benchmarks/accelerator_scheduler.py [--repeats 3] [--tests 128]
+           [--compare OTHER_SCRIPT]   # adds rows for another version of the script
 """
 
 import argparse
@@ -107,6 +109,8 @@ def main():
     parser.add_argument("--tests", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median is shown")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compare", type=pathlib.Path, default=None,
+                        help="another version of the script, measured in the same run")
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
@@ -124,10 +128,13 @@ def main():
                 ("parallel_accelerator_execute.sh", SCRIPT, 8),
                 ("poll-and-sleep baseline", polling, 16),
                 ("no wrapper (machine floor)", None, slots)]
+        if args.compare is not None:
+            rows[2:2] = [(f"compare: {args.compare.name}", args.compare.resolve(), 16),
+                         (f"compare: {args.compare.name}", args.compare.resolve(), 8)]
         results = {}
         for repeat in range(args.repeats):
-            for name, wrapper, callers in rows:
-                lock_dir = pathlib.Path(tmp) / f"locks_{repeat}_{callers}_{len(name)}"
+            for row, (name, wrapper, callers) in enumerate(rows):
+                lock_dir = pathlib.Path(tmp) / f"locks_{repeat}_{row}"
                 results.setdefault((name, callers), []).append(
                     run_suite(wrapper, durations, callers, lock_dir))
         print(f"{'wrapper':34s} {'callers':>7s} {'makespan_s':>10s} {'/ideal':>7s} {'failures':>8s}")
@@ -142,6 +149,10 @@ def main():
         floor = medians[("no wrapper (machine floor)", slots)]
         print(f"poll-and-sleep / ours at 16 callers: {base / ours:.3f}x")
         print(f"ours / no wrapper at 16 callers:     {ours / floor:.3f}x")
+        for (name, callers), makespan in medians.items():
+            if name.startswith(("parallel", "compare")):
+                per_test_ms = (makespan - floor) * slots / args.tests * 1000
+                print(f"per-test overhead, {name} at {callers} callers: {per_test_ms:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -26,30 +26,44 @@
 #                                  where detection looks for device nodes and sysfs (default
 #                                  /dev and /sys); for containers with remapped paths and tests.
 #
-# How a slot is chosen (fair, balanced, fast hand-over):
-#   * Waiters queue in arrival order: a CLH queue made of flock'ed files. Each caller takes a
-#     ticket under a short mutex, locks its own queue node and blocks (flock, no polling) on
-#     its predecessor's node. Only the queue head picks a slot, so slots are handed out in
-#     arrival order. A waiter that dies or times out leaves its node unmarked; its successor
-#     then waits on the dead waiter's predecessor, so the queue never breaks. A caller that
-#     finds nobody queued and a slot free claims it while holding the mutex, with no node.
-#   * The head reads the slots' owner records, claims the free slot on the accelerator with
-#     the fewest running tests (one test on every accelerator before a second on any), and
-#     passes the turn on at once; only then does it take that (accelerator, slot) lock with
-#     flock, so the next head is already choosing while this one starts its test. When every
-#     slot is taken the head blocks reading a FIFO on which finishing wrappers announce each
-#     release, so a slot is reused within milliseconds. Once a second it also re-probes the
-#     locks, which frees slots whose owner was SIGKILLed before clearing its record.
-#   * The slot lock, not the queue, is what bounds the tests per accelerator: whatever happens
-#     to the queue, no more than JAXCORE_TESTS_PER_ACCELERATOR tests share a device.
+# How a slot is chosen (balanced, fair per slot, fast hand-over):
+#   * Every slot has its own queue. A caller reads the slots' owner records and queue nodes
+#     (plain reads, no global lock) and joins the slot with the least load (running + queued):
+#     a free slot on the accelerator running the fewest tests (one test on every accelerator
+#     before a second on any), else the busy slot whose test started first. Its place in that
+#     slot's queue is a node file made with O_EXCL (bash's noclobber), so two callers never
+#     get one place; a caller that loses such a race looks again.
+#   * A caller that has to wait locks its node and blocks (flock, no polling) on the node of
+#     the caller queued just ahead of it on the same slot, which is released when that one has
+#     taken the slot; then it blocks on the slot's lock itself. So while a test runs, the next
+#     caller for its slot is already blocked on that slot's lock and the kernel hands the slot
+#     over the moment the test's wrapper lets go: no global queue, mutex or scheduler process
+#     sits between one test and the next. A waiter that dies or times out leaves its node
+#     unmarked; the caller behind it then waits on the one before it, so no queue breaks.
+#   * Fairness: strictly first come, first served among the callers queued on one slot (with
+#     a single slot, strict arrival order). Across slots a later caller may start first when
+#     its slot frees first; an earlier caller waits at most for the tests queued ahead of it on
+#     its own slot, and since callers join the least-loaded slot those queues stay within one
+#     of each other. (Two callers that arrive within the same few milliseconds may swap.)
+#   * The slot lock, not the queues, is what bounds the tests per accelerator: whatever happens
+#     to the queues, no more than JAXCORE_TESTS_PER_ACCELERATOR tests share a device.
 #   * Each slot's lock is held on a file descriptor of this wrapper for the test's lifetime.
 #     The descriptor is deliberately NOT inherited by the test: the slot is free exactly
 #     when the test has ended and the wrapper has gone, and a daemon the test leaks cannot
 #     keep a slot locked. The kernel drops the lock when the wrapper dies in any way, so no
-#     stale lock survives a crash. SIGTERM/SIGINT/SIGHUP to the wrapper alone wait for the
+#     stale lock survives a crash (an owner record left "busy" by a SIGKILLed wrapper is
+#     recognised by its dead pid). SIGTERM/SIGINT/SIGHUP to the wrapper alone wait for the
 #     test to end before the slot is released.
-#   * Files in the lock directory: accelerator_<d>_slot_<s>.lock (+ .owner, the claim record),
-#     queue.mutex, queue.tail (last ticket handed out), queue.node.<ticket>, released.fifo.
+#   * Per test the wrapper starts one `flock` for the slot (plus one for its own node when it
+#     has to queue) and the test itself; records are rewritten in place, never truncated.
+#   * Files in the lock directory: accelerator_<d>_slot_<s>.lock (the slot's lock),
+#     accelerator_<d>_slot_<s>.owner (fixed-length record "<busy> <place> <since_us> <pid>
+#     <test>"), accelerator_<d>_slot_<s>.node.<place> (a queued caller: "pid=<pid>", then
+#     "queued" once it holds its node's lock, "done" once it holds the slot; old ones are
+#     deleted every NODE_CLEANUP_EVERY places), detected (cached detection, DETECT_CACHE_S).
+#   * Accelerator detection runs only when JAXCORE_ACCELERATOR_COUNT is unset, and its result
+#     is reused from the lock directory for DETECT_CACHE_S seconds by runs with the same
+#     settings (`--detect` always detects afresh).
 #
 # Exit status: the test's own status; 2 for a bad setting or missing command; 73 when the lock
 # directory cannot be made; 75 when no slot became free within JAXCORE_ACCELERATOR_WAIT_S;
@@ -63,12 +77,12 @@ readonly EXIT_LOCK_DIR=73
 readonly EXIT_WAIT_TIMEOUT=75
 readonly EXIT_NOT_EXECUTABLE=126
 readonly EXIT_NOT_FOUND=127
-# While waiting for a slot, how often locks are re-probed to catch owners killed by SIGKILL.
-readonly STALE_RECHECK_US=1000000
-# A claimed slot whose lock is free is only treated as stale after this long.
-readonly CLAIM_GRACE_US=2000000
-# Old queue nodes are deleted by every caller whose ticket is a multiple of this.
-readonly QUEUE_CLEANUP_EVERY=32
+# Old queue nodes of a slot are deleted by every caller whose place is a multiple of this.
+readonly NODE_CLEANUP_EVERY=64
+# Fixed length of a slot's owner record (see write_owner).
+readonly OWNER_RECORD_BYTES=256
+# How long accelerator detection done by one run is reused by later runs (seconds).
+readonly DETECT_CACHE_S=300
 
 die() {
   local code="$1"
@@ -103,7 +117,7 @@ seconds_to_us() {
 }
 
 is_positive_int() {
-  [[ "$1" =~ ^[0-9]+$ ]] && ((10#$1 > 0))
+  [[ -n "$1" && "$1" != *[!0-9]* ]] && ((10#$1 > 0))
 }
 
 # --- Accelerator detection -------------------------------------------------------------------
@@ -208,6 +222,27 @@ detect_accelerators() {
   COUNT=$((10#$COUNT))
 }
 
+# detect_accelerators, reusing for DETECT_CACHE_S seconds what an earlier run with the same
+# settings found (kept in the lock directory), so a suite does not run `nvidia-smi` per test.
+cached_detect_accelerators() {
+  local file="$LOCK_DIR/detected" key now_s platform count source when cached_key
+  printf -v key '%s|%s|%s|%s' "${JAXCORE_ACCELERATOR_PLATFORM:-}" "$DEV_DIR" "$SYSFS_DIR" "$PATH"
+  now_s="${EPOCHREALTIME%%[!0-9]*}"
+  if read -r platform count source when cached_key 2>/dev/null <"$file" &&
+    [[ "$cached_key" == "$key" && "$count$when" != *[!0-9]* && -n "$count" && -n "$when" ]] &&
+    ((now_s - when >= 0 && now_s - when < DETECT_CACHE_S)); then
+    # Still validates the settings (and fails on bad ones) without running any tool.
+    PLATFORM="$platform" COUNT="$count" COUNT_SOURCE="$source"
+    case "${JAXCORE_ACCELERATOR_PLATFORM:-}" in
+      "" | cuda | rocm | tpu | generic) return 0 ;;
+    esac
+  fi
+  detect_accelerators
+  # Rewritten in place at a fixed length (see write_owner for why there is no truncation).
+  printf -v platform '%s %d %s %d %s' "$PLATFORM" "$COUNT" "$COUNT_SOURCE" "$now_s" "$key"
+  printf '%-*.*s\n' 1023 1023 "$platform" 2>/dev/null 1<>"$file" || true
+}
+
 # --- Finding the test executable -------------------------------------------------------------
 
 # Sets EXE to the executable for "$1", looking where Bazel's test wrappers look.
@@ -251,240 +286,203 @@ run_flock() {
   LC_ALL=C flock "$@"
 }
 
-# Remaining wait budget in microseconds (may be <= 0).
-remaining_us() {
-  local now
+# Locks descriptor $1, waiting at most for the rest of the wait budget. This caller's own queue
+# node stays locked in the wrapper only (flock's process does not keep a copy).
+flock_wait() {
+  local now left left_s
   now_us now
-  printf -v "$1" '%d' "$((DEADLINE_US - now))"
-}
-
-# Joins the queue of callers (see the header). Returns 0 when this caller is at the head,
-# 1 when the wait budget ran out first. With nobody queued and a slot free, it claims that
-# slot at once and sets TICKET=0 (no turn to end).
-queue_enter() {
-  local mutex_fd left left_s tail=0 pred_fd="" line
-  exec {mutex_fd}>>"$LOCK_DIR/queue.mutex"
-  remaining_us left
+  left=$((DEADLINE_US - now))
   ((left > 0)) || left=0
   us_to_s left_s "$left"
-  if ! run_flock -w "$left_s" "$mutex_fd"; then
-    exec {mutex_fd}>&-
-    return 1
+  if [[ -n "$NODE_FD" ]]; then
+    run_flock -w "$left_s" "$1" {NODE_FD}>&-
+  else
+    run_flock -w "$left_s" "$1"
   fi
-  [[ -f "$LOCK_DIR/queue.tail" ]] && read -r tail <"$LOCK_DIR/queue.tail"
-  [[ "$tail" =~ ^[0-9]+$ ]] || tail=0
-  # Nobody queued (the last ticket has had its turn): holding the mutex makes this caller
-  # the head, and when a slot is free its turn is over before the mutex is released, so it
-  # needs no queue node (one process less per test on an uncontended machine).
-  local state="done"
-  ((tail > 0)) && node_state state "$tail"
-  if [[ "$state" == "done" ]]; then
-    TICKET=0
-    if claim_free_slot; then
-      exec {mutex_fd}>&-
+}
+
+# Writes owner record $1: "<busy $2> <place SEQ> <since_us $3> <pid $4> <test $5>". Always
+# OWNER_RECORD_BYTES bytes, overwritten in place (`<>`, no O_TRUNC): truncating and rewriting a
+# file makes ext4 flush it to disk on close (auto_da_alloc), which costs milliseconds.
+write_owner() {
+  local record
+  printf -v record '%d %d %d %d %s' "$2" "$SEQ" "$3" "$4" "$5"
+  printf '%-*.*s\n' "$((OWNER_RECORD_BYTES - 1))" "$((OWNER_RECORD_BYTES - 1))" "$record" 1<>"$1"
+}
+
+# Reads slot ($1, $2)'s owner record "<busy> <place> <since_us> <pid> <test>" into O_BUSY,
+# O_SEQ, O_SINCE, O_PID (all 0 when there is none).
+read_owner() {
+  local file="$LOCK_DIR/accelerator_$1_slot_$2.owner" rest
+  for _ in 1 2; do
+    O_BUSY="" O_SEQ="" O_SINCE="" O_PID=""
+    [[ -e "$file" ]] || break
+    read -r O_BUSY O_SEQ O_SINCE O_PID rest 2>/dev/null <"$file"
+    # Empty: read while its writer was rewriting it; look once more.
+    [[ -n "$O_BUSY" ]] && break
+  done
+  if [[ -n "$O_PID" && "$O_BUSY$O_SEQ$O_SINCE$O_PID" != *[!0-9]* ]]; then
+    O_SEQ=$((10#$O_SEQ))
+    return
+  fi
+  O_BUSY=0 O_SEQ=0 O_SINCE=0 O_PID=0
+}
+
+# Sets NODE_STATE for queue node file $1: done (had its turn, or is gone), queued (its caller
+# holds the node's lock while it waits, or has given up), or new (just made; its caller is
+# taking the slot right away or has not locked the node yet); NODE_PID to its caller's pid.
+read_node() {
+  local line
+  NODE_STATE="done" NODE_PID=0
+  [[ -e "$1" ]] || return 0
+  NODE_STATE=new
+  while IFS= read -r line; do
+    case "$line" in
+      done) NODE_STATE="done" ;;
+      queued) [[ "$NODE_STATE" == new ]] && NODE_STATE=queued ;;
+      pid=*) NODE_PID="${line#pid=}" ;;
+    esac
+  done 2>/dev/null <"$1"
+  [[ -n "$NODE_PID" && "$NODE_PID" != *[!0-9]* ]] || NODE_PID=0
+}
+
+# Picks the slot this caller queues on and takes the next place in that slot's queue, without
+# any global lock: a place is a node file made with O_EXCL (noclobber), so two callers never
+# get one place; one that loses a race looks again. Sets DEVICE, SLOT, SEQ (this caller's
+# place), PRED_DONE (the place of the slot's last owner: every place up to it had its turn)
+# and MUST_WAIT (1 when the slot is busy or has callers queued ahead).
+choose_slot() {
+  local d s i n load key best_i best_load best_key node made
+  local -a busy=() seq=() queued=() since=() acc=()
+  while true; do
+    for ((d = 0; d < COUNT; d++)); do
+      acc[d]=0
+      for ((s = 0; s < PER_ACCELERATOR; s++)); do
+        i=$((d * PER_ACCELERATOR + s))
+        read_owner "$d" "$s"
+        # A busy record whose wrapper is gone (killed by SIGKILL) is stale: its lock is free.
+        if ((O_BUSY)) && ! kill -0 "$O_PID" 2>/dev/null; then
+          O_BUSY=0
+        fi
+        # Callers queued on the slot: the places after its owner's that exist.
+        for ((n = O_SEQ + 1; ; n++)); do
+          [[ -e "$LOCK_DIR/accelerator_${d}_slot_${s}.node.$n" ]] || break
+        done
+        busy[i]=$O_BUSY
+        seq[i]=$O_SEQ
+        queued[i]=$((n - 1 - O_SEQ))
+        since[i]=$O_SINCE
+        ((O_BUSY)) || since[i]=0
+        acc[d]=$((acc[d] + O_BUSY + queued[i]))
+      done
+    done
+    best_i=-1 best_load=0 best_key=0
+    for ((d = 0; d < COUNT; d++)); do
+      for ((s = 0; s < PER_ACCELERATOR; s++)); do
+        i=$((d * PER_ACCELERATOR + s))
+        load=$((busy[i] + queued[i]))
+        # Free slots: on the accelerator running the fewest tests. Busy ones: the one whose
+        # test started first (most likely to end first).
+        if ((load == 0)); then key=${acc[d]}; else key=${since[i]}; fi
+        if ((best_i < 0 || load < best_load || (load == best_load && key < best_key))); then
+          best_i=$i best_load=$load best_key=$key DEVICE=$d SLOT=$s
+        fi
+      done
+    done
+    SEQ=$((seq[best_i] + queued[best_i] + 1))
+    node="$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}.node.$SEQ"
+    set -C
+    { printf 'pid=%d\n' "$$" >"$node"; } 2>/dev/null
+    made=$?
+    set +C
+    if ((made == 0)); then
+      NODE="$node"
+      PRED_DONE=${seq[best_i]}
+      MUST_WAIT=$((best_load > 0))
       return 0
     fi
-  fi
-  TICKET=$((10#$tail + 1))
-  while true; do
-    exec {NODE_FD}>>"$LOCK_DIR/queue.node.$TICKET"
-    run_flock -n "$NODE_FD" {mutex_fd}>&- && break
-    # Only possible when the queue files were reset under a live waiter: skip that ticket.
-    exec {NODE_FD}>&-
-    TICKET=$((TICKET + 1))
+    [[ -e "$node" ]] || die "$EXIT_LOCK_DIR" "cannot create '$node' in the lock directory"
+    # Another caller took that place a moment ago: look again.
   done
-  printf 'pred=%d\n' "$tail" >"$LOCK_DIR/queue.node.$TICKET"
-  if ((tail > 0)); then
-    exec {pred_fd}>>"$LOCK_DIR/queue.node.$tail"
-  fi
-  printf '%d\n' "$TICKET" >"$LOCK_DIR/queue.tail"
-  exec {mutex_fd}>&-
+}
 
-  local cur="$tail"
-  while ((cur > 0)); do
-    # A predecessor that already finished needs no lock call (one process less per test).
-    node_state state "$cur"
-    if [[ "$state" != "done" ]]; then
-      remaining_us left
-      ((left > 0)) || left=0
-      us_to_s left_s "$left"
-      if ! run_flock -w "$left_s" "$pred_fd" {NODE_FD}>&-; then
+# Joins a slot's queue and waits for its lock (held on SLOT_FD until the test ends). Returns 1
+# when the wait budget runs out first.
+acquire_slot() {
+  local cur node pred_fd slot_file now
+  NODE_FD=""
+  choose_slot
+  if ((MUST_WAIT)); then
+    # Callers queued behind this one on the same slot wait for this node's lock, so they
+    # cannot overtake it.
+    exec {NODE_FD}>>"$NODE"
+    if run_flock -n "$NODE_FD"; then
+      printf 'queued\n' >&"$NODE_FD"
+    else
+      exec {NODE_FD}>&-
+      NODE_FD=""
+    fi
+  fi
+
+  # Wait until every caller queued ahead on this slot has taken it (or given up / died).
+  for ((cur = SEQ - 1; cur > PRED_DONE; )); do
+    node="$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}.node.$cur"
+    read_node "$node"
+    [[ "$NODE_STATE" == "done" ]] && break
+    if [[ "$NODE_STATE" == queued ]]; then
+      exec {pred_fd}>>"$node"
+      if ! flock_wait "$pred_fd"; then
         exec {pred_fd}>&-
         return 1
       fi
-      node_state state "$cur"
+      exec {pred_fd}>&-
+      read_node "$node"
+      [[ "$NODE_STATE" == "done" ]] && break
+    elif kill -0 "$NODE_PID" 2>/dev/null; then
+      # Made a moment ago and still alive: it is about to take the slot (or to lock its node);
+      # both now contend for the slot lock.
+      break
     fi
-    exec {pred_fd}>&-
-    [[ "$state" == "done" ]] && break
-    # Its owner died or gave up before its turn: wait for the one before it instead.
-    cur="$state"
-    ((cur > 0)) && exec {pred_fd}>>"$LOCK_DIR/queue.node.$cur"
+    # Its caller died or gave up before its turn: wait for the one before it instead.
+    cur=$((cur - 1))
   done
+
+  slot_file="$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}"
+  exec {SLOT_FD}>>"$slot_file.lock"
+  if ! flock_wait "$SLOT_FD"; then
+    exec {SLOT_FD}>&-
+    return 1
+  fi
+  now_us now
+  write_owner "$slot_file.owner" 1 "$now" "$$" "$TEST_NAME"
+  if [[ -n "$NODE_FD" ]]; then
+    printf 'done\n' >&"$NODE_FD"
+    exec {NODE_FD}>&-
+  else
+    printf 'done\n' >>"$NODE"
+  fi
   return 0
 }
 
-# Sets $1 to "done" if queue node $2 finished its turn (or was already cleaned up), else to
-# the ticket of the node it was waiting for.
-node_state() {
-  local line pred="" finished=0
-  while IFS= read -r line; do
-    case "$line" in
-      done) finished=1 ;;
-      pred=*) pred="${line#pred=}" ;;
-    esac
-  done 2>/dev/null <"$LOCK_DIR/queue.node.$2"
-  if ((finished)) || [[ ! "$pred" =~ ^[0-9]+$ ]]; then
-    printf -v "$1" "done"
-  else
-    printf -v "$1" '%d' "$((10#$pred))"
-  fi
+# Frees the slot: its record says free (keeping its last place), then the lock goes.
+release_slot() {
+  local now
+  now_us now
+  write_owner "$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}.owner" 0 "$now" 0 -
+  exec {SLOT_FD}>&-
 }
 
-# Ends this caller's turn at the head, letting the next caller pick a slot.
-queue_leave() {
-  printf 'done\n' >>"$LOCK_DIR/queue.node.$TICKET"
-  exec {NODE_FD}>&-
-}
-
-# Deletes old queue nodes, once every QUEUE_CLEANUP_EVERY tickets (one `rm` for many tests).
-# Safe: this caller has had its turn, so every ticket below its own has finished or given
-# up, and a node that is gone reads as finished to anyone who still looks at it.
+# Deletes this slot's old queue nodes, once every NODE_CLEANUP_EVERY places (one `rm` for many
+# tests). Every place before this caller's has had its turn, so nobody reads those any more.
 queue_cleanup() {
-  ((TICKET > 0 && TICKET % QUEUE_CLEANUP_EVERY == 0)) || return 0
+  ((SEQ % NODE_CLEANUP_EVERY == 0)) || return 0
   local node n
   local -a old=()
-  for node in "$LOCK_DIR"/queue.node.*; do
+  for node in "$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}.node."*; do
     n="${node##*.}"
-    [[ "$n" =~ ^[0-9]+$ ]] && ((10#$n < TICKET - QUEUE_CLEANUP_EVERY)) && old+=("$node")
+    [[ "$n" =~ ^[0-9]+$ ]] && ((10#$n <= SEQ - NODE_CLEANUP_EVERY)) && old+=("$node")
   done
   ((${#old[@]} == 0)) || rm -f -- "${old[@]}"
-}
-
-slot_file() { printf -v "$1" '%s/accelerator_%d_slot_%d.lock' "$LOCK_DIR" "$2" "$3"; }
-
-# Claims (device $1, slot $2) for this caller by writing its owner record, which is what
-# queue heads read to see which slots are taken. Claims are only made at the queue head, so
-# no two callers claim one slot; the slot's lock is taken afterwards, outside the queue.
-claim_slot() {
-  local file now
-  slot_file file "$1" "$2"
-  now_us now
-  printf 'pid=%d ticket=%d claimed_us=%d test=%s\n' "$$" "$TICKET" "$now" "$TEST_NAME" \
-    >"$file.owner"
-}
-
-# Re-probes slots that look taken; clears the owner record of any whose lock is free although
-# it was claimed more than CLAIM_GRACE_US ago (its owner was killed before it could clear it).
-recheck_stale_slots() {
-  local d s owner probe_fd file now claimed
-  now_us now
-  for ((d = 0; d < COUNT; d++)); do
-    for ((s = 0; s < PER_ACCELERATOR; s++)); do
-      slot_file file "$d" "$s"
-      owner=""
-      [[ -f "$file.owner" ]] && read -r owner <"$file.owner"
-      [[ -n "$owner" ]] || continue
-      claimed=0
-      [[ "$owner" =~ claimed_us=([0-9]+) ]] && claimed="${BASH_REMATCH[1]}"
-      ((now - 10#$claimed >= CLAIM_GRACE_US)) || continue
-      exec {probe_fd}>>"$file"
-      if run_flock -n "$probe_fd"; then
-        : >"$file.owner"
-      fi
-      exec {probe_fd}>&-
-    done
-  done
-}
-
-# Claims the free slot on the accelerator with the fewest running tests, if there is one
-# (sets DEVICE and SLOT). Only the queue head calls it, so two callers never claim one slot.
-claim_free_slot() {
-  local d s file owner busy free_s best_d=-1 best_s=-1 best_busy=$((PER_ACCELERATOR + 1))
-  for ((d = 0; d < COUNT; d++)); do
-    busy=0
-    free_s=-1
-    for ((s = 0; s < PER_ACCELERATOR; s++)); do
-      slot_file file "$d" "$s"
-      owner=""
-      [[ -f "$file.owner" ]] && read -r owner <"$file.owner"
-      if [[ -n "$owner" ]]; then
-        busy=$((busy + 1))
-      elif ((free_s < 0)); then
-        free_s=$s
-      fi
-    done
-    if ((free_s >= 0 && busy < best_busy)); then
-      best_d=$d
-      best_s=$free_s
-      best_busy=$busy
-    fi
-  done
-  ((best_d >= 0)) || return 1
-  claim_slot "$best_d" "$best_s"
-  DEVICE=$best_d
-  SLOT=$best_s
-}
-
-# At the queue head: claims the free slot on the least-loaded accelerator, waiting for one to
-# be released when all are taken. Sets DEVICE and SLOT; returns 1 when the wait budget runs out.
-acquire_slot() {
-  local note_fd left left_s tick now
-  # Open the release channel before looking, so no release after the look is missed.
-  exec {note_fd}<>"$LOCK_DIR/released.fifo"
-  local last_recheck
-  now_us last_recheck
-  while true; do
-    if claim_free_slot; then
-      exec {note_fd}>&-
-      return 0
-    fi
-    remaining_us left
-    if ((left <= 0)); then
-      exec {note_fd}>&-
-      return 1
-    fi
-    tick=$STALE_RECHECK_US
-    ((left < tick)) && tick=$left
-    us_to_s left_s "$tick"
-    if read -r -t "$left_s" -u "$note_fd" _; then
-      # Drain every announcement already queued, then look again.
-      while read -r -t 0 -u "$note_fd" && read -r -u "$note_fd" _; do :; done
-    else
-      now_us now
-      if ((now - last_recheck >= STALE_RECHECK_US)); then
-        recheck_stale_slots
-        last_recheck=$now
-      fi
-    fi
-  done
-}
-
-# Takes the claimed slot's lock, held on SLOT_FD until the test ends. It is normally free at
-# once; it can be busy for a moment while the previous owner finishes releasing it, or longer
-# if a process outside this scheme holds it. Returns 1 when the wait budget runs out.
-lock_slot() {
-  local file left left_s
-  slot_file file "$DEVICE" "$SLOT"
-  exec {SLOT_FD}>>"$file"
-  remaining_us left
-  ((left > 0)) || left=0
-  us_to_s left_s "$left"
-  run_flock -w "$left_s" "$SLOT_FD" && return 0
-  exec {SLOT_FD}>&-
-  : >"$file.owner"
-  return 1
-}
-
-# Frees the slot and tells a waiting queue head about it.
-release_slot() {
-  local file fd
-  slot_file file "$DEVICE" "$SLOT"
-  : >"$file.owner"
-  exec {SLOT_FD}>&-
-  if exec {fd}<>"$LOCK_DIR/released.fifo"; then
-    printf '%d.%d\n' "$DEVICE" "$SLOT" >&"$fd"
-    exec {fd}>&-
-  fi 2>/dev/null
 }
 
 # Appends one line about this test to JAXCORE_ACCELERATOR_LOG, if set.
@@ -568,44 +566,30 @@ main() {
     printf '%s %d %s\n' "$PLATFORM" "$COUNT" "$origin"
     exit 0
   fi
-  detect_accelerators
-  resolve_executable "$1"
-  shift
-  TEST_NAME="${TEST_TARGET:-$EXE}"
-
   LOCK_DIR="${JAXCORE_LOCK_DIR:-/tmp/jaxcore_accelerator_locks_${USER:-$(id -un 2>/dev/null || echo "uid$UID")}}"
   if [[ ! -d "$LOCK_DIR" ]]; then
     mkdir -p -- "$LOCK_DIR" 2>/dev/null || [[ -d "$LOCK_DIR" ]] ||
       die "$EXIT_LOCK_DIR" "cannot create the lock directory JAXCORE_LOCK_DIR='$LOCK_DIR'"
   fi
   [[ -w "$LOCK_DIR" ]] || die "$EXIT_LOCK_DIR" "the lock directory JAXCORE_LOCK_DIR='$LOCK_DIR' is not writable"
-  if [[ ! -p "$LOCK_DIR/released.fifo" ]]; then
-    mkfifo -- "$LOCK_DIR/released.fifo" 2>/dev/null || [[ -p "$LOCK_DIR/released.fifo" ]] ||
-      die "$EXIT_LOCK_DIR" "cannot create the FIFO '$LOCK_DIR/released.fifo'"
+  if [[ -z "${JAXCORE_ACCELERATOR_COUNT:-}" ]]; then
+    cached_detect_accelerators
+  else
+    detect_accelerators
   fi
-
+  resolve_executable "$1"
+  shift
+  TEST_NAME="${TEST_TARGET:-$EXE}"
   local start_us got_us end_us
   now_us start_us
   DEADLINE_US=$((start_us + wait_us))
   DEVICE=-1
   SLOT=-1
   SLOT_FD=""
-  if ! queue_enter; then
+  if ! acquire_slot; then
     now_us end_us
     log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"
-    die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (queued behind earlier callers; ${COUNT} accelerators x ${PER_ACCELERATOR} slots, locks in '$LOCK_DIR'); raise JAXCORE_ACCELERATOR_WAIT_S or lower --local_test_jobs / pytest -n"
-  fi
-  if ((TICKET > 0)) && ! acquire_slot; then
-    queue_leave
-    now_us end_us
-    log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"
-    die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (all ${COUNT} accelerators x ${PER_ACCELERATOR} slots stayed busy, locks in '$LOCK_DIR'); raise JAXCORE_ACCELERATOR_WAIT_S or lower --local_test_jobs / pytest -n"
-  fi
-  ((TICKET == 0)) || queue_leave
-  if ! lock_slot; then
-    now_us end_us
-    log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"
-    die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (slot $SLOT of accelerator $DEVICE stayed locked by a process outside this queue, locks in '$LOCK_DIR')"
+    die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (${COUNT} accelerators x ${PER_ACCELERATOR} slots stayed busy, locks in '$LOCK_DIR'); raise JAXCORE_ACCELERATOR_WAIT_S or lower --local_test_jobs / pytest -n"
   fi
 
   export_device_env "$DEVICE"

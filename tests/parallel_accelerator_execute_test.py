@@ -103,17 +103,21 @@ class Sandbox:
             time.sleep(0.01)
         raise AssertionError(f"{name} did not start within {timeout}s")
 
-    def queue_tail(self):
-        try:
-            return int((self.lock_dir / "queue.tail").read_text())
-        except (FileNotFoundError, ValueError):
-            return 0
+    def queued(self):
+        """Callers that have queued behind a busy slot (their node file says `queued`)."""
+        count = 0
+        for node in self.lock_dir.glob("accelerator_*_slot_*.node.*"):
+            try:
+                count += "queued" in node.read_text().split()
+            except FileNotFoundError:
+                pass
+        return count
 
-    def wait_enqueued(self, ticket, timeout=30.0):
-        """Waits until the script has handed out queue ticket `ticket` (its documented file)."""
+    def wait_enqueued(self, count, timeout=30.0):
+        """Waits until `count` callers have queued (the script's documented node files)."""
         deadline = time.monotonic() + timeout
-        while self.queue_tail() < ticket:
-            assert time.monotonic() < deadline, f"ticket {ticket} never handed out"
+        while self.queued() < count:
+            assert time.monotonic() < deadline, f"{count} callers never queued"
             time.sleep(0.01)
 
     def fake_tool(self, name, output):
@@ -194,7 +198,7 @@ def test_waiters_are_served_in_arrival_order(sandbox):
     release = sandbox.root / "release"
     holder = sandbox.start("holder", "--hold-until", str(release), env=env)
     sandbox.wait_started("holder", holder)
-    base = sandbox.queue_tail()  # The holder found the queue empty and took no ticket.
+    base = sandbox.queued()  # The holder found its slot free and did not queue.
     waiters = []
     for i in range(5):
         waiters.append(sandbox.start(f"w{i}", env=env))
@@ -259,7 +263,7 @@ def test_waiters_that_give_up_do_not_break_the_queue(sandbox):
     release = sandbox.root / "release"
     holder = sandbox.start("holder", "--hold-until", str(release), env=env)
     sandbox.wait_started("holder", holder)
-    base = sandbox.queue_tail()
+    base = sandbox.queued()
     first = sandbox.start("first", env=env)
     sandbox.wait_enqueued(base + 1)
     quitter = sandbox.start("quitter", env=dict(env, JAXCORE_ACCELERATOR_WAIT_S="0.2"))
@@ -374,6 +378,24 @@ def test_detects_nvidia_gpus_with_nvidia_smi(sandbox):
     names, count = _detected(sandbox)
     assert names == {"CUDA_VISIBLE_DEVICES"}
     assert count == 3
+
+
+def test_detection_runs_once_per_session(sandbox):
+    """Later runs reuse the detection cached in the lock directory (no nvidia-smi per test)."""
+    calls = sandbox.root / "nvidia_smi_calls"
+    tool = sandbox.fake_bin / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\necho called >> '{calls}'\n"
+                    "echo 'GPU 0: NVIDIA H100 (UUID: GPU-0)'\necho 'GPU 1: NVIDIA H100 (UUID: GPU-1)'\n")
+    tool.chmod(0o755)
+    env = {"JAXCORE_TESTS_PER_ACCELERATOR": "1"}
+    for i in range(3):
+        result = sandbox.run(f"t{i}", env=env)
+        assert result.returncode == 0, result.stderr
+    assert calls.read_text().splitlines() == ["called"]
+    assert {e["env"]["CUDA_VISIBLE_DEVICES"] for e in sandbox.events()} <= {"0", "1"}
+    # A bad setting is still reported although the cache would answer.
+    bad = sandbox.run("bad", env=dict(env, JAXCORE_ACCELERATOR_PLATFORM="opencl"))
+    assert bad.returncode == EXIT_USAGE
 
 
 def test_detects_amd_gpus_with_rocm_smi(sandbox):
