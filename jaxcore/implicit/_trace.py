@@ -10,6 +10,13 @@ the parent trace), or, when none matches, the implicit operands are materialised
 Handler results that are implicit arrays are wrapped again, dense ones are returned
 as they are, so code after a handled op keeps running at full speed.
 
+The bodies of ``jit``-ed functions (every ``jax.numpy`` function is an inline jit) are
+re-run by :func:`eval_jaxpr`, which evaluates the jaxpr on the raw values directly in
+the parent trace: equations without implicit operands are bound as they are, the
+others go through :func:`apply_primitive`, with no tracer wrapping per equation.
+Eagerly that evaluation is compiled once per jaxpr and operand structure (see
+``_rules``), so an eager handled op or fallback costs one cached dispatch.
+
 Because the interpreter is a trace, transformations compose in either order:
 ``grad(implicit(f))`` differentiates the handlers, ``implicit(grad(f))`` runs the
 JVP/transpose rules' primitives through the handlers.
@@ -87,11 +94,6 @@ class _ImplicitTrace(jax.core.Trace):
             else:
                 values.append(t)
         return values, found
-
-    def _wrap(self, out: tp.Any) -> tp.Any:
-        if _is_implicit(out):
-            return _ImplicitTracer(self, out)
-        return out
 
     def stage_value(self, val):
         if type(val) is _ImplicitTracer and val._trace is self:
