@@ -412,6 +412,8 @@ acquire_slot() {
   local cur node pred_fd slot_file now
   NODE_FD=""
   choose_slot
+  # The test's variables are set now, so nothing but the fork is left once the slot is ours.
+  export_device_env "$DEVICE"
   if ((MUST_WAIT)); then
     # Callers queued behind this one on the same slot wait for this node's lock, so they
     # cannot overtake it.
@@ -592,7 +594,6 @@ main() {
     die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (${COUNT} accelerators x ${PER_ACCELERATOR} slots stayed busy, locks in '$LOCK_DIR'); raise JAXCORE_ACCELERATOR_WAIT_S or lower --local_test_jobs / pytest -n"
   fi
 
-  export_device_env "$DEVICE"
   now_us got_us
   # Signals aimed at the wrapper alone wait for the test (bash runs traps after a foreground
   # child ends), so the slot stays taken while the device may still be in use.

@@ -210,6 +210,35 @@ def test_waiters_are_served_in_arrival_order(sandbox):
     assert order == ["holder", "w0", "w1", "w2", "w3", "w4"]
 
 
+def test_waiters_spread_over_slots_and_keep_order_per_slot(sandbox):
+    """The documented fairness: callers join the least-loaded slot's queue, first come first
+    served within each slot's queue."""
+    env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "2",
+           "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
+    release = sandbox.root / "release"
+    holders = []
+    for i in range(2):
+        holders.append(sandbox.start(f"holder{i}", "--hold-until", str(release), env=env))
+        sandbox.wait_started(f"holder{i}", holders[-1])
+    base = sandbox.queued()
+    waiters = []
+    for i in range(6):
+        waiters.append(sandbox.start(f"w{i}", env=env))
+        sandbox.wait_enqueued(base + 1 + i)
+    per_slot = collections.Counter(
+        node.name.split(".node.")[0] for node in sandbox.lock_dir.glob("*.node.*")
+        if "queued" in node.read_text().split())
+    assert sorted(per_slot.values()) == [3, 3]
+    release.touch()
+    assert [p.wait(timeout=30) for p in holders + waiters] == [0] * 8
+    starts = [e for e in sandbox.events() if e["event"] == "start"]
+    for slot in ("0", "1"):
+        names = [e["name"] for e in starts if e["env"]["JAXCORE_ACCELERATOR_SLOT"] == slot]
+        waiting = [n for n in names if n.startswith("w")]
+        assert waiting == sorted(waiting), f"slot {slot} served {names}"
+        assert len(waiting) == 3
+
+
 @pytest.mark.parametrize("code", [0, 1, 3, 42])
 def test_exit_code_passes_through(sandbox, code):
     result = sandbox.run("t", "--exit", str(code), env={"JAXCORE_ACCELERATOR_COUNT": "1"})
