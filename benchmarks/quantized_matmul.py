@@ -21,8 +21,13 @@ Usage: python3 benchmarks/quantized_matmul.py [--k 4096] [--n 4096] [--m 1 16 25
 from __future__ import annotations
 
 import argparse
+import pathlib
 import statistics
+import sys
 import time
+
+# Run from a checkout without installing jaxcore.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax
 import jax.numpy as jnp
