@@ -13,6 +13,7 @@ in that file are never repeated on the Bazel command line, so a plain `bazel bui
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -171,8 +172,6 @@ def missing_requirements(python):
         "    except metadata.PackageNotFoundError: out[name] = None\n"
         "print(json.dumps(out))\n"
     )
-    import json
-
     result = subprocess.run(
         [str(python), "-c", probe, json.dumps(list(TEST_REQUIREMENTS))],
         capture_output=True, text=True,

@@ -214,3 +214,10 @@ def test_wheels_install_into_a_fresh_venv_and_run(wheel_dir, tmp_path):
     assert result["jaxcore_file"].startswith(site)
     assert result["max_err"] < 1e-3
     assert {"cuda", "rocm", "tpu"} <= set(result["platforms"]), result["report"]
+    # `python -m jaxcore` lists the installed plugins, from their wheels.
+    listing = subprocess.run([str(python), "-m", "jaxcore"], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=300)
+    assert listing.returncode == 0, listing.stderr
+    for dist, (_, package, platform) in WHEELS.items():
+        if platform:
+            assert f"{platform} ({package}, {dist} {VERSION}" in listing.stdout, listing.stdout
