@@ -150,6 +150,17 @@ def test_isin_negative_values_do_not_wrap():
     np.testing.assert_array_equal(ju.isin(np.array([49, -1]), np.array([49]), 50), [True, False])
 
 
+@pytest.mark.parametrize("dtype, max_item", [(np.int8, 200), (np.uint8, 300), (np.int16, 100)])
+def test_isin_narrow_dtypes_with_large_max_item_match_numpy(dtype, max_item):
+    # max_item may exceed the dtype's range: it must not overflow into it.
+    info = np.iinfo(dtype)
+    a = np.array([info.min, 0, 1, 99, info.max], dtype)
+    b = np.array([info.max, 1, info.min, 99], dtype)
+    wide = a.astype(np.int64)
+    ref = np.isin(a, b[(b >= 0) & (b.astype(np.int64) < max_item)]) & (wide >= 0) & (wide < max_item)
+    np.testing.assert_array_equal(ju.isin(a, b, max_item), ref)
+
+
 def test_isin_errors():
     with pytest.raises(TypeError, match="isin: a must have an integer dtype, got float32"):
         ju.isin(jnp.ones(2), jnp.array([1]), 4)

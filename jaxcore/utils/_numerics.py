@@ -51,12 +51,27 @@ def isin(a: Any, b: Any, max_item: int) -> jax.Array:
     b = b.ravel()
     # Out-of-range references are redirected past the end and dropped (negative
     # indices would otherwise wrap around).
-    b_valid = (b >= 0) & (b < size)
-    table = jnp.zeros((size,), dtype=bool).at[jnp.where(b_valid, b, size)].set(
+    b_valid = _in_table(b, size)
+    table = jnp.zeros((size,), dtype=bool).at[jnp.where(b_valid, _as_index(b), size)].set(
         True, mode="drop"
     )
-    a_valid = (a >= 0) & (a < size)
-    return table[jnp.where(a_valid, a, 0)] & a_valid
+    a_valid = _in_table(a, size)
+    return table[jnp.where(a_valid, _as_index(a), 0)] & a_valid
+
+
+def _in_table(x: jax.Array, size: int) -> jax.Array:
+    """Returns ``0 <= x < size`` without overflowing ``size`` into ``x``'s dtype."""
+    valid = x >= 0
+    if size <= jnp.iinfo(x.dtype).max:
+        valid = valid & (x < size)
+    return valid
+
+
+def _as_index(x: jax.Array) -> jax.Array:
+    """Widens narrow integer dtypes (int8, uint8, ...) so ``size`` fits beside them."""
+    if x.dtype.itemsize < 4 or x.dtype == jnp.uint32:
+        return x.astype(jnp.int32)
+    return x
 
 
 def _kahan_step(total: Any, comp: Any, x: Any) -> tuple[Any, Any]:
