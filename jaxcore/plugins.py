@@ -316,6 +316,9 @@ def _load_entry_point(
         loaded=False,
         reason=None,
     )
+    # Selection first: a plugin the user switched off is skipped quietly, even a mismatched one.
+    if not _wanted(ep.name, (ep.name,), selection):
+        return _skip(f"not selected by {ENV_VAR}", status, warn=False)
     if dist is not None and dist.version != _JAXCORE_VERSION:
         return _skip(
             f"distribution {dist.name} is version {dist.version} but jaxcore is "
@@ -323,8 +326,6 @@ def _load_entry_point(
             status,
             warn=True,
         )
-    if not _wanted(ep.name, (ep.name,), selection):
-        return _skip(f"not selected by {ENV_VAR}", status, warn=False)
     return _import_and_initialize(status, ep.load, selection, served)
 
 

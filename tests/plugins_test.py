@@ -196,6 +196,16 @@ def test_selection_none_loads_nothing(sandbox, monkeypatch):
     assert info.platforms == ()
 
 
+def test_deselected_mismatched_plugin_is_skipped_quietly(sandbox, monkeypatch):
+    module = _fake_plugin(sandbox, platform="tpu", body=_GOOD, dist_version="9.9.9")
+    monkeypatch.setenv(plugins.ENV_VAR, "cuda")
+    info, caught = _load()
+    assert caught == []  # switched off by the user: no version warning
+    status = _status(info, module)
+    assert not status.loaded and status.reason == f"not selected by {plugins.ENV_VAR}"
+    assert module not in sys.modules
+
+
 def test_selection_by_platform(sandbox, monkeypatch):
     module = _fake_plugin(sandbox, platform="tpu", body=_GOOD)
     monkeypatch.setenv(plugins.ENV_VAR, " CUDA ")
