@@ -377,6 +377,37 @@ def test_tree_map_mismatch_names_first_differing_path():
         jt.tree_map(lambda u, v, w: u, a, a, {"a": {"b": 1, "c": 2}, "d": [1, 2, 3]})
 
 
+@pytest.mark.parametrize(
+    "ref, other, pattern",
+    [
+        ({"a": None, "b": 1}, {"a": 3, "b": 2}, r"first difference at \['a'\]: expected None, got leaf of type int"),
+        ({"a": 3}, {"a": None}, r"first difference at \['a'\]: expected leaf of type int, got None"),
+        ({"a": ()}, {"a": 3}, r"first difference at \['a'\]: expected tuple node with children \[none\], got leaf"),
+        ({"a": {}}, {"a": [1]}, r"first difference at \['a'\]: expected dict node with children \[none\], got list node"),
+    ],
+)
+def test_mismatch_at_childless_nodes_names_the_path(ref, other, pattern):
+    # None, () and {} are childless nodes, not leaves: the path must still be named.
+    with pytest.raises(ValueError, match=r"tree #1 does not match the structure of tree #0; " + pattern):
+        jt.assert_same_structure(ref, other)
+    if ref["a"] is None:
+        with pytest.raises(ValueError, match=r"tree_map: tree #1 .*" + pattern):
+            jt.tree_map(lambda u, v: u, ref, other)
+
+
+def test_tree_map_rebuilds_childless_tree_match_nodes_like_jax():
+    @jt.dataclass
+    class Empty:
+        labels: tuple = jt.field(default=(), static=True)
+
+        def __tree_match__(self, *others):
+            return (self, *others)
+
+    ours = jt.tree_map(lambda u, v: "called", [Empty(), 1], [Empty(), 2])
+    assert ours == jax.tree_util.tree_map(lambda u, v: "called", [Empty(), 1], [Empty(), 2])
+    assert ours == [Empty(), "called"]
+
+
 def test_mismatch_in_static_data_is_reported_at_the_node():
     p, q = Point(1.0, 2.0, tag="a"), Point(1.0, 2.0, tag="b")
     with pytest.raises(ValueError, match=r"first difference at \[1\]: expected Point node .*static data \('a',\).*static data \('b',\)"):

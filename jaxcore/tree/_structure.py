@@ -41,7 +41,9 @@ def _one_level(x: Any, is_leaf: IsLeaf) -> tuple[list[tuple[Any, Any]], Any] | N
     if is_leaf is not None and is_leaf(x):
         return None
     pairs, node_def = _tu.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
-    if _tu.treedef_is_leaf(node_def):
+    # A one-node treedef is a leaf only if it holds one leaf: None, () and {} are
+    # childless nodes (num_leaves == 0), not leaves.
+    if _tu.treedef_is_leaf(node_def) and node_def.num_leaves == 1:
         return None
     return [(path[0], child) for path, child in pairs], node_def
 
@@ -49,6 +51,8 @@ def _one_level(x: Any, is_leaf: IsLeaf) -> tuple[list[tuple[Any, Any]], Any] | N
 def _describe(x: Any, level: tuple[list[tuple[Any, Any]], Any] | None) -> str:
     if level is None:
         return f"leaf of type {type(x).__name__}"
+    if x is None:
+        return "None"
     pairs, node_def = level
     keys = ", ".join(_tu.keystr((k,)) for k, _ in pairs) or "none"
     data = node_def.node_data()

@@ -88,7 +88,9 @@ def _map_group(fn: Callable[..., Any], group: tuple[Any, ...], is_leaf: IsLeaf) 
     # Descend exactly one level into the aligned node; the children are mapped by
     # tree_map, which handles nested alignment and further structure.
     children, node_def = _tu.tree_flatten(head, is_leaf=lambda y: y is not head)
-    if _tu.treedef_is_leaf(node_def):
+    # num_leaves == 1: a real leaf; a childless node (num_leaves == 0) is rebuilt
+    # as is, like jax.tree.map does.
+    if _tu.treedef_is_leaf(node_def) and node_def.num_leaves == 1:
         return fn(*aligned)
     columns = flatten_like(
         "tree_map", node_def, head, aligned[1:], is_leaf=None, prefix=True
