@@ -110,6 +110,10 @@ def test_union_axes():
 def test_intersect_eliminate_without():
     assert hax.intersect_axes((B, E, H), ("head", B)) == (B, H)
     assert hax.intersect_axes({"batch": 3, "embed": 4}, (E,)) == {"embed": 4}
+    # names in ax1 pick up the sizes ax2 gives (the tuple[AxisSelector] x AxisSpec -> tuple[Axis] overload)
+    assert hax.intersect_axes(("batch", "embed", "head"), (E, B)) == (B, E)
+    assert hax.intersect_axes(("batch", "embed"), ("embed",)) == ("embed",)
+    assert hax.intersect_axes({"batch": None, "embed": 4}, (B,)) == {"batch": 3}
     with pytest.raises(ValueError, match="'embed' has size 4"):
         hax.intersect_axes((E,), (Axis("embed", 9),))
     assert hax.eliminate_axes((B, E, H), ("embed",)) == (B, H)

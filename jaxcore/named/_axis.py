@@ -300,7 +300,11 @@ def intersect_axes(ax1: AxisSelection, ax2: AxisSelection) -> AxisSelection:
         if n in i2:
             _check_sizes(n, s, i2[n], "axis selection")
             out.append((n, s if s is not None else i2[n]))
-    return _rebuild(ax1, out, _originals(ax1))
+    originals = _originals(ax1)
+    for n, s in out:  # a name in ax1 becomes the sized Axis when ax2 gives the size
+        if s is not None and isinstance(originals.get(n), str):
+            originals[n] = Axis(n, s)
+    return _rebuild(ax1, out, originals)
 
 
 def eliminate_axes(axis_spec: AxisSelection, to_remove: AxisSelection) -> AxisSelection:
