@@ -400,6 +400,12 @@ def _check_and_initialize(
     """Checks an imported plugin's version and runs its ``initialize``."""
     version = getattr(module, "__version__", None)
     status = dataclasses.replace(status, version=version)
+    if version is None:
+        return _skip(
+            f"module has no __version__ (it must equal jaxcore's version {_JAXCORE_VERSION})",
+            status,
+            warn=True,
+        )
     if version != _JAXCORE_VERSION:
         return _skip(
             f"plugin version {version} does not match jaxcore version "

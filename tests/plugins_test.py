@@ -145,6 +145,7 @@ def test_module_version_mismatch(sandbox):
     "body,reason",
     [
         ("raise ImportError('missing libtriton')\n", "import failed: ImportError: missing libtriton"),
+        ("def initialize(platforms):\n    pass\n", "module has no __version__"),
         ("import jaxcore\n__version__ = jaxcore.__version__\n", "module has no initialize() function"),
         (
             "import jaxcore\n__version__ = jaxcore.__version__\n"
