@@ -204,7 +204,10 @@ def load_plugins(*, force: bool = False) -> PluginInfo:
 
     Args:
       force: run discovery again (re-reading ``JAXCORE_PLUGINS`` and the installed
-        entry points), e.g. after installing a plugin into a running process.
+        entry points), e.g. after installing a plugin into a running process. It only
+        adds: kernels that plugins registered in an earlier discovery stay registered
+        even when the new selection skips those plugins (drop them with
+        ``jaxcore.kernels.unregister_kernel``).
 
     Returns:
       The :class:`PluginInfo` describing what was found and loaded.
