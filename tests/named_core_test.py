@@ -568,6 +568,9 @@ def test_index_dslice_fills_past_end():
     f = jax.jit(lambda x, s: hax.named(x, ("batch", "seq"))["seq", hax.ds(s, 2)].array)
     np.testing.assert_allclose(f(x, 1), x[:, 1:3])
     np.testing.assert_allclose(f(x, 5), np.concatenate([x[:, 5:], np.zeros((3, 1), np.float32)], 1))
+    # a window starting before the axis fills the missing front too (no wrap-around)
+    np.testing.assert_allclose(f(x, -1), np.concatenate([np.zeros((3, 1), np.float32), x[:, :1]], 1))
+    _assert_named(a["seq", hax.ds(-2, 3)], np.concatenate([np.zeros((3, 2), np.float32), x[:, :1]], 1), (B, Axis("seq", 3)))
     Win = Axis("window", 2)
     _assert_named(a["seq", hax.dslice(2, Win)], x[:, 2:4], (B, Win))
     _assert_named(a["seq", hax.dblock(1, 2)], x[:, 2:4], (B, Axis("seq", 2)))
@@ -690,6 +693,11 @@ def test_at_updates():
     ref = x.copy()
     ref[:, 3] = 9.0
     _assert_named(a.at["embed", hax.ds(3, 2)].set(9.0), ref, (B, E))
+    # and so is a write before the start of the axis (not wrapped to the end)
+    ref = x.copy()
+    ref[:, 0] = 9.0
+    _assert_named(a.at["embed", hax.ds(-1, 2)].set(9.0), ref, (B, E))
+    _assert_named(jax.jit(lambda s: a.at["embed", hax.ds(s, 2)].set(9.0))(-1), ref, (B, E))
     with pytest.raises(ValueError, match="positional array of shape \\(4,\\).*axes \\(embed=4\\)"):
         a.at["batch", 0].set(jnp.zeros(4))
     with pytest.raises(ValueError, match="axes \\['head'\\] that are not in the target"):

@@ -960,8 +960,9 @@ class dslice:  # noqa: N801 - the name mirrors jax.experimental.pallas.dslice
     """A dynamic slice: ``size`` elements starting at a (possibly traced) ``start``.
 
     Python slices need static bounds under ``jax.jit``; ``dslice`` separates the dynamic
-    start from the static size. Reads past the end of the axis are filled with 0 and writes
-    past the end are dropped (JAX's gather/scatter ``fill``/``drop`` modes).
+    start from the static size. Reads past the end of the axis (or before its start, for a
+    negative ``start``) are filled with 0 and such writes are dropped (JAX's gather/scatter
+    ``fill``/``drop`` modes); negative positions are not wrapped around.
 
     Args:
         start: First index (an int or an integer scalar array/tracer).
@@ -1083,7 +1084,13 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
         elif isinstance(idx, dslice):
             out_axis = idx.axis if idx.axis is not None else Axis(name, idx.size)
             kinds[pos] = "adv"
-            adv[pos] = NamedArray._new(idx.start + jnp.arange(idx.size), (out_axis,))
+            ix = idx.start + jnp.arange(idx.size)
+            st = idx.start
+            if not (isinstance(st, (int, np.integer)) and not isinstance(st, bool) and st >= 0):
+                # Positions before the start of the axis are out of bounds like those past
+                # the end (filled on read, dropped on write), not wrapped to the end.
+                ix = jnp.where(ix < 0, size, ix)
+            adv[pos] = NamedArray._new(ix, (out_axis,))
             dynamic = True
         elif isinstance(idx, builtins.slice):
             for b in (idx.start, idx.stop, idx.step):
