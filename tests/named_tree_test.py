@@ -95,6 +95,10 @@ def test_scan_aware_map_with_several_trees_and_without_stacked():
     assert same["w"] is plain["w"]
     # is_leaf still applies
     assert hax.tree.scan_aware_map(lambda x: "leaf", {"t": (1, 2)}, is_leaf=lambda x: isinstance(x, tuple)) == {"t": "leaf"}
+    # ... including inside Stacked nodes: fn gets the (per-layer) pair as one leaf
+    pair = hax.Stacked({"p": (jnp.arange(3.0), jnp.ones(3))}, Layers)
+    summed = hax.tree.scan_aware_map(lambda t: t[0] + t[1], pair, is_leaf=lambda x: isinstance(x, tuple))
+    np.testing.assert_array_equal(np.asarray(summed.stacked["p"]), [1.0, 2.0, 3.0])
 
 
 def test_stacked_is_a_pytree_through_jit():

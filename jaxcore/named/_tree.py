@@ -113,7 +113,9 @@ class Stacked:
         return obj
 
 
-def _unstack_map(fn: Callable[..., Any], block: Axis, trees: Sequence[Any]) -> Any:
+def _unstack_map(
+    fn: Callable[..., Any], block: Axis, trees: Sequence[Any], is_leaf: Callable[[Any], bool] | None = None
+) -> Any:
     """Applies ``fn`` to each layer of ``trees`` with ``jax.vmap`` over the ``block`` axis."""
     raw_in = []
     specs = []
@@ -149,7 +151,7 @@ def _unstack_map(fn: Callable[..., Any], block: Axis, trees: Sequence[Any]) -> A
         for raws, (treedef, axes) in zip(raw_trees, specs):
             leaves_ = [r if ax is None else NamedArray(r, ax) for r, ax in zip(raws, axes)]
             rebuilt.append(unflatten(treedef, leaves_))
-        result = scan_aware_map(fn, *rebuilt)
+        result = scan_aware_map(fn, *rebuilt, is_leaf=is_leaf)
         flat, treedef = flatten(result)
         out_meta.append((treedef, [x.axes if isinstance(x, NamedArray) else None for x in flat]))
         return [x.array if isinstance(x, NamedArray) else x for x in flat]
@@ -187,7 +189,7 @@ def scan_aware_map(
             for o in others:
                 if not isinstance(o, Stacked) or o.block != x.block:
                     raise ValueError(f"scan_aware_map: Stacked over {x.block} does not line up with {o!r}")
-            inner = _unstack_map(fn, x.block, [x.stacked, *(o.stacked for o in others)])
+            inner = _unstack_map(fn, x.block, [x.stacked, *(o.stacked for o in others)], is_leaf)
             return Stacked(inner, x.block)
         return fn(x, *others)
 
