@@ -210,6 +210,14 @@ def ndim(a) -> int:
 _REDUCE_CACHE: dict = {}
 
 
+def _reduce_one_axis(fn, array: NamedArray, axis: str) -> NamedArray:
+    """The reductions' hot path: `fn` over one axis named by a string present in `array`."""
+    names = array._names
+    pos = names.index(axis)
+    axes = array.axes
+    return NamedArray._new(fn(array.array, axis=pos), axes[:pos] + axes[pos + 1 :], names[:pos] + names[pos + 1 :])
+
+
 def _reduce_plan(array: NamedArray, axis):
     """``(positions, remaining axes)`` for reducing ``axis`` (cached per axes and selector)."""
     try:
@@ -293,13 +301,8 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
 
         def op(array, axis=None, *, where=None, dtype=None):
             if type(axis) is str and where is None and dtype is None and type(array) is NamedArray:
-                names = array._names
-                if axis in names:  # hot path: one named axis, no options
-                    pos = names.index(axis)
-                    axes = array.axes
-                    return NamedArray._new(
-                        fn(array.array, axis=pos), axes[:pos] + axes[pos + 1 :], names[:pos] + names[pos + 1 :]
-                    )
+                if axis in array._names:
+                    return _reduce_one_axis(fn, array, axis)
             _check_named(array, name)
             positions, out_axes = _reduce_plan(array, axis)
             if where is None:
@@ -314,13 +317,8 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
 
         def op(array, axis=None, *, where=None):
             if type(axis) is str and where is None and type(array) is NamedArray:
-                names = array._names
-                if axis in names:  # hot path: one named axis, no options
-                    pos = names.index(axis)
-                    axes = array.axes
-                    return NamedArray._new(
-                        fn(array.array, axis=pos), axes[:pos] + axes[pos + 1 :], names[:pos] + names[pos + 1 :]
-                    )
+                if axis in array._names:
+                    return _reduce_one_axis(fn, array, axis)
             _check_named(array, name)
             positions, out_axes = _reduce_plan(array, axis)
             if where is None:
