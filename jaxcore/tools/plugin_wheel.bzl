@@ -30,17 +30,16 @@ def _pick(default, cases, field):
     branches["//conditions:default"] = getattr(default, field)
     return select(branches)
 
-def plugin_wheel(name, dist_name, src, package, platform, summary, deps, classifiers = [], variants = None):
+def plugin_wheel(name, dist_name, src, package, platform, summary, classifiers = [], variants = None):
     """A wheel of plugin sources `src` shipped as `package`, registered for `platform`.
 
     Args:
       name: target name.
       dist_name: distribution name, e.g. jaxcore-rocm6.
-      src: source directory of the plugin package (e.g. jaxcore_gpu).
+      src: the plugin's source package (e.g. jaxcore_gpu); its py_library `//<src>` is packaged.
       package: the package name inside the wheel.
       platform: the one JAX platform this wheel registers kernels for.
       summary: one-line description.
-      deps: py_library targets holding the sources.
       classifiers: trove classifiers.
       variants: optional {config_setting label: (dist_name, package)} chosen by select(),
         e.g. the CUDA major version; the default case uses dist_name/package.
@@ -53,7 +52,7 @@ def plugin_wheel(name, dist_name, src, package, platform, summary, deps, classif
         version = JAXCORE_VERSION,
         summary = summary,
         classifiers = classifiers,
-        deps = deps,
+        deps = ["//" + src],
         packages = _pick(default, cases, "packages"),
         generated_files = _pick(default, cases, "generated_files"),
         requires = ["jaxcore=={version}"],
