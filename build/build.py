@@ -474,8 +474,8 @@ def cmd_test(args):
     unknown = [r for r in runners if r not in ("bazel", "pytest")]
     if unknown or not runners:
         raise BuildError(f"--runners must list bazel and/or pytest, got {args.runners!r}")
-    scripts = [REPO_ROOT / "ci" / f"run_{r}_test_{args.backend}.sh" if r == "bazel"
-               else REPO_ROOT / "ci" / f"run_pytest_{args.backend}.sh" for r in runners]
+    job = {"bazel": "bazel_test", "pytest": "pytest"}
+    scripts = [REPO_ROOT / "ci" / f"run_{job[r]}_{args.backend}.sh" for r in runners]
     failed = []
     for script in scripts:
         cmd = ["bash", str(script)]
