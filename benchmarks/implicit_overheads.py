@@ -7,6 +7,12 @@ Prints, for an 8x8 float32 array:
   * tracing (``jax.make_jaxpr``) of 50 handled ops against tracing 50 plain ops;
 and the storage bytes per weight of NF4 and int8 quantised weights (jaxcore.quant).
 
+The issue states its goals against anchors measured on a reference machine (quax:
+116 us eager handled op, 115 us fallback, 7.7 ms tracing 50 ops). When quax is
+installed (``.venv/bin/pip install --require-hashes -r benchmarks/anchors_lock.txt``)
+it runs in the same rounds, and the report scales jaxcore's numbers by how much
+slower quax runs here than on that machine.
+
 Each side is timed in interleaved rounds (both sides back to back per round) and the
 best round is kept, both in wall-clock time and in process CPU time; on a shared,
 loaded machine the CPU-time ratio is the steadier of the two.
@@ -28,6 +34,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxcore.implicit as ji  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _quax_anchor  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -54,17 +63,18 @@ def _per_call(fn, number: int) -> tuple[float, float]:
     return (time.perf_counter() - wall) / number, (time.process_time() - cpu) / number
 
 
-def compare(plain, candidate, number: int, rounds: int = 7) -> dict[str, tuple[float, float]]:
-    """Best per-call seconds {"wall": (plain, candidate), "cpu": (plain, candidate)}."""
-    plain()
-    candidate()
-    best = {"wall": [float("inf")] * 2, "cpu": [float("inf")] * 2}
+def compare(plain, candidate, number: int, rounds: int = 7, anchor=None) -> dict[str, tuple[float, ...]]:
+    """Best per-call seconds {"wall": (plain, candidate[, anchor]), "cpu": (...)}."""
+    sides = (plain, candidate) if anchor is None else (plain, candidate, anchor)
+    for fn in sides:
+        fn()
+    best = {"wall": [float("inf")] * len(sides), "cpu": [float("inf")] * len(sides)}
     for _ in range(rounds):
-        for side, fn in enumerate((plain, candidate)):
+        for side, fn in enumerate(sides):
             wall, cpu = _per_call(fn, number)
             best["wall"][side] = min(best["wall"][side], wall)
             best["cpu"][side] = min(best["cpu"][side], cpu)
-    return {k: (v[0], v[1]) for k, v in best.items()}
+    return {k: tuple(v) for k, v in best.items()}
 
 
 def _fifty_ops(a):
@@ -73,15 +83,36 @@ def _fifty_ops(a):
     return a
 
 
-def _report(name: str, times: dict[str, tuple[float, float]], unit: str = "us", goal: float | None = None):
+def _report(name: str, times: dict[str, tuple[float, ...]], unit: str = "us", goal: float | None = None):
     scale = 1e6 if unit == "us" else 1e3
     goal_text = f"   goal <= {goal:g}x" if goal is not None else ""
     for clock in ("wall", "cpu"):
-        plain_s, cand_s = times[clock]
+        plain_s, cand_s = times[clock][:2]
         print(
             f"{name:<34} {clock:<4} plain {plain_s * scale:9.1f} {unit}   implicit "
             f"{cand_s * scale:9.1f} {unit}   ratio {cand_s / plain_s:6.2f}x{goal_text}"
         )
+
+
+# The issue's anchors, measured on its reference machine with jax 0.10.2.
+_QUAX_ANCHORS = {"handled": 116e-6, "fallback": 115e-6, "tracing": 7.7e-3}
+_TRACING_GOAL_S = 4e-3
+
+
+def _report_anchor(name: str, key: str, times: dict[str, tuple[float, ...]], unit: str) -> None:
+    """Prints jaxcore against quax measured in the same rounds, and what that means on
+    the issue's reference machine (scaled by how much slower quax runs here)."""
+    scale = 1e6 if unit == "us" else 1e3
+    _, ours, theirs = times["cpu"]
+    slowdown = theirs / _QUAX_ANCHORS[key]
+    line = (
+        f"{name:<34} cpu  quax {theirs * scale:9.1f} {unit} (anchor {_QUAX_ANCHORS[key] * scale:g}: "
+        f"this machine {slowdown:.2f}x slower)   jaxcore/quax {ours / theirs:5.2f}   "
+        f"jaxcore on the anchor machine ~{ours / slowdown * scale:.1f} {unit}"
+    )
+    if key == "tracing":
+        line += f" (goal <= {_TRACING_GOAL_S * 1e3:g} ms)"
+    print(line)
 
 
 def main() -> None:
@@ -93,21 +124,40 @@ def main() -> None:
     )
     x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8)), jnp.float32)
     s = Scaled(x, scale=2.0)
+    quax_sides = _quax_anchor.sides(x, _fifty_ops) if _quax_anchor.available() else {}
 
     handled = ji.implicit(lambda a: a * 3.0)
-    _report("eager handled op (mul)", compare(lambda: x * 3.0, lambda: handled(s), number=500), goal=8)
+    handled_times = compare(
+        lambda: x * 3.0, lambda: handled(s), number=500, anchor=quax_sides.get("handled")
+    )
+    _report("eager handled op (mul)", handled_times, goal=8)
 
     fallback = ji.implicit(jnp.sin)
-    _report("eager fallback (sin, materialise)", compare(lambda: jnp.sin(x), lambda: fallback(s), number=500), goal=8)
+    fallback_times = compare(
+        lambda: jnp.sin(x), lambda: fallback(s), number=500, anchor=quax_sides.get("fallback")
+    )
+    _report("eager fallback (sin, materialise)", fallback_times, goal=8)
 
     # A fresh function per call, so neither side hits JAX's tracing cache.
     times = compare(
         lambda: jax.make_jaxpr(lambda a: _fifty_ops(a))(x),
         lambda: jax.make_jaxpr(ji.implicit(lambda a: _fifty_ops(a)))(s),
         number=5,
+        anchor=quax_sides.get("tracing"),
     )
     _report("tracing 50 handled ops", times, unit="ms")
     print(f"{'':<34} implicit tracing of 50 ops: {times['wall'][1] * 1e3:.2f} ms wall (goal <= 4 ms)")
+
+    if quax_sides:
+        print(f"anchor: quax {quax_sides['version']}, measured in the same rounds as the lines above")
+        _report_anchor("eager handled op (mul)", "handled", handled_times, "us")
+        _report_anchor("eager fallback (sin, materialise)", "fallback", fallback_times, "us")
+        _report_anchor("tracing 50 handled ops", "tracing", times, "ms")
+    else:
+        print(
+            "anchor: quax not installed; to measure it side by side: "
+            ".venv/bin/pip install --require-hashes -r benchmarks/anchors_lock.txt"
+        )
 
     try:
         from jaxcore.quant import ArrayInt8, ArrayNF4

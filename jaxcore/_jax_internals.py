@@ -11,8 +11,12 @@ from __future__ import annotations
 import typing as tp
 
 import jax
-from jax._src import core as _core  # the one sanctioned jax._src import site
+from jax._src import api_util as _api_util  # the one sanctioned jax._src import site
+from jax._src import config as _config
+from jax._src import core as _core
+from jax._src import linear_util as _lu
 from jax._src import source_info_util as _source_info_util
+from jax._src.interpreters import partial_eval as _pe
 
 # Inclusive lower bound, exclusive upper bound of the JAX versions whose internals
 # the wrappers below were checked against.
@@ -115,3 +119,50 @@ def equation_contexts(eqn: object) -> tuple[tp.Any, tp.Any]:
         _source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
         eqn.ctx.manager,
     )
+
+
+def trace_context() -> tp.Any:
+    """The hashable JAX configuration state that JAX's own tracing caches key on.
+
+    A cache of traced jaxprs must key on it too: a trace made under one setting (say,
+    ``jax.default_matmul_precision``) is wrong to replay under another.
+    """
+    return _config.trace_context()
+
+
+def is_staging_trace(trace: object) -> bool:
+    """Returns whether ``trace`` stages primitives into a jaxpr (``jit``, ``make_jaxpr``...)."""
+    return type(trace) is _pe.DynamicJaxprTrace
+
+
+def trace_to_jaxpr(
+    fn: tp.Callable[..., tp.Sequence[tp.Any]], in_avals: tp.Sequence[tp.Any], name: str
+) -> tuple[tp.Any, list[tp.Any]]:
+    """Traces ``fn`` (flat arrays in, a flat list out) at ``in_avals`` into an open jaxpr.
+
+    The public ``jax.make_jaxpr`` takes example values, which cannot carry every
+    abstract-value attribute (weak types, shardings, varying manual axes) exactly.
+
+    Returns:
+        ``(jaxpr, consts)``, the jaxpr with its constants kept separate.
+    """
+    debug = _api_util.debug_info(name, fn, tuple(in_avals), {})
+    jaxpr, _, consts = _pe.trace_to_jaxpr_dynamic(
+        _lu.wrap_init(fn, debug_info=debug), list(in_avals)
+    )
+    return jaxpr, consts
+
+
+def inline_jaxpr(
+    trace: tp.Any, jaxpr: tp.Any, consts: tp.Sequence[tp.Any], args: tp.Sequence[tp.Any]
+) -> list[tp.Any]:
+    """Stages ``jaxpr``'s equations into ``trace`` (a staging trace) on ``args``.
+
+    What JAX does for an inline ``jit`` under ``jit``: the equations are copied with
+    their recorded output types, without re-running abstract evaluation, under the
+    caller's current source information and name stack.
+    """
+    source_info = _source_info_util.current()
+    tracers = [trace.to_jaxpr_tracer(a, source_info) for a in args]
+    out = _pe.inline_jaxpr_into_trace(trace, source_info, jaxpr, consts, *tracers)
+    return [trace.to_jaxpr_tracer(o, source_info) for o in out]

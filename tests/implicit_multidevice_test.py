@@ -1,6 +1,5 @@
 """jaxcore.implicit with shard_map on 8 (fake CPU) devices: implicit operands are materialised."""
 
-import dataclasses
 import warnings
 
 import jax
@@ -10,18 +9,14 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jaxcore.implicit as ji
-from jaxcore.implicit import ImplicitArray, aux_field, implicit, register
+from jaxcore.implicit import implicit, register
+
+import implicit_test_util
 
 pytestmark = pytest.mark.multiaccelerator
 
 
-@dataclasses.dataclass
-class Scaled(ImplicitArray):
-    value: jax.Array
-    scale: float = aux_field()
-
-    def materialize(self):
-        return self.value * self.scale
+Scaled = implicit_test_util.scaled_class()
 
 
 @register("mul")

@@ -10,21 +10,15 @@ import numpy as np
 import pytest
 
 import jaxcore.implicit as ji
-from jaxcore.implicit import ImplicitArray, aux_field, implicit, register
+from jaxcore.implicit import ImplicitArray, implicit, register
+
+import implicit_test_util
 
 # Fallback warnings are asserted explicitly where they matter.
 pytestmark = pytest.mark.filterwarnings("ignore::jaxcore.implicit.MaterializationWarning")
 
 
-@dataclasses.dataclass
-class Scaled(ImplicitArray):
-    """value * scale, with a static scale."""
-
-    value: jax.Array
-    scale: float = aux_field()
-
-    def materialize(self):
-        return self.value * self.scale
+Scaled = implicit_test_util.scaled_class()
 
 
 @register("mul")
@@ -554,12 +548,17 @@ def test_finished_traces_are_not_kept_alive():
 
     from jaxcore.implicit import _trace
 
+    # Traces alive before (JAX's own caches may hold some, e.g. through custom_vjp
+    # thunks in cached jaxprs) are not this test's concern; its three must be gone.
+    before = {id(parent) for parent in _trace._traces.keys()}
     s = Scaled(jnp.ones(3), scale=2.0)
     for _ in range(3):
         jax.make_jaxpr(implicit(lambda a: a * 2.0))(s)
     gc.collect()
-    live_parents = [type(parent).__name__ for parent in _trace._traces.keys()]
-    assert "DynamicJaxprTrace" not in live_parents, live_parents
+    new_parents = [
+        type(parent).__name__ for parent in _trace._traces.keys() if id(parent) not in before
+    ]
+    assert "DynamicJaxprTrace" not in new_parents, new_parents
 
 
 def test_leaked_tracer_is_a_clear_error():

@@ -8,18 +8,14 @@ import numpy as np
 import pytest
 
 import jaxcore.implicit as ji
-from jaxcore.implicit import ImplicitArray, aux_field, implicit, register
+from jaxcore.implicit import ImplicitArray, implicit, register
+
+import implicit_test_util
 
 pytestmark = pytest.mark.filterwarnings("ignore::jaxcore.implicit.MaterializationWarning")
 
 
-@dataclasses.dataclass
-class Scaled(ImplicitArray):
-    value: jax.Array
-    scale: float = aux_field()
-
-    def materialize(self):
-        return self.value * self.scale
+Scaled = implicit_test_util.scaled_class()
 
 
 @register("mul")

@@ -12,7 +12,8 @@ primitive.
 Among the handlers that match, the most specific wins (``A`` beats ``B`` when every
 parameter type of ``A`` is a subtype of ``B``'s); ties are broken by ``precedence``,
 and a remaining tie is an error. The resolution is cached per (primitive, operand
-types), and the cache is cleared whenever a handler is registered.
+types), and the cache is cleared whenever a handler is registered (which also bumps
+:mod:`jaxcore._registry_version`, invalidating cached traces that ran handlers).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import jax
 import jax.extend.core as jex_core
 import numpy as np
 
+from jaxcore import _registry_version
 from jaxcore.implicit import _base
 
 _ANY = object
@@ -291,6 +293,7 @@ def register(
         handler = Handler(fn, precedence)
         _handlers.setdefault(primitive, []).append(handler)
         _cache.clear()
+        _registry_version.bump()
         return fn
 
     return decorator
@@ -306,6 +309,7 @@ def register_builtin(
     """Registers a built-in rule ``fn`` with ``raw``, an equivalent (primitive, values, params) entry."""
     _handlers.setdefault(primitive, []).append(Handler(fn, precedence, raw=raw))
     _cache.clear()
+    _registry_version.bump()
 
 
 def resolve(primitive: jex_core.Primitive, operand_types: tuple[type, ...]) -> Handler | None:

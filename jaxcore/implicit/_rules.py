@@ -24,9 +24,11 @@ import jax.extend.core as jex_core
 from jax.extend.core import primitives as prims
 
 from jaxcore import _jax_internals
+from jaxcore import _registry_version
 from jaxcore.implicit import _base
 from jaxcore.implicit import _dispatch
 from jaxcore.implicit import _materialize
+from jaxcore.implicit import _plan
 from jaxcore.implicit import _trace
 from jaxcore.implicit import _warnings
 
@@ -75,14 +77,15 @@ def _stable_carry_mask(
 
 @functools.lru_cache(maxsize=1024)
 def _compiled_jaxpr_fn(
-    closed_jaxpr: jex_core.ClosedJaxpr, name: str, warnings_state: tuple = ()
+    closed_jaxpr: jex_core.ClosedJaxpr, name: str, state: tuple = ()
 ) -> tp.Callable[..., list]:
     """``jax.jit`` of the jaxpr evaluated under the implicit interpreter, cached per jaxpr.
 
-    ``warnings_state`` is part of the cache key only: fallback warnings are issued
-    while tracing, so turning them back on must not reuse a trace made with them off.
+    ``state`` is part of the cache key only: the registry version and the warning
+    switches. A trace made before a handler or kernel was registered, or with
+    fallback warnings off (they are issued while tracing), must not be reused.
     """
-    del warnings_state
+    del state
 
     def run(*args):
         return _trace.eval_jaxpr(closed_jaxpr, args)
@@ -97,8 +100,9 @@ def _jit_rule(primitive, *args: tp.Any, jaxpr, inline, name, **params):
     Eagerly, the body is run under the interpreter once per operand structure and
     compiled, so repeated eager operations cost one cached dispatch. Under a
     transformation, inline jits are evaluated in place (as JAX does) and the others
-    stay a nested ``jit``. Shardings and donation refer to the dense operands and are
-    dropped.
+    stay a nested ``jit``. Inline jits under a staging trace replay a cached plan
+    (see ``_plan``) when one applies. Shardings and donation refer to the dense
+    operands and are dropped.
     """
     del params
     return _jit_rule_raw(primitive, args, {"jaxpr": jaxpr, "inline": inline, "name": name})
@@ -108,10 +112,14 @@ def _jit_rule_raw(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) ->
     """:func:`_jit_rule` taking the primitive's parameters as one dict (the hot path)."""
     del primitive
     jaxpr = params["jaxpr"]
-    if params["inline"] and not _jax_internals.is_eval_trace(_jax_internals.current_trace()):
-        out = _trace.eval_jaxpr(jaxpr, args)
+    trace = _jax_internals.current_trace()
+    if params["inline"] and not _jax_internals.is_eval_trace(trace):
+        out = _plan.run(jaxpr, args, trace, _trace.eval_jaxpr)
+        if out is None:
+            out = _trace.eval_jaxpr(jaxpr, args)
     else:
-        out = _compiled_jaxpr_fn(jaxpr, params["name"], _warnings.warnings_state())(*args)
+        state = (_registry_version.current(), _warnings.warnings_state())
+        out = _compiled_jaxpr_fn(jaxpr, params["name"], state)(*args)
     implicit_types = _base.IMPLICIT_TYPES
     for value, aval in zip(out, jaxpr.out_avals):
         if type(value) in implicit_types:

@@ -64,8 +64,22 @@ def warnings_state() -> tuple[bool, int]:
     return (_enabled.get() and _env_allows(), _generation)
 
 
+_consultations = 0
+
+
+def consultations() -> int:
+    """How often :func:`warn_materialize` has been called (whether or not it warned).
+
+    A cached trace during which this did not change issued no warning and would
+    issue none with the switches set differently, so it need not key on them.
+    """
+    return _consultations
+
+
 def warn_materialize(primitive: tp.Any, implicit_type: type) -> None:
     """Warns (once per primitive and type) that ``implicit_type`` is being materialised."""
+    global _consultations
+    _consultations += 1
     key = (str(primitive), implicit_type)
     if key in _warned:
         return

@@ -2,13 +2,17 @@
 
 Plugins (`jaxcore_gpu`, `jaxcore_tpu`) register their fused kernels here at import; the
 dispatchers in this package read the registry at trace time, so a kernel registered before
-a function is traced is used by that trace.
+a function is traced is used by that trace. Every change bumps
+:mod:`jaxcore._registry_version`, so jaxcore's own trace caches do not replay a trace
+made with the old kernels.
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Callable
+
+from jaxcore import _registry_version
 
 PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu")
 
@@ -42,6 +46,7 @@ def register_kernel(name: str, platform: str, impl: Callable) -> None:
         raise TypeError(f"impl for kernel {name!r} on {platform!r} must be callable, got {impl!r}")
     with _lock:
         _registry.setdefault(name, {})[platform] = impl
+        _registry_version.bump()
 
 
 def unregister_kernel(name: str, platform: str) -> Callable:
@@ -55,7 +60,9 @@ def unregister_kernel(name: str, platform: str) -> Callable:
         impls = _registry.get(name, {})
         if platform not in impls:
             raise KeyError(f"no kernel {name!r} registered for platform {platform!r}")
-        return impls.pop(platform)
+        impl = impls.pop(platform)
+        _registry_version.bump()
+        return impl
 
 
 def registered_kernels(name: str) -> dict[str, Callable]:
