@@ -15,7 +15,9 @@ re-run by :func:`eval_jaxpr`, which evaluates the jaxpr on the raw values direct
 the parent trace: equations without implicit operands are bound as they are, the
 others go through :func:`apply_primitive`, with no tracer wrapping per equation.
 Eagerly that evaluation is compiled once per jaxpr and operand structure (see
-``_rules``), so an eager handled op or fallback costs one cached dispatch.
+``_rules``), so an eager handled op or fallback costs one cached dispatch; under
+``jit`` it is traced once per jaxpr, operand structure and abstract values and
+replayed from then on (see ``_plan``).
 
 Because the interpreter is a trace, transformations compose in either order:
 ``grad(implicit(f))`` differentiates the handlers, ``implicit(grad(f))`` runs the
