@@ -351,6 +351,63 @@ def test_jit_grad_vmap_match_materialised(name, no_materialize):
         assert np.any(np.asarray(got) != 0)
 
 
+def _scale_tangent(q, seed):
+    """A tangent for ``q``: random for its float leaves (the scales), float0 for the codes."""
+    rng = np.random.default_rng(seed)
+
+    def leaf(x):
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            return jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+        return np.zeros(x.shape, jax.dtypes.float0)
+
+    return jax.tree_util.tree_map(leaf, q)
+
+
+@pytest.mark.parametrize("name", ["int8", "int8_axis1", "int4", "nf4_dq"])
+def test_forward_mode_and_second_order_match_materialised(name, no_materialize):
+    rng = np.random.default_rng(12)
+    q = QUANTISERS[name](weight(128, 16, seed=13))
+    w = jnp.asarray(q.materialize())
+    x = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)
+    y = jnp.asarray(rng.standard_normal((16, 3)), jnp.float32)
+
+    def dense(x, w):
+        return jnp.tanh(jnp.dot(x, w, precision="highest"))
+
+    def model(x, q):
+        return jnp.tanh(x @ q)
+
+    # jvp in the activations, for x @ q and (through the transposed product) q @ y.
+    out, tangent = jax.jit(lambda x, v: jax.jvp(lambda x: implicit(model)(x, q), (x,), (v,)))(x, v)
+    dense_out, dense_tangent = jax.jvp(lambda x: dense(x, w), (x,), (v,))
+    np.testing.assert_allclose(out, dense_out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tangent, dense_tangent, rtol=1e-4, atol=1e-4)
+    _, tangent_t = jax.jvp(lambda y: implicit(lambda q, y: q @ y)(q, y), (y,), (y * 0.5,))
+    np.testing.assert_allclose(tangent_t, jnp.dot(w, y * 0.5, precision="highest"), rtol=1e-4, atol=1e-4)
+
+    # jvp in the stored scales (learned scales), against the materialised weight's jvp.
+    tq = _scale_tangent(q, seed=14)
+    _, tangent_q = jax.jvp(lambda q: implicit(model)(x, q), (q,), (tq,))
+    _, dense_tangent_q = jax.jvp(lambda q: dense(x, q.materialize()), (q,), (tq,))
+    np.testing.assert_allclose(tangent_q, dense_tangent_q, rtol=1e-3, atol=1e-4)
+
+    # Forward and reverse Jacobians agree with each other and with the dense one.
+    jac_fwd = jax.jit(jax.jacfwd(lambda x: implicit(model)(x, q)))(x)
+    jac_rev = jax.jit(jax.jacrev(lambda x: implicit(model)(x, q)))(x)
+    jac_dense = jax.jacfwd(lambda x: dense(x, w))(x)
+    np.testing.assert_allclose(jac_fwd, jac_dense, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(jac_rev, jac_dense, rtol=1e-4, atol=1e-5)
+
+    # A Hessian-vector product (forward over reverse).
+    def loss(x):
+        return jnp.sum(implicit(model)(x, q) ** 2)
+
+    hvp = jax.jit(lambda x, v: jax.jvp(jax.grad(loss), (x,), (v,))[1])(x, v)
+    dense_hvp = jax.jvp(jax.grad(lambda x: jnp.sum(dense(x, w) ** 2)), (x,), (v,))[1]
+    np.testing.assert_allclose(hvp, dense_hvp, rtol=1e-3, atol=1e-4)
+
+
 def test_vmap_over_stacked_quantised_weights(no_materialize):
     ws = [weight(64, 8, seed=s) for s in range(3)]
     qs = [ArrayNF4.quantize(w, block_size=32) for w in ws]
@@ -381,6 +438,14 @@ def test_jitted_nf4_matmul_holds_no_dense_weight(no_materialize):
     # The backward pass (gradient with respect to x) works slab by slab as well.
     backward = jax.jit(jax.grad(implicit(lambda x, q: jnp.sum(x @ q)))).lower(x, q).compile().as_text()
     assert largest_float_buffer(backward) < k * n
+    # So does forward mode (a jvp in the activations).
+    forward = (
+        jax.jit(lambda x, v, q: jax.jvp(lambda x: implicit(lambda x, q: x @ q)(x, q), (x,), (v,)))
+        .lower(x, x, q)
+        .compile()
+        .as_text()
+    )
+    assert largest_float_buffer(forward) < k * n
 
 
 # ----------------------------------------------------------------------------- QAT

@@ -3,8 +3,11 @@
 The registered implementations of kernel ``"quantized_matmul"`` become the branches of ONE
 `jax.lax.platform_dependent`, with the portable reference as the default, so a single
 jitted (or exported) program picks the fused kernel of whatever platform it is compiled
-for. Gradients are defined with `jax.custom_vjp` using the reference kernels, so fused
-kernels need no autodiff rules and the backward pass also works slab by slab.
+for. The product is a primitive that is linear in the activations and in the block
+scales: its JVP and transpose rules use the same primitive and the slab-wise reference
+kernels, so fused kernels need no autodiff rules, ``jvp``/``grad``/``vjp`` and their
+compositions (``jacfwd``, Hessian-vector products) all work, and no pass forms the dense
+weight.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcore.kernels import _formats, _interpret, _reference, _registry
+import jax.extend.core as jex_core
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from jaxcore.kernels import _batching, _formats, _interpret, _reference, _registry
 
 KERNEL_NAME = "quantized_matmul"
 
@@ -52,54 +59,114 @@ def _dispatch(x2d, qvalue, scale, cfg: _Config):
     return jax.lax.platform_dependent(x2d, qvalue, scale, default=default, **branches)
 
 
-def _scale_gradient(a2d, b2d, qvalue, scale, cfg: _Config):
+def _scale_gradient(a2d, b2d, qvalue, scale_aval, cfg: _Config):
+    # Only the scales' shape and dtype enter the gradient; zeros stand in for their values
+    # (a transpose rule sees the scales as an undefined input).
+    scale = jnp.zeros(scale_aval.shape, scale_aval.dtype)
     return _reference.reference_scale_gradient(
         a2d, b2d, qvalue, scale, fmt=cfg.fmt, block_size=cfg.block_size
     )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _matmul(x2d, qvalue, scale, cfg: _Config):
-    return _dispatch(x2d, qvalue, scale, cfg)
-
-
-def _matmul_fwd(x2d, qvalue, scale, cfg):
-    return _matmul(x2d, qvalue, scale, cfg), (x2d, qvalue, scale)
-
-
-def _matmul_bwd(cfg, residuals, g):
-    x2d, qvalue, scale = residuals
-    dx = _matmul_t(g, qvalue, scale, cfg.returning(x2d.dtype))
-    return dx, None, _scale_gradient(x2d, g, qvalue, scale, cfg)
-
-
-_matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _matmul_t(x2d, qvalue, scale, cfg: _Config):
+def _transposed_reference(x2d, qvalue, scale, cfg: _Config):
     return _reference.reference_quantized_matmul_transposed(
         x2d, qvalue, scale, fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype
     )
 
 
-def _matmul_t_fwd(x2d, qvalue, scale, cfg):
-    return _matmul_t(x2d, qvalue, scale, cfg), (x2d, qvalue, scale)
+# x2d @ W and x2d @ W.T for a weight W stored in the (K, N) layout, as primitives. Each is
+# linear in x2d and in the scales, so its JVP is the same primitive on the tangents and
+# its transpose is the other primitive (or the slab-wise scale gradient): forward mode,
+# reverse mode and their compositions all work, and every one of them runs slab by slab
+# without forming the dense weight.
+_matmul_p = Primitive("quantized_matmul")
+_matmul_t_p = Primitive("quantized_matmul_transposed")
+_FORWARD = {_matmul_p: _dispatch, _matmul_t_p: _transposed_reference}
+_OTHER = {_matmul_p: _matmul_t_p, _matmul_t_p: _matmul_p}
 
 
-def _matmul_t_bwd(cfg, residuals, g):
-    x2d, qvalue, scale = residuals
-    dx = _matmul(g, qvalue, scale, cfg.returning(x2d.dtype))
-    return dx, None, _scale_gradient(g, x2d, qvalue, scale, cfg)
+def _abstract_eval(prim, x2d, qvalue, scale, *, cfg: _Config):
+    columns = (
+        qvalue.shape[1] if prim is _matmul_p else _formats.logical_rows(cfg.fmt, qvalue.shape[0])
+    )
+    # The result varies over shard_map's manual axes like the operands do (all 2-D, so
+    # the base's sharding carries over): the activations' usually, the weight's when only
+    # the weight varies.
+    base = next((a for a in (x2d, qvalue, scale) if not _manual_axes_empty(a)), x2d)
+    out = base.update(shape=(x2d.shape[0], columns), dtype=cfg.out_dtype, weak_type=False)
+    # Kernels run in interpret mode call back into Python (an ordered effect): declared,
+    # so that jit threads the effect's token through the product.
+    operands = tuple((tuple(a.shape), a.dtype) for a in (x2d, qvalue, scale))
+    return out, _forward_jaxpr(prim, cfg, operands).effects
 
 
-_matmul_t.defvjp(_matmul_t_fwd, _matmul_t_bwd)
+def _manual_axes_empty(aval) -> bool:
+    axes = getattr(aval, "manual_axis_type", None)
+    return axes is None or bool(getattr(axes, "empty", True))
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_jaxpr(prim, cfg: _Config, operands: tuple) -> jex_core.ClosedJaxpr:
+    """The traced kernel dispatch, once per configuration and operand shapes.
+
+    Lowering runs again for every program that contains the product; tracing every
+    platform's kernel each time would be slow, the jaxpr is not.
+    """
+    specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in operands]
+    return jax.make_jaxpr(lambda x2d, qvalue, scale: _FORWARD[prim](x2d, qvalue, scale, cfg))(*specs)
+
+
+def _lower(prim, ctx, x2d, qvalue, scale, *, cfg: _Config):
+    operands = tuple((tuple(a.shape), a.dtype) for a in ctx.avals_in)
+    fn = jex_core.jaxpr_as_fun(_forward_jaxpr(prim, cfg, operands))
+    return mlir.lower_fun(fn, multiple_results=True)(ctx, x2d, qvalue, scale)
+
+
+@functools.lru_cache(maxsize=256)
+def _eager(prim, cfg: _Config):
+    return jax.jit(functools.partial(prim.bind, cfg=cfg))
+
+
+def _jvp(prim, primals, tangents, *, cfg: _Config):
+    x2d, qvalue, scale = primals
+    dx, _, dscale = tangents
+    out = prim.bind(x2d, qvalue, scale, cfg=cfg)
+    terms = []
+    if type(dx) is not ad.Zero:
+        terms.append(prim.bind(dx, qvalue, scale, cfg=cfg))
+    if type(dscale) is not ad.Zero:
+        terms.append(prim.bind(x2d, qvalue, dscale, cfg=cfg))
+    if not terms:
+        return out, ad.Zero.from_primal_value(out)
+    return out, functools.reduce(jnp.add, terms)
+
+
+def _transpose(prim, ct, x2d, qvalue, scale, *, cfg: _Config):
+    if type(ct) is ad.Zero:
+        return None, None, None
+    if ad.is_undefined_primal(x2d):
+        dx = _OTHER[prim].bind(ct, qvalue, scale, cfg=cfg.returning(x2d.aval.dtype))
+        return dx, None, None
+    if ad.is_undefined_primal(scale):
+        # d/dscale of sum(ct * (x @ W)) pairs x with ct; of sum(ct * (x @ W.T)), ct with x.
+        a2d, b2d = (x2d, ct) if prim is _matmul_p else (ct, x2d)
+        return None, None, _scale_gradient(a2d, b2d, qvalue, scale.aval, cfg)
+    return None, None, None
+
+
+for _prim in (_matmul_p, _matmul_t_p):
+    _prim.def_effectful_abstract_eval(functools.partial(_abstract_eval, _prim))
+    _prim.def_impl(lambda *args, _prim=_prim, cfg: _eager(_prim, cfg)(*args))
+    mlir.register_lowering(_prim, functools.partial(_lower, _prim))
+    ad.primitive_jvps[_prim] = functools.partial(_jvp, _prim)
+    ad.primitive_transposes[_prim] = functools.partial(_transpose, _prim)
+    batching.primitive_batchers[_prim] = _batching.matmul_batch_rule(_prim.bind)
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4))
 def _run(x2d, qvalue, scale, cfg: _Config, transposed: bool):
     # A jit boundary: eager calls compile once per configuration and shape, not every time.
-    return (_matmul_t if transposed else _matmul)(x2d, qvalue, scale, cfg)
+    return (_matmul_t_p if transposed else _matmul_p).bind(x2d, qvalue, scale, cfg=cfg)
 
 
 def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int]:
@@ -152,10 +219,10 @@ def quantized_matmul(x: jax.Array, q, *, preferred_element_type=None) -> jax.Arr
     ``x`` is flattened to (M, K) and the kernel registered for the platform the program is
     compiled for runs (through one `jax.lax.platform_dependent`; the portable reference is
     the default and serves CPU unless a plugin or ``JAXCORE_PALLAS_INTERPRET`` says
-    otherwise). ``jit`` and ``vmap`` apply. Reverse-mode differentiable in ``x`` and in the
-    block scales through a `jax.custom_vjp` whose backward pass also works slab by slab (a
-    forward-mode ``jvp`` rule would make ``grad`` keep every dequantised slab alive, i.e.
-    the dense weight), so ``jax.jvp``/``jacfwd`` are not supported.
+    otherwise). ``jit`` and ``vmap`` apply. Differentiable in ``x`` and in the block scales in
+    both modes (``grad``, ``jvp``, ``jacfwd``, Hessian-vector products): the product is a
+    primitive whose JVP is itself on the tangents and whose transpose is the slab-wise
+    transposed product (or scale gradient), so no derivative forms the dense weight.
 
     Args:
       x: floating array (..., K).

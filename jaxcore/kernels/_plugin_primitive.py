@@ -16,9 +16,10 @@ import functools
 from collections.abc import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
+
+from jaxcore.kernels import _batching
 
 
 def platform_primitive(
@@ -56,28 +57,10 @@ def platform_primitive(
         fn = functools.partial(fallback, **static)
         return mlir.lower_fun(fn, multiple_results=False)(ctx, *args)
 
-    def batch(args, dims, **static):
-        x, qvalue, scale = args
-        dx, dq, ds = dims
-        if dq is None and ds is None:  # shared weights: fold the batch into M
-            xb = jnp.moveaxis(x, dx, 0)
-            out = prim.bind(xb.reshape(-1, xb.shape[-1]), qvalue, scale, **static)
-            return out.reshape(*xb.shape[:2], out.shape[-1]), 0
-        # Batched weights: one kernel call per member.
-        moved = [None if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
-
-        def one(slices):
-            it = iter(slices)
-            call = [a if m is None else next(it) for a, m in zip(args, moved)]
-            return prim.bind(*call, **static)
-
-        batched = tuple(m for m in moved if m is not None)
-        return jax.lax.map(one, batched), 0
-
     prim.def_abstract_eval(abstract_eval)
     prim.def_impl(impl)
     mlir.register_lowering(prim, lower_fallback)
     for platform in platforms:
         mlir.register_lowering(prim, functools.partial(lower_kernel, platform), platform=platform)
-    batching.primitive_batchers[prim] = batch
+    batching.primitive_batchers[prim] = _batching.matmul_batch_rule(prim.bind)
     return prim.bind

@@ -1,0 +1,43 @@
+"""The ``vmap`` rule shared by the quantised-matmul primitives.
+
+Every such primitive takes ``(x2d, qvalue, scale)`` with ``x2d`` of shape (M, C) and
+returns (M, R): a batch of activations against shared weights folds into M (one
+kernel call); batched weights (a stack of layers under ``vmap``) run one kernel call
+per member with ``jax.lax.map``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+
+def matmul_batch_rule(bind: Callable[..., jax.Array]) -> Callable[..., tuple[jax.Array, int]]:
+    """Returns a ``batching.primitive_batchers`` rule for the primitive bound by ``bind``.
+
+    Args:
+      bind: ``bind(x2d, qvalue, scale, **params) -> (M, R)``, the primitive's bind.
+
+    Returns:
+      ``rule(args, dims, **params) -> (out, out_dim)``.
+    """
+
+    def rule(args: Sequence[jax.Array], dims: Sequence[int | None], **params):
+        x, qvalue, scale = args
+        dx, dq, ds = dims
+        if dq is None and ds is None:  # shared weights: fold the batch into M
+            xb = jnp.moveaxis(x, dx, 0)
+            out = bind(xb.reshape(-1, xb.shape[-1]), qvalue, scale, **params)
+            return out.reshape(*xb.shape[:2], out.shape[-1]), 0
+        moved = [None if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+
+        def one(slices):
+            it = iter(slices)
+            call = [a if m is None else next(it) for a, m in zip(args, moved)]
+            return bind(*call, **params)
+
+        return jax.lax.map(one, tuple(m for m in moved if m is not None)), 0
+
+    return rule
