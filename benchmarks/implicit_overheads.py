@@ -11,7 +11,8 @@ The issue states its goals against anchors measured on a reference machine (quax
 116 us eager handled op, 115 us fallback, 7.7 ms tracing 50 ops). When quax is
 installed (``.venv/bin/pip install --require-hashes -r benchmarks/anchors_lock.txt``)
 it runs in the same rounds, and the report scales jaxcore's numbers by how much
-slower quax runs here than on that machine.
+slower quax runs here than on that machine. The absolute tracing goal is also stated
+through the plain jnp op, which the issue puts at ~5 us there.
 
 Each side is timed in interleaved rounds (both sides back to back per round) and the
 best round is kept, both in wall-clock time and in process CPU time; on a shared,
@@ -94,8 +95,10 @@ def _report(name: str, times: dict[str, tuple[float, ...]], unit: str = "us", go
         )
 
 
-# The issue's anchors, measured on its reference machine with jax 0.10.2.
+# The issue's anchors, measured on its reference machine with jax 0.10.2: quax's times,
+# and a plain jnp op on the 8x8 array (its goal "8x plain jnp (~40 us)" puts it at ~5 us).
 _QUAX_ANCHORS = {"handled": 116e-6, "fallback": 115e-6, "tracing": 7.7e-3}
+_PLAIN_OP_ANCHOR_S = 40e-6 / 8
 _TRACING_GOAL_S = 4e-3
 
 
@@ -113,6 +116,27 @@ def _report_anchor(name: str, key: str, times: dict[str, tuple[float, ...]], uni
     if key == "tracing":
         line += f" (goal <= {_TRACING_GOAL_S * 1e3:g} ms)"
     print(line)
+
+
+def _report_tracing_goal(handled_times, tracing_times) -> None:
+    """States the absolute tracing goal in this machine's terms.
+
+    The goal (<= 4 ms) was set on the issue's reference machine. How much slower this
+    machine is comes from the same run: the plain jnp op against the ~5 us the issue
+    implies, and quax's tracing against its 7.7 ms anchor when quax is installed.
+    """
+    ours = tracing_times["cpu"][1]
+    factors = {"plain jnp op": handled_times["cpu"][0] / _PLAIN_OP_ANCHOR_S}
+    if len(tracing_times["cpu"]) == 3:
+        factors["quax tracing"] = tracing_times["cpu"][2] / _QUAX_ANCHORS["tracing"]
+    print(f"tracing goal: <= {_TRACING_GOAL_S * 1e3:g} ms on the issue's reference machine; here {ours * 1e3:.2f} ms")
+    for basis, factor in factors.items():
+        scaled = ours / factor
+        verdict = "met" if scaled <= _TRACING_GOAL_S else "missed"
+        print(
+            f"  by {basis:<13} this machine is {factor:4.2f}x slower -> jaxcore there "
+            f"~{scaled * 1e3:.2f} ms ({verdict})"
+        )
 
 
 def main() -> None:
@@ -146,7 +170,6 @@ def main() -> None:
         anchor=quax_sides.get("tracing"),
     )
     _report("tracing 50 handled ops", times, unit="ms")
-    print(f"{'':<34} implicit tracing of 50 ops: {times['wall'][1] * 1e3:.2f} ms wall (goal <= 4 ms)")
 
     if quax_sides:
         print(f"anchor: quax {quax_sides['version']}, measured in the same rounds as the lines above")
@@ -158,6 +181,7 @@ def main() -> None:
             "anchor: quax not installed; to measure it side by side: "
             ".venv/bin/pip install --require-hashes -r benchmarks/anchors_lock.txt"
         )
+    _report_tracing_goal(handled_times, times)
 
     try:
         from jaxcore.quant import ArrayInt8, ArrayNF4

@@ -263,6 +263,11 @@ def register(
     (an array or an implicit array; a list for multiple-result primitives). See the
     module docstring for how handlers are matched to operand types.
 
+    Like a function under ``jax.jit``, a handler should be pure: under ``jit`` its
+    traced operations are cached per operand structure and abstract values and
+    replayed, so its Python side effects run once per such signature. Registering a
+    handler (or a kernel) invalidates those caches.
+
     Example:
         >>> @register("mul")
         ... def _(x: Scaled, y: jax.Array):
