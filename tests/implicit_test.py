@@ -491,6 +491,23 @@ def test_tree_helpers_treat_implicit_as_leaves():
     assert ji.tree_structure_with_implicit(tree).num_leaves == 3
     extra = ji.tree_leaves_with_implicit({"t": (1, 2)}, is_leaf=lambda x: isinstance(x, tuple))
     assert extra == [(1, 2)]
+    # The extra predicate may also be spelled new_is_leaf=, as combine_leaf_predicate's
+    # wrappers take it; not both at once.
+    is_tuple = lambda x: isinstance(x, tuple)  # noqa: E731
+    assert ji.tree_leaves_with_implicit({"t": (1, 2), "w": s}, new_is_leaf=is_tuple) == [(1, 2), s]
+    with pytest.raises(TypeError, match="is_leaf= or as new_is_leaf="):
+        ji.tree_leaves_with_implicit(tree, is_leaf=is_tuple, new_is_leaf=is_tuple)
+
+
+def test_combine_leaf_predicate_wraps_any_tree_function():
+    s = Scaled(jnp.ones(2), scale=2.0)
+    count = ji.combine_leaf_predicate(jax.tree_util.tree_leaves, lambda x: isinstance(x, list))
+    assert count({"a": [1, 2], "b": 3}) == [[1, 2], 3]
+    assert count({"a": (1, 2)}, new_is_leaf=lambda x: isinstance(x, tuple)) == [(1, 2)]
+    mapped = ji.combine_leaf_predicate(jax.tree_util.tree_map, ji.leaf_predicate)(
+        lambda x: "leaf" if ji.leaf_predicate(x) else x, {"w": s, "n": 2}
+    )
+    assert mapped == {"w": "leaf", "n": 2}
 
 
 def test_flatten_one_implicit_layer_round_trips():

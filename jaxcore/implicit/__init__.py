@@ -22,6 +22,7 @@ from jaxcore.implicit._materialize import materialize_nested
 from jaxcore.implicit._ste import ste
 from jaxcore.implicit._trace import implicit
 from jaxcore.implicit._trace import use_implicit
+from jaxcore.implicit._tree import combine_leaf_predicate
 from jaxcore.implicit._tree import flatten_one_implicit_layer
 from jaxcore.implicit._tree import implicit_depth
 from jaxcore.implicit._tree import is_array
@@ -57,6 +58,7 @@ __all__ = [
     "implicit",
     "implicit_depth",
     "is_array",
+    "combine_leaf_predicate",
     "leaf_predicate",
     "materialization_warnings",
     "materialize_handler",

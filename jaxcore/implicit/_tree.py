@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import typing as tp
 
 import jax
@@ -17,40 +18,77 @@ def leaf_predicate(x: tp.Any) -> bool:
     return isinstance(x, _base.ImplicitArray)
 
 
-def _combine(is_leaf: tp.Callable[[tp.Any], bool] | None) -> tp.Callable[[tp.Any], bool]:
-    if is_leaf is None:
-        return leaf_predicate
-    return lambda x: leaf_predicate(x) or bool(is_leaf(x))
+def combine_leaf_predicate(
+    base_fn: tp.Callable[..., tp.Any], is_leaf: tp.Callable[[tp.Any], bool]
+) -> tp.Callable[..., tp.Any]:
+    """Wraps a ``jax.tree_util`` function so that ``is_leaf`` values are always leaves.
+
+    The wrapper takes ``base_fn``'s positional arguments and an optional extra leaf
+    predicate, as ``is_leaf=`` or ``new_is_leaf=``: a value is a leaf when either
+    predicate says so.
+
+    Args:
+        base_fn: A tree function taking ``is_leaf=`` (``jax.tree_util.tree_map``...).
+        is_leaf: The predicate every call applies.
+
+    Returns:
+        The wrapped function.
+    """
+    base_is_leaf = is_leaf  # the wrapper's own is_leaf= is the extra predicate
+
+    @functools.wraps(base_fn)
+    def wrapped(*args: tp.Any, is_leaf: tp.Any = None, new_is_leaf: tp.Any = None) -> tp.Any:
+        if is_leaf is not None and new_is_leaf is not None:
+            raise TypeError(
+                f"{base_fn.__name__}_with_implicit: pass the extra leaf predicate as is_leaf= "
+                "or as new_is_leaf=, not both"
+            )
+        extra = is_leaf if is_leaf is not None else new_is_leaf
+        return base_fn(*args, is_leaf=_combine(base_is_leaf, extra))
+
+    return wrapped
 
 
-def tree_map_with_implicit(f, tree, *rest, is_leaf=None):
-    """``jax.tree_util.tree_map`` that stops at implicit arrays (and at ``is_leaf``)."""
-    return _tu.tree_map(f, tree, *rest, is_leaf=_combine(is_leaf))
+def _combine(
+    base: tp.Callable[[tp.Any], bool], extra: tp.Callable[[tp.Any], bool] | None
+) -> tp.Callable[[tp.Any], bool]:
+    if extra is None:
+        return base
+    return lambda x: base(x) or bool(extra(x))
 
 
-def tree_map_with_path_with_implicit(f, tree, *rest, is_leaf=None):
-    """``jax.tree_util.tree_map_with_path`` that stops at implicit arrays."""
-    return _tu.tree_map_with_path(f, tree, *rest, is_leaf=_combine(is_leaf))
+def _with_implicit(base_fn: tp.Callable[..., tp.Any], doc: str) -> tp.Callable[..., tp.Any]:
+    fn = combine_leaf_predicate(base_fn, leaf_predicate)
+    fn.__name__ = fn.__qualname__ = f"{base_fn.__name__}_with_implicit"
+    fn.__doc__ = doc
+    return fn
 
 
-def tree_flatten_with_implicit(tree, is_leaf=None):
-    """``jax.tree_util.tree_flatten`` that keeps implicit arrays as leaves."""
-    return _tu.tree_flatten(tree, is_leaf=_combine(is_leaf))
-
-
-def tree_flatten_with_path_with_implicit(tree, is_leaf=None):
-    """``jax.tree_util.tree_flatten_with_path`` that keeps implicit arrays as leaves."""
-    return _tu.tree_flatten_with_path(tree, is_leaf=_combine(is_leaf))
-
-
-def tree_leaves_with_implicit(tree, is_leaf=None):
-    """``jax.tree_util.tree_leaves`` that keeps implicit arrays as leaves."""
-    return _tu.tree_leaves(tree, is_leaf=_combine(is_leaf))
-
-
-def tree_structure_with_implicit(tree, is_leaf=None):
-    """``jax.tree_util.tree_structure`` that keeps implicit arrays as leaves."""
-    return _tu.tree_structure(tree, is_leaf=_combine(is_leaf))
+tree_map_with_implicit = _with_implicit(
+    _tu.tree_map,
+    """``jax.tree_util.tree_map(f, tree, *rest)`` that stops at implicit arrays (and at
+    the optional ``is_leaf=``/``new_is_leaf=`` predicate).""",
+)
+tree_map_with_path_with_implicit = _with_implicit(
+    _tu.tree_map_with_path,
+    """``jax.tree_util.tree_map_with_path`` that stops at implicit arrays.""",
+)
+tree_flatten_with_implicit = _with_implicit(
+    _tu.tree_flatten,
+    """``jax.tree_util.tree_flatten`` that keeps implicit arrays as leaves.""",
+)
+tree_flatten_with_path_with_implicit = _with_implicit(
+    _tu.tree_flatten_with_path,
+    """``jax.tree_util.tree_flatten_with_path`` that keeps implicit arrays as leaves.""",
+)
+tree_leaves_with_implicit = _with_implicit(
+    _tu.tree_leaves,
+    """``jax.tree_util.tree_leaves`` that keeps implicit arrays as leaves.""",
+)
+tree_structure_with_implicit = _with_implicit(
+    _tu.tree_structure,
+    """``jax.tree_util.tree_structure`` that keeps implicit arrays as leaves.""",
+)
 
 
 def is_array(element: tp.Any) -> bool:
