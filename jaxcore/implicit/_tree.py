@@ -60,6 +60,7 @@ def _combine(
 def _with_implicit(base_fn: tp.Callable[..., tp.Any], doc: str) -> tp.Callable[..., tp.Any]:
     fn = combine_leaf_predicate(base_fn, leaf_predicate)
     fn.__name__ = fn.__qualname__ = f"{base_fn.__name__}_with_implicit"
+    fn.__module__ = "jaxcore.implicit"
     fn.__doc__ = doc
     return fn
 
