@@ -221,6 +221,17 @@ def _discover(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
 _explicit_avals: dict[tuple[tp.Any, tp.Any], jax.core.ShapedArray] = {}
 
 
+def _aval_for(shape: tp.Sequence[int], dtype: tp.Any) -> jax.core.ShapedArray:
+    """The ``ShapedArray`` of ``shape``/``dtype``, from a cache (building one is slow)."""
+    key = (tuple(shape), dtype)
+    aval = _explicit_avals.get(key)
+    if aval is None:
+        aval = jax.core.ShapedArray(tuple(shape), jnp.dtype(dtype))
+        if len(_explicit_avals) < _MAX_DISCOVERY_CACHE:
+            _explicit_avals[key] = aval
+    return aval
+
+
 def _resolve_aval(obj: ImplicitArray) -> jax.core.ShapedArray:
     """Returns the logical shape/dtype of ``obj``, computing them at most once per instance."""
     d = obj.__dict__
@@ -237,13 +248,7 @@ def _resolve_aval(obj: ImplicitArray) -> jax.core.ShapedArray:
         found = _discover(obj)
         shape = found.shape if shape is None else shape
         dtype = found.dtype if dtype is None else dtype
-    key = (tuple(shape), dtype)
-    aval = _explicit_avals.get(key)
-    if aval is None:
-        aval = jax.core.ShapedArray(tuple(shape), jnp.dtype(dtype))
-        if len(_explicit_avals) < _MAX_DISCOVERY_CACHE:
-            _explicit_avals[key] = aval
-    d[_AVAL_ATTR] = aval
+    aval = d[_AVAL_ATTR] = _aval_for(shape, dtype)
     return aval
 
 
@@ -256,13 +261,7 @@ def adopt_aval(obj: ImplicitArray, shape: tp.Sequence[int], dtype: tp.Any) -> No
     d = obj.__dict__
     if d.get(_AVAL_ATTR) is not None or d.get("_jaxcore_explicit_shape") is not None:
         return
-    key = (tuple(shape), dtype)
-    aval = _explicit_avals.get(key)
-    if aval is None:
-        aval = jax.core.ShapedArray(tuple(shape), jnp.dtype(dtype))
-        if len(_explicit_avals) < _MAX_DISCOVERY_CACHE:
-            _explicit_avals[key] = aval
-    d[_AVAL_ATTR] = aval
+    d[_AVAL_ATTR] = _aval_for(shape, dtype)
 
 
 @dataclasses.dataclass

@@ -24,7 +24,6 @@ import jax.extend.core as jex_core
 
 from jaxcore import _jax_internals
 from jaxcore import _registry_version
-from jaxcore.implicit import _base
 from jaxcore.implicit import _warnings
 
 _MAX_PLANS = 4096
@@ -142,9 +141,6 @@ def _build(
 
     def flat_fn(*leaves: tp.Any) -> list[tp.Any]:
         out = evaluate(closed_jaxpr, jax.tree_util.tree_unflatten(treedef, leaves))
-        for value, aval in zip(out, closed_jaxpr.out_avals):
-            if type(value) in _base.IMPLICIT_TYPES:
-                _base.adopt_aval(value, aval.shape, aval.dtype)
         out_leaves, out_tree = jax.tree_util.tree_flatten(list(out))
         out_trees.append(out_tree)
         return out_leaves

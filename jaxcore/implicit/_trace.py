@@ -103,18 +103,8 @@ class _ImplicitTrace(jax.core.Trace):
         return self.parent_trace.stage_value(val)
 
     def process_primitive(self, primitive, tracers, params):
-        # Hot path (every primitive bound inside use_implicit): no helper calls.
-        values = []
-        found = False
-        for t in tracers:
-            if type(t) is _ImplicitTracer and t._trace is self:
-                values.append(t.value)
-                found = True
-            else:
-                values.append(t)
-        parent = self._parent_ref()
-        if parent is None:
-            parent = self.parent_trace  # raises the explanatory error
+        values, found = self._values(tracers)
+        parent = self.parent_trace
         if not found:
             with jex_core.set_current_trace(parent):
                 return primitive.bind(*values, **params)
@@ -272,7 +262,7 @@ def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs:
     The implicit arrays among ``args`` stay plain objects (``fn`` reads their fields),
     but their implicit children are wrapped as tracers of a fresh implicit trace.
     """
-    trace = trace_for(_jax_internals.current_trace())
+    trace = _current_implicit_trace()
 
     def wrap_children(x: tp.Any) -> tp.Any:
         if not _is_implicit(x):
