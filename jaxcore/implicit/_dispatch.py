@@ -295,10 +295,7 @@ def register(
         raise TypeError(f"precedence must be an int, got {precedence!r}")
 
     def decorator(fn: CT) -> CT:
-        handler = Handler(fn, precedence)
-        _handlers.setdefault(primitive, []).append(handler)
-        _cache.clear()
-        _registry_version.bump()
+        _add(primitive, Handler(fn, precedence))
         return fn
 
     return decorator
@@ -312,7 +309,11 @@ def register_builtin(
     raw: tp.Callable[[tp.Any, tp.Sequence[tp.Any], dict], tp.Any],
 ) -> None:
     """Registers a built-in rule ``fn`` with ``raw``, an equivalent (primitive, values, params) entry."""
-    _handlers.setdefault(primitive, []).append(Handler(fn, precedence, raw=raw))
+    _add(primitive, Handler(fn, precedence, raw=raw))
+
+
+def _add(primitive: jex_core.Primitive, handler: Handler) -> None:
+    _handlers.setdefault(primitive, []).append(handler)
     _cache.clear()
     _registry_version.bump()
 
