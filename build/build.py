@@ -294,16 +294,17 @@ def find_bazel(bazel_path, *, verbose, dry_run):
                 raise BuildError("apt-get installed bazel-bootstrap but no `bazel` is on PATH")
         bazel = Path(found)
     version = bazel_version(bazel)
+    shown = ".".join(map(str, version))
     want = tuple(int(v) for v in BAZEL_VERSION.split("."))
     if version < want:
         raise BuildError(
-            f"Bazel {'.'.join(map(str, version))} at {bazel} is too old; jaxcore needs "
+            f"Bazel {shown} at {bazel} is too old; jaxcore needs "
             f"{BAZEL_VERSION} or newer (4.x; see .bazelversion)"
         )
     if version[0] != want[0]:
-        _log(f"warning: Bazel {'.'.join(map(str, version))} is untested; jaxcore's WORKSPACE targets Bazel {BAZEL_VERSION}")
+        _log(f"warning: Bazel {shown} is untested; jaxcore's WORKSPACE targets Bazel {BAZEL_VERSION}")
     if verbose:
-        _log(f"using Bazel {'.'.join(map(str, version))} at {bazel}")
+        _log(f"using Bazel {shown} at {bazel}")
     return bazel
 
 
@@ -467,8 +468,8 @@ def cmd_test(args):
         JAXCORE_SKIP_SETUP="1",
         JAXCORE_PYTHON=str(python),
         JAXCORE_BAZEL=str(bazel),
-        JAXCORE_BAZEL_OPTIONS=" ".join(shlex.quote(o) for o in args.bazel_options),
-        JAXCORE_BAZEL_STARTUP_OPTIONS=" ".join(shlex.quote(o) for o in args.bazel_startup_options),
+        JAXCORE_BAZEL_OPTIONS=_fmt(args.bazel_options),
+        JAXCORE_BAZEL_STARTUP_OPTIONS=_fmt(args.bazel_startup_options),
     )
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = [r for r in runners if r not in ("bazel", "pytest")]

@@ -178,14 +178,19 @@ count_tpu() {
   echo "$n"
 }
 
+# Exits unless JAXCORE_ACCELERATOR_PLATFORM is unset or one of the known platforms.
+check_platform_setting() {
+  case "${JAXCORE_ACCELERATOR_PLATFORM:-}" in
+    "" | cuda | rocm | tpu | generic) ;;
+    *) die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_PLATFORM='$JAXCORE_ACCELERATOR_PLATFORM' is not one of cuda, rocm, tpu, generic" ;;
+  esac
+}
+
 # Sets PLATFORM and COUNT from the settings, detecting what is not set.
 detect_accelerators() {
+  check_platform_setting
   PLATFORM="${JAXCORE_ACCELERATOR_PLATFORM:-}"
   COUNT="${JAXCORE_ACCELERATOR_COUNT:-}"
-  case "$PLATFORM" in
-    "" | cuda | rocm | tpu | generic) ;;
-    *) die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_PLATFORM='$PLATFORM' is not one of cuda, rocm, tpu, generic" ;;
-  esac
   if [[ -n "$COUNT" ]] && ! is_positive_int "$COUNT"; then
     die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_COUNT='$COUNT' is not a positive integer"
   fi
@@ -226,16 +231,14 @@ detect_accelerators() {
 # settings found (kept in the lock directory), so a suite does not run `nvidia-smi` per test.
 cached_detect_accelerators() {
   local file="$LOCK_DIR/detected" key now_s platform count source when cached_key
+  check_platform_setting
   printf -v key '%s|%s|%s|%s' "${JAXCORE_ACCELERATOR_PLATFORM:-}" "$DEV_DIR" "$SYSFS_DIR" "$PATH"
   now_s="${EPOCHREALTIME%%[!0-9]*}"
   if read -r platform count source when cached_key 2>/dev/null <"$file" &&
     [[ "$cached_key" == "$key" && "$count$when" != *[!0-9]* && -n "$count" && -n "$when" ]] &&
     ((now_s - when >= 0 && now_s - when < DETECT_CACHE_S)); then
-    # Still validates the settings (and fails on bad ones) without running any tool.
     PLATFORM="$platform" COUNT="$count" COUNT_SOURCE="$source"
-    case "${JAXCORE_ACCELERATOR_PLATFORM:-}" in
-      "" | cuda | rocm | tpu | generic) return 0 ;;
-    esac
+    return 0
   fi
   detect_accelerators
   # Rewritten in place at a fixed length (see write_owner for why there is no truncation).
@@ -516,16 +519,12 @@ export_device_env() {
       export HIP_VISIBLE_DEVICES=0
       export CUDA_VISIBLE_DEVICES=0
       ;;
-    tpu)
-      export TPU_VISIBLE_CHIPS="$device"
-      export TPU_CHIPS_PER_PROCESS_BOUNDS=1,1,1
-      export TPU_PROCESS_BOUNDS=1,1,1
-      export ALLOW_MULTIPLE_LIBTPU_LOAD=true
-      ;;
     generic)
       # Unknown vendor: the variables each runtime reads, all indexing the full device list.
       export CUDA_VISIBLE_DEVICES="$device"
       export HIP_VISIBLE_DEVICES="$device"
+      ;&
+    tpu)
       export TPU_VISIBLE_CHIPS="$device"
       export TPU_CHIPS_PER_PROCESS_BOUNDS=1,1,1
       export TPU_PROCESS_BOUNDS=1,1,1
