@@ -145,11 +145,6 @@ def test_unknown_override_field():
 # ---- argument checks ---------------------------------------------------------------
 
 
-def _args(fmt="int4", m=2, k=64, n=16, block_size=32):
-    x, qvalue, scale = _make(fmt, m, k, n, block_size, jnp.float32)
-    return x, qvalue, scale
-
-
 @pytest.mark.parametrize(
     "mutate,error,match",
     [
@@ -165,12 +160,7 @@ def _args(fmt="int4", m=2, k=64, n=16, block_size=32):
     ],
 )
 def test_argument_errors(mutate, error, match):
-    x, qvalue, scale = _args()
-    a = mutate(dict(x=x, qvalue=qvalue, scale=scale, fmt="int4", block_size=32))
-    with pytest.raises(error, match=match):
-        jaxcore_gpu.quantized_matmul(
-            a["x"], a["qvalue"], a["scale"], fmt=a["fmt"], block_size=a["block_size"]
-        )
+    ktu.check_argument_error(jaxcore_gpu.quantized_matmul, "int4", mutate, error, match)
 
 
 def test_odd_block_size_for_packed_format():

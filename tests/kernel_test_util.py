@@ -137,6 +137,18 @@ def check_dispatch_matches_dense(x, q, out_shape=None):
     assert np.all(np.abs(out - x64 @ w64) <= atol)
 
 
+def check_argument_error(kernel, fmt, mutate, error, match):
+    """``kernel`` raises ``error`` (message matching ``match``) on bad arguments.
+
+    ``mutate`` maps the keyword arguments of a valid call (``x``, ``qvalue``, ``scale``, ``fmt``,
+    ``block_size``: M=2, K=64, N=16 in 32-row blocks) to the ones passed instead.
+    """
+    x, qvalue, scale = make(fmt, 2, 64, 16, 32, jnp.float32)
+    a = mutate(dict(x=x, qvalue=qvalue, scale=scale, fmt=fmt, block_size=32))
+    with pytest.raises(error, match=match):
+        kernel(a["x"], a["qvalue"], a["scale"], fmt=a["fmt"], block_size=a["block_size"])
+
+
 def check_bad_override_fails_when_traced(plugin, entry_point, n, fields, match):
     """A tile override that breaks a rule fails when ``entry_point`` is traced, on any platform."""
     x, qvalue, scale = make("int8", 2, 256, n, 256, jnp.float32)

@@ -57,6 +57,14 @@ def _np_ref(name):
     return {"rsqrt": lambda x: 1 / np.sqrt(x)}.get(name) or getattr(np, name)
 
 
+def _with_nan(base, name, at):
+    """A copy of ``base``, with a NaN at index ``at`` for the ``nan*`` variant ``name``."""
+    x = np.array(base)
+    if name.startswith("nan"):
+        x[at] = np.nan
+    return x
+
+
 def _as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
@@ -223,9 +231,7 @@ def _reduction_ref(name, x, axis, where=None, **kw):
 
 @pytest.mark.parametrize("name", _REDUCTIONS)
 def test_reductions(name):
-    x = np.array(_SIGNED)
-    if name.startswith("nan"):
-        x[0, 1] = np.nan
+    x = _with_nan(_SIGNED, name, (0, 1))
     if name in ("all", "any"):
         x = x > 0
     a = hax.named(x, (B, E))
@@ -308,9 +314,7 @@ def test_reduction_errors():
 
 @pytest.mark.parametrize("name", ["argmax", "argmin", "nanargmax", "nanargmin"])
 def test_arg_reductions(name):
-    x = np.array(_SIGNED)
-    if name.startswith("nan"):
-        x[1, 2] = np.nan
+    x = _with_nan(_SIGNED, name, (1, 2))
     a = hax.named(x, (B, E))
     fn, ref = getattr(hax, name), getattr(jnp, name)
     _assert_named(fn(a, "embed"), ref(x, axis=1), (B,))
@@ -335,9 +339,7 @@ def test_arg_reductions(name):
 
 @pytest.mark.parametrize("name", ["cumsum", "cumprod", "nancumsum", "nancumprod", "sort"])
 def test_axiswise(name):
-    x = np.array(_BIG)
-    if name.startswith("nan"):
-        x[1, 1] = np.nan
+    x = _with_nan(_BIG, name, (1, 1))
     a = hax.named(x, (B, E))
     fn, ref = getattr(hax, name), getattr(jnp, name)
     _assert_named(fn(a, "embed"), ref(x, axis=1), (B, E))

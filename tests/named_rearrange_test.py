@@ -320,5 +320,5 @@ def test_ellipsis_keeps_unnamed_axes_in_order(n, data):
     rhs = [names[i] for i in named[:cut]] + ["..."] + [names[i] for i in named[cut:]]
     y = hax.rearrange(x, "{" + " ".join(names[i] for i in named) + "} -> " + " ".join(rhs))
     order = named[:cut] + rest + named[cut:]
-    assert tuple(a.name for a in y.axes) == tuple(names[i] for i in order)
+    assert _names(y) == tuple(names[i] for i in order)
     np.testing.assert_array_equal(np.asarray(y.array), raw.transpose(order))

@@ -68,6 +68,7 @@ class Sandbox:
         self.root = root
         self.env = env
         self.record = root / "record.jsonl"
+        self.release = root / "release"  # the `--hold-until` file of held runs
         self.fake_bin = root / "fake_bin"
         self.lock_dir = pathlib.Path(env["JAXCORE_LOCK_DIR"])
 
@@ -102,6 +103,12 @@ class Sandbox:
                 raise AssertionError(f"{name} exited {proc.returncode}: {proc.stderr.read()}")
             time.sleep(0.01)
         raise AssertionError(f"{name} did not start within {timeout}s")
+
+    def hold(self, name, env):
+        """Starts a run that keeps its slot until `release` exists; returns once it started."""
+        proc = self.start(name, "--hold-until", str(self.release), env=env)
+        self.wait_started(name, proc)
+        return proc
 
     def queued(self):
         """Callers that have queued behind a busy slot (their node file says `queued`)."""
@@ -174,18 +181,17 @@ def test_sixteen_concurrent_jobs_on_four_accelerators_with_two_slots(sandbox):
 def test_fills_every_accelerator_before_stacking(sandbox):
     env = {"JAXCORE_ACCELERATOR_COUNT": "4", "JAXCORE_TESTS_PER_ACCELERATOR": "3",
            "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
-    release = sandbox.root / "release"
     procs, devices = [], []
     try:
         for i in range(8):
-            proc = sandbox.start(f"h{i}", "--hold-until", str(release), env=env)
+            proc = sandbox.start(f"h{i}", "--hold-until", str(sandbox.release), env=env)
             procs.append(proc)
             devices.append(sandbox.wait_started(f"h{i}", proc)["env"]["CUDA_VISIBLE_DEVICES"])
             # After each start, device loads differ by at most one.
             loads = collections.Counter(devices)
             assert max(loads.values()) - min(loads.get(str(d), 0) for d in range(4)) <= 1
     finally:
-        release.touch()
+        sandbox.release.touch()
         codes = [p.wait(timeout=30) for p in procs]
     assert sorted(devices[:4]) == ["0", "1", "2", "3"]
     assert sorted(devices) == ["0", "0", "1", "1", "2", "2", "3", "3"]
@@ -195,15 +201,13 @@ def test_fills_every_accelerator_before_stacking(sandbox):
 def test_waiters_are_served_in_arrival_order(sandbox):
     env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "1",
            "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
-    release = sandbox.root / "release"
-    holder = sandbox.start("holder", "--hold-until", str(release), env=env)
-    sandbox.wait_started("holder", holder)
+    holder = sandbox.hold("holder", env)
     base = sandbox.queued()  # The holder found its slot free and did not queue.
     waiters = []
     for i in range(5):
         waiters.append(sandbox.start(f"w{i}", env=env))
         sandbox.wait_enqueued(base + 1 + i)
-    release.touch()
+    sandbox.release.touch()
     assert holder.wait(timeout=30) == 0
     assert [w.wait(timeout=30) for w in waiters] == [0] * 5
     order = [e["name"] for e in sandbox.events() if e["event"] == "start"]
@@ -215,11 +219,7 @@ def test_waiters_spread_over_slots_and_keep_order_per_slot(sandbox):
     served within each slot's queue."""
     env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "2",
            "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
-    release = sandbox.root / "release"
-    holders = []
-    for i in range(2):
-        holders.append(sandbox.start(f"holder{i}", "--hold-until", str(release), env=env))
-        sandbox.wait_started(f"holder{i}", holders[-1])
+    holders = [sandbox.hold(f"holder{i}", env) for i in range(2)]
     base = sandbox.queued()
     waiters = []
     for i in range(6):
@@ -229,7 +229,7 @@ def test_waiters_spread_over_slots_and_keep_order_per_slot(sandbox):
         node.name.split(".node.")[0] for node in sandbox.lock_dir.glob("*.node.*")
         if "queued" in node.read_text().split())
     assert sorted(per_slot.values()) == [3, 3]
-    release.touch()
+    sandbox.release.touch()
     assert [p.wait(timeout=30) for p in holders + waiters] == [0] * 8
     starts = [e for e in sandbox.events() if e["event"] == "start"]
     for slot in ("0", "1"):
@@ -270,11 +270,9 @@ def test_killed_wrapper_and_test_free_their_slot(sandbox):
 def test_timeout_gives_one_message_and_distinct_exit_code(sandbox):
     env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "1",
            "JAXCORE_ACCELERATOR_LOG": str(sandbox.root / "log.tsv")}
-    release = sandbox.root / "release"
-    holder = sandbox.start("holder", "--hold-until", str(release), env=env)
-    sandbox.wait_started("holder", holder)
+    holder = sandbox.hold("holder", env)
     late = sandbox.run("late", env=dict(env, JAXCORE_ACCELERATOR_WAIT_S="0.3"))
-    release.touch()
+    sandbox.release.touch()
     assert holder.wait(timeout=30) == 0
     assert late.returncode == EXIT_WAIT_TIMEOUT
     assert late.stderr.count("\n") == 1
@@ -289,9 +287,7 @@ def test_waiters_that_give_up_do_not_break_the_queue(sandbox):
     """A waiter timing out inside the queue hands its place to its predecessor's successor."""
     env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "1",
            "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
-    release = sandbox.root / "release"
-    holder = sandbox.start("holder", "--hold-until", str(release), env=env)
-    sandbox.wait_started("holder", holder)
+    holder = sandbox.hold("holder", env)
     base = sandbox.queued()
     first = sandbox.start("first", env=env)
     sandbox.wait_enqueued(base + 1)
@@ -301,7 +297,7 @@ def test_waiters_that_give_up_do_not_break_the_queue(sandbox):
     sandbox.wait_enqueued(base + 3)
     assert quitter.wait(timeout=30) == EXIT_WAIT_TIMEOUT
     assert not sandbox.started("first") and not sandbox.started("last")
-    release.touch()
+    sandbox.release.touch()
     assert [p.wait(timeout=30) for p in (holder, first, last)] == [0, 0, 0]
     order = [e["name"] for e in sandbox.events() if e["event"] == "start"]
     assert order == ["holder", "first", "last"]
@@ -325,13 +321,11 @@ def test_cuda_variables(sandbox):
 
 
 def test_rocm_variables_select_one_gpu_at_every_layer(sandbox):
-    release = sandbox.root / "release"
     env = {"JAXCORE_ACCELERATOR_COUNT": "2", "JAXCORE_TESTS_PER_ACCELERATOR": "1",
            "JAXCORE_ACCELERATOR_PLATFORM": "rocm"}
-    holder = sandbox.start("holder", "--hold-until", str(release), env=env)
-    sandbox.wait_started("holder", holder)
+    holder = sandbox.hold("holder", env)
     second = sandbox.run("second", env=env)
-    release.touch()
+    sandbox.release.touch()
     assert holder.wait(timeout=30) == 0 and second.returncode == 0
     got = sandbox.started("second")[0]["env"]
     # ROCR keeps only GPU 1 visible; HIP and its CUDA alias then index that one GPU as 0.
@@ -379,11 +373,10 @@ def _detected(sandbox, holders_env=None):
     caller that may not wait is refused.
     """
     env = dict({"JAXCORE_TESTS_PER_ACCELERATOR": "1"}, **(holders_env or {}))
-    release = sandbox.root / "release"
     holders = []
     try:
         for i in range(9):
-            proc = sandbox.start(f"d{i}", "--hold-until", str(release),
+            proc = sandbox.start(f"d{i}", "--hold-until", str(sandbox.release),
                                  env=dict(env, JAXCORE_ACCELERATOR_WAIT_S="0"))
             while not sandbox.started(f"d{i}") and proc.poll() is None:
                 time.sleep(0.01)
@@ -392,7 +385,7 @@ def _detected(sandbox, holders_env=None):
                 break
             holders.append(proc)
     finally:
-        release.touch()
+        sandbox.release.touch()
         for proc in holders:
             assert proc.wait(timeout=30) == 0
     names = set(sandbox.started("d0")[0]["env"]) - {

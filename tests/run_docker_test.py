@@ -138,10 +138,17 @@ def box(tmp_path):
     return Sandbox(tmp_path)
 
 
-def _error_line(result):
+def _error_line(result, returncode=2):
+    """The one error line of a run that must have exited with ``returncode``."""
+    assert result.returncode == returncode, result.stderr
     lines = [l for l in result.stderr.splitlines() if "error:" in l]
     assert len(lines) == 1, result.stderr
     return lines[0]
+
+
+def _option(args, flag):
+    """The value after ``flag`` in an engine call's arguments."""
+    return args[args.index(flag) + 1]
 
 
 # ---- bad input ----------------------------------------------------------------------------
@@ -166,21 +173,18 @@ def _error_line(result):
 def test_bad_arguments_give_one_message_and_exit_2(box, args, message):
     box.add_engine("podman")
     result = box.run(*args)
-    assert result.returncode == 2
     assert message in _error_line(result)
     assert box.calls("build") == [] and box.calls("run") == []
 
 
 def test_no_engine_installed(box):
     result = box.run("--", "ci/job.sh")
-    assert result.returncode == 2
     assert "neither docker nor podman is installed" in _error_line(result)
 
 
 def test_docker_cli_without_engine_and_no_podman(box):
     box.add_engine("docker")
     result = box.run("--", "ci/job.sh", env={"FAKE_DOCKER_INFO_RC": "1"})
-    assert result.returncode == 2
     line = _error_line(result)
     assert "no Docker engine answers" in line and "podman is not installed" in line
 
@@ -188,30 +192,26 @@ def test_docker_cli_without_engine_and_no_podman(box):
 def test_requested_engine_missing_or_dead(box):
     box.add_engine("docker")
     result = box.run("--engine", "podman", "--", "ci/job.sh")
-    assert result.returncode == 2
     assert "--engine podman: 'podman' is not installed" in _error_line(result)
     result = box.run("--engine", "docker", "--", "ci/job.sh", env={"FAKE_DOCKER_INFO_RC": "1"})
-    assert result.returncode == 2
     assert "'docker info' fails" in _error_line(result)
 
 
 def test_cuda_without_nvidia_devices(box):
     box.add_engine("docker")
     result = box.run("--backend", "cuda", "--", "ci/job.sh")
-    assert result.returncode == 2
     assert f"--backend cuda needs an NVIDIA GPU, but there is no {box.dev}/nvidiactl" in _error_line(result)
     assert box.calls("build") == []
 
 
 @pytest.mark.parametrize("present, missing", [
-    ([], f"kfd"), (["kfd"], "dri"), (["dri"], "kfd"),
+    ([], "kfd"), (["kfd"], "dri"), (["dri"], "kfd"),
 ])
 def test_rocm_without_amd_devices(box, present, missing):
     box.add_engine("docker")
     for name in present:
         (box.dev / name).touch()
     result = box.run("--backend", "rocm", "--", "ci/job.sh")
-    assert result.returncode == 2
     line = _error_line(result)
     assert "--backend rocm needs an AMD GPU" in line and f"{box.dev}/{missing}" in line
 
@@ -220,22 +220,19 @@ def test_missing_lock_file(box):
     box.add_engine("docker")
     box.lock.unlink()
     result = box.run("--", "ci/job.sh")
-    assert result.returncode == 2
     assert "build/requirements_lock.txt does not exist" in _error_line(result)
 
 
 def test_missing_host_ca_bundle(box):
     box.add_engine("docker")
     result = box.run("--host-ca=/nonexistent/ca.pem", "--", "ci/job.sh")
-    assert result.returncode == 2
     assert "CA bundle '/nonexistent/ca.pem' does not exist or is empty" in _error_line(result)
 
 
 def test_failed_build_exits_1_and_runs_nothing(box):
     box.add_engine("docker")
     result = box.run("--", "ci/job.sh", env={"FAKE_BUILD_RC": "3"})
-    assert result.returncode == 1
-    line = _error_line(result)
+    line = _error_line(result, returncode=1)
     assert "failed (output above)" in line
     assert "add --base-from-debootstrap" in line and "add --host-ca" in line
     assert box.calls("run") == []
@@ -246,8 +243,7 @@ def test_failed_build_exits_1_and_runs_nothing(box):
     (box.dev / "dri").touch()
     result = box.run("--backend", "rocm", "--host-ca=" + str(box.lock), "--", "ci/job.sh",
                      env={"FAKE_BUILD_RC": "3"})
-    assert result.returncode == 1
-    line = _error_line(result)
+    line = _error_line(result, returncode=1)
     assert "Dockerfile.rocm failed (output above)" in line and "add --" not in line
 
 
@@ -260,16 +256,16 @@ def test_cpu_run_builds_once_then_reuses_and_returns_the_script_status(box):
     assert first.returncode == 5, first.stderr
     (build,) = box.calls("build")
     assert build["engine"] == "docker"
-    tag = build["args"][build["args"].index("-t") + 1]
+    tag = _option(build["args"], "-t")
     assert tag.startswith("localhost/jaxcore-ci-cpu:")
-    assert build["args"][build["args"].index("-f") + 1] == str(box.repo / "docker" / "Dockerfile.cpu")
+    assert _option(build["args"], "-f") == str(box.repo / "docker" / "Dockerfile.cpu")
     # The build context holds the lock file and the (empty) CA folder, not the source tree.
     assert build["context"].split() == ["host-ca", "requirements_lock.txt"]
     assert build["ca"] is None
     (run,) = box.calls("run")
     args = run["args"]
     assert args[-4:] == [tag, "bash", "ci/job.sh", "-k", "tree"][-4:] and args[-5] == tag
-    assert f"{box.repo}:{box.repo}" in args and args[args.index("-w") + 1] == str(box.repo)
+    assert f"{box.repo}:{box.repo}" in args and _option(args, "-w") == str(box.repo)
     assert "--gpus" not in args and "--device=/dev/kfd" not in args
 
     second = box.run("--", "ci/job.sh")
@@ -287,7 +283,7 @@ def test_image_key_follows_lock_file_and_dockerfile(box):
     dockerfile = box.repo / "docker" / "Dockerfile.cpu"
     dockerfile.write_text(dockerfile.read_text() + "\n# changed\n")
     box.run("--", "ci/job.sh")
-    tags = [b["args"][b["args"].index("-t") + 1] for b in box.calls("build")]
+    tags = [_option(b["args"], "-t") for b in box.calls("build")]
     assert len(tags) == 3 and len(set(tags)) == 3
     box.run("--rebuild", "--", "ci/job.sh")
     assert len(box.calls("build")) == 4
@@ -312,9 +308,9 @@ def test_cuda_adds_gpus_all_with_docker(box):
     result = box.run("--backend", "cuda", "--", "ci/job.sh")
     assert result.returncode == 0, result.stderr
     (build,) = box.calls("build")
-    assert build["args"][build["args"].index("-f") + 1].endswith("docker/Dockerfile.cuda")
+    assert _option(build["args"], "-f").endswith("docker/Dockerfile.cuda")
     args = box.calls("run")[0]["args"]
-    assert args[args.index("--gpus") + 1] == "all"
+    assert _option(args, "--gpus") == "all"
 
 
 def test_cuda_uses_cdi_devices_with_podman(box):
@@ -323,7 +319,7 @@ def test_cuda_uses_cdi_devices_with_podman(box):
     result = box.run("--backend", "cuda", "--", "ci/job.sh")
     assert result.returncode == 0, result.stderr
     args = box.calls("run")[0]["args"]
-    assert args[args.index("--device") + 1] == "nvidia.com/gpu=all"
+    assert _option(args, "--device") == "nvidia.com/gpu=all"
 
 
 def test_rocm_adds_devices_groups_and_shm(box):
@@ -336,8 +332,7 @@ def test_rocm_adds_devices_groups_and_shm(box):
     start = args.index("--device=/dev/kfd")
     assert args[start:start + 6] == ["--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video",
                                       "--shm-size", "16G"]
-    assert box.calls("build")[0]["args"][box.calls("build")[0]["args"].index("-t") + 1].startswith(
-        "localhost/jaxcore-ci-rocm:")
+    assert _option(box.calls("build")[0]["args"], "-t").startswith("localhost/jaxcore-ci-rocm:")
 
 
 def test_podman_preferred_when_docker_has_no_engine(box):
@@ -347,7 +342,7 @@ def test_podman_preferred_when_docker_has_no_engine(box):
     assert result.returncode == 0, result.stderr
     assert {c["engine"] for c in box.calls() if c["args"][0] != "info"} == {"podman"}
     build = box.calls("build")[0]["args"]
-    assert build[build.index("--format") + 1] == "docker"
+    assert _option(build, "--format") == "docker"
     run = box.calls("run")[0]["args"]
     ulimits = [run[i + 1] for i, a in enumerate(run) if a == "--ulimit"]
     assert [u.split("=")[0] for u in ulimits] == ["nofile", "nproc"]
@@ -405,7 +400,6 @@ def test_base_from_debootstrap(box):
     box.add_debootstrap()
     result = box.run("--base-from-debootstrap", "--", "ci/job.sh")
     if os.geteuid() != 0:
-        assert result.returncode == 2
         assert "--base-from-debootstrap needs root" in _error_line(result)
         return
     assert result.returncode == 0, result.stderr
@@ -421,14 +415,13 @@ def test_base_from_debootstrap(box):
     assert len(box.calls("import")) == 1 and len(box.calls("build")) == 1
     # The key of the CI image includes the base, so it differs from the registry-based one.
     box.run("--", "ci/job.sh")
-    tags = [b["args"][b["args"].index("-t") + 1] for b in box.calls("build")]
+    tags = [_option(b["args"], "-t") for b in box.calls("build")]
     assert len(set(tags)) == 2
 
 
 def test_base_from_debootstrap_without_debootstrap(box):
     box.add_engine("podman")
     result = box.run("--base-from-debootstrap", "--", "ci/job.sh")
-    assert result.returncode == 2
     assert "--base-from-debootstrap needs debootstrap, which is not installed" in _error_line(result)
     assert box.calls("import") == [] and box.calls("build") == []
 

@@ -23,8 +23,6 @@ from jaxcore.kernels.plugin_api import Problem
 from jaxcore_tpu import _blocks, _dequant
 from jaxcore_tpu import _matmul as tpu_matmul
 
-_make = ktu.make
-
 
 # (fmt, M, K, N, block_size, activation dtype, overrides). Covers M = 1, ragged M and N
 # blocks, several K steps with the VMEM accumulator, one scale row per step, 8 scale
@@ -126,16 +124,11 @@ def test_scale_block_misalignment_is_named():
     ],
 )
 def test_argument_errors(mutate, error, match):
-    x, qvalue, scale = _make("int8", 2, 64, 16, 32, jnp.float32)
-    a = mutate(dict(x=x, qvalue=qvalue, scale=scale, fmt="int8", block_size=32))
-    with pytest.raises(error, match=match):
-        jaxcore_tpu.quantized_matmul(
-            a["x"], a["qvalue"], a["scale"], fmt=a["fmt"], block_size=a["block_size"]
-        )
+    ktu.check_argument_error(jaxcore_tpu.quantized_matmul, "int8", mutate, error, match)
 
 
 def test_invalid_explicit_config():
-    x, qvalue, scale = _make("int8", 1, 256, 128, 256, jnp.float32)
+    x, qvalue, scale = ktu.make("int8", 1, 256, 128, 256, jnp.float32)
     with pytest.raises(ValueError, match="block_n=100"):
         tpu_matmul.quantized_matmul(x, qvalue, scale, fmt="int8", block_size=256,
                                     config=jaxcore_tpu.BlockConfig(1, 100, 256))
