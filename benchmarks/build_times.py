@@ -28,10 +28,6 @@ def _timed(cmd):
     return time.perf_counter() - start
 
 
-def _bazel(*args):
-    subprocess.run(["bazel", *args], cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -40,7 +36,7 @@ def main():
 
     results = {}
     if not args.skip_clean:
-        _bazel("clean", "--expunge")
+        _timed(["bazel", "clean", "--expunge"])
         results["clean build (server start included)"] = [_timed(BUILD)]
     _timed(BUILD)  # warm
 

@@ -126,5 +126,6 @@ def main():
                     line += f" = {100 * bw / peak:5.1f} % of peak HBM"
             print(line)
 
+
 if __name__ == "__main__":
     main()
