@@ -123,8 +123,8 @@ def make_axes(**sizes: int) -> tuple[Axis, ...]:
     return tuple(Axis(name, size) for name, size in sizes.items())
 
 
-def _selection_items(sel: AxisSelection) -> list[tuple[str, int | None]]:
-    """Normalises a selection into ``(name, size or None)`` pairs, checking duplicates."""
+def selection_items(sel: AxisSelection) -> list[tuple[str, int | None]]:
+    """``(name, size or None)`` pairs of a selection, in order; rejects duplicate names."""
     if isinstance(sel, (str, Axis)):
         items = [(sel, None) if isinstance(sel, str) else (sel.name, sel.size)]
     elif isinstance(sel, Mapping):
@@ -231,9 +231,9 @@ def _originals(*sels) -> dict:
     return out
 
 
-def _check_sizes(name: str, s1: int | None, s2: int | None, what: str) -> None:
+def _check_sizes(name: str, s1: int | None, s2: int | None) -> None:
     if s1 is not None and s2 is not None and s1 != s2:
-        raise ValueError(f"Axis {name!r} has size {s1} in one {what} and {s2} in the other")
+        raise ValueError(f"Axis {name!r} has size {s1} in one axis selection and {s2} in the other")
 
 
 # --------------------------------------------------------------------------- set helpers
@@ -252,7 +252,7 @@ def concat_axes(a1: AxisSelection, a2: AxisSelection) -> AxisSelection:
     Raises:
         ValueError: if an axis name occurs in both.
     """
-    i1, i2 = _selection_items(a1), _selection_items(a2)
+    i1, i2 = selection_items(a1), selection_items(a2)
     names1 = {n for n, _ in i1}
     for n, _ in i2:
         if n in names1:
@@ -268,13 +268,13 @@ def union_axes(a1: AxisSelection, a2: AxisSelection) -> AxisSelection:
     Raises:
         ValueError: if a shared axis has different sizes in ``a1`` and ``a2``.
     """
-    i1, i2 = _selection_items(a1), _selection_items(a2)
+    i1, i2 = selection_items(a1), selection_items(a2)
     pos = {n: k for k, (n, _) in enumerate(i1)}
     out = list(i1)
     for n, s in i2:
         if n in pos:
             s1 = out[pos[n]][1]
-            _check_sizes(n, s1, s, "axis selection")
+            _check_sizes(n, s1, s)
             if s1 is None and s is not None:
                 out[pos[n]] = (n, s)
         else:
@@ -294,11 +294,11 @@ def intersect_axes(ax1: AxisSelection, ax2: AxisSelection) -> AxisSelection:
     Raises:
         ValueError: if a shared axis has different sizes in the two selections.
     """
-    i1, i2 = _selection_items(ax1), dict(_selection_items(ax2))
+    i1, i2 = selection_items(ax1), dict(selection_items(ax2))
     out = []
     for n, s in i1:
         if n in i2:
-            _check_sizes(n, s, i2[n], "axis selection")
+            _check_sizes(n, s, i2[n])
             out.append((n, s if s is not None else i2[n]))
     originals = _originals(ax1)
     for n, s in out:  # a name in ax1 becomes the sized Axis when ax2 gives the size
@@ -313,12 +313,12 @@ def eliminate_axes(axis_spec: AxisSelection, to_remove: AxisSelection) -> AxisSe
     Raises:
         ValueError: if an axis of ``to_remove`` is not in ``axis_spec`` or has another size.
     """
-    items = _selection_items(axis_spec)
+    items = selection_items(axis_spec)
     present = dict(items)
-    for n, s in _selection_items(to_remove):
+    for n, s in selection_items(to_remove):
         if n not in present:
             raise ValueError(f"Axis {n!r} not present in {axis_spec!r}")
-        _check_sizes(n, present[n], s, "axis selection")
+        _check_sizes(n, present[n], s)
     return without_axes(axis_spec, to_remove)
 
 
@@ -336,13 +336,13 @@ def without_axes(
         ValueError: if an axis is present in both with different sizes and
             ``allow_mismatched_sizes`` is false.
     """
-    items = _selection_items(axis_spec)
-    remove = dict(_selection_items(to_remove))
+    items = selection_items(axis_spec)
+    remove = dict(selection_items(to_remove))
     out = []
     for n, s in items:
         if n in remove:
             if not allow_mismatched_sizes:
-                _check_sizes(n, s, remove[n], "axis selection")
+                _check_sizes(n, s, remove[n])
             continue
         out.append((n, s))
     return _rebuild(axis_spec, out, _originals(axis_spec))
@@ -350,8 +350,8 @@ def without_axes(
 
 def selects_axis(selector: AxisSelection, selected: AxisSelection) -> bool:
     """True when ``selector`` has every axis of ``selected`` (and sizes agree where both are known)."""
-    have = dict(_selection_items(selector))
-    for n, s in _selection_items(selected):
+    have = dict(selection_items(selector))
+    for n, s in selection_items(selected):
         if n not in have:
             return False
         if s is not None and have[n] is not None and s != have[n]:
@@ -364,22 +364,3 @@ def is_axis_compatible(ax1: AxisSelector, ax2: AxisSelector) -> bool:
     if isinstance(ax1, Axis) and isinstance(ax2, Axis):
         return ax1 == ax2
     return _name_of(ax1) == _name_of(ax2)
-
-
-def selection_names(sel: AxisSelection) -> tuple[str, ...]:
-    """Names of a selection as a tuple (a single selector gives a 1-tuple)."""
-    if isinstance(sel, str):
-        return (sel,)
-    if isinstance(sel, Axis):
-        return (sel.name,)
-    return tuple(n for n, _ in _selection_items(sel))
-
-
-def selection_items(sel: AxisSelection) -> list[tuple[str, int | None]]:
-    """``(name, size or None)`` pairs of a selection, in order; rejects duplicate names."""
-    return _selection_items(sel)
-
-
-def is_single_selector(sel) -> bool:
-    """True for one axis (``Axis`` or name), False for sequences and dicts."""
-    return isinstance(sel, (str, Axis))

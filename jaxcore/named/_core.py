@@ -51,6 +51,12 @@ def _axis_not_found(name: str, axes: Sequence[Axis]) -> ValueError:
     return ValueError(f"Axis {name!r} not found in array with axes {_describe(axes)}")
 
 
+def _check_named(array, fname: str) -> None:
+    """Raises ``TypeError`` unless ``array`` is a NamedArray (``fname`` names the caller)."""
+    if not isinstance(array, NamedArray):
+        raise TypeError(f"{fname} needs a NamedArray, got {type(array).__name__}")
+
+
 class NamedArray:
     """An array whose dimensions are named ``Axis`` objects instead of positions.
 
@@ -721,21 +727,28 @@ def _align_to(axes: tuple[Axis, ...], out_axes: tuple[Axis, ...]) -> _AlignPlan:
     return _AlignPlan(perm, shape)
 
 
-_BINARY_PLANS: dict = {}
-
-
 _PLAN_CACHE_LIMIT = 4096  # plans are tiny; the bound only guards pathological shape churn
+
+
+def _cache_put(cache: dict, key, value):
+    """Stores ``value`` in a plan/kernel cache (emptied when full) and returns it."""
+    if len(cache) >= _PLAN_CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+_BINARY_PLANS: dict = {}
 
 
 def _binary_plan(a1: tuple[Axis, ...], a2: tuple[Axis, ...]):
     key = (a1, a2)
     plan = _BINARY_PLANS.get(key)
     if plan is None:
-        if len(_BINARY_PLANS) >= _PLAN_CACHE_LIMIT:
-            _BINARY_PLANS.clear()
         out = _merge_axes((a1, a2))
-        plan = (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out), {})
-        _BINARY_PLANS[key] = plan
+        plan = _cache_put(
+            _BINARY_PLANS, key, (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out), {})
+        )
     return plan
 
 
@@ -830,9 +843,7 @@ def elementwise_nary(fn, *args, **kwargs):
         key = (fn, layout)
         kernel = _NARY_KERNELS.get(key)
         if kernel is None:
-            if len(_NARY_KERNELS) >= _PLAN_CACHE_LIMIT:
-                _NARY_KERNELS.clear()
-            kernel = _NARY_KERNELS[key] = jax.jit(_nary_kernel(fn, layout, out, {}))
+            kernel = _cache_put(_NARY_KERNELS, key, jax.jit(_nary_kernel(fn, layout, out, {})))
         return _wrap_result(kernel(*operands), out, None)
     return _wrap_result(_nary_kernel(fn, layout, out, kwargs)(*operands), out, None)
 
@@ -940,12 +951,8 @@ def broadcast_to(
         out = tuple(ax for ax in target if ax.name not in own) + a.axes
     if out == a.axes:
         return a
-    plan = _align_to(a.axes, out)
-    x = a.array
-    if plan.perm is not None:
-        x = jnp.transpose(x, plan.perm)
-    x = jnp.broadcast_to(jnp.reshape(x, plan.shape) if plan.shape is not None else x, tuple(ax.size for ax in out))
-    return NamedArray._new(x, out)
+    x = _align_to(a.axes, out).apply(a.array)
+    return NamedArray._new(jnp.broadcast_to(x, tuple(ax.size for ax in out)), out)
 
 
 def broadcast_axis(a, axis: AxisSpec) -> NamedArray:
@@ -1170,7 +1177,7 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
     )
 
 
-_STATIC_GETTERS: dict = {}
+_STATIC_INDEXERS: dict = {}
 
 
 def _static_key(pos: tuple):
@@ -1186,35 +1193,44 @@ def _static_key(pos: tuple):
     return tuple(key)
 
 
-def _static_getter(pos: tuple):
-    """A cached jitted ``x[pos]`` for an index of Python ints and slices, else ``None``.
+def _static_indexer(method: str, pos: tuple):
+    """A cached jitted ``x[pos]`` (``method="get"``) or ``x.at[pos].<method>(v)``, else ``None``.
 
-    Eager ``jax.Array.__getitem__`` re-derives its gather every call; compiling the
-    (static) index once makes repeated eager reads a single dispatch.
+    Only for an index of Python ints and slices. Eager ``jax.Array`` indexing re-derives
+    its gather/scatter every call; compiling the (static) index once makes repeated eager
+    reads and writes a single dispatch.
     """
     key = _static_key(pos)
     if key is None:
         return None
-    getter = _STATIC_GETTERS.get(key)
-    if getter is None:
-        if len(_STATIC_GETTERS) >= _PLAN_CACHE_LIMIT:
-            _STATIC_GETTERS.clear()
-        getter = _STATIC_GETTERS[key] = jax.jit(lambda x: x[pos])
-    return getter
-
-
-def _static_updater(method: str, pos: tuple):
-    """A cached jitted ``x.at[pos].<method>(v)`` for a static index, else ``None``."""
-    key = _static_key(pos)
-    if key is None:
-        return None
     key = (method, key)
-    fn = _STATIC_GETTERS.get(key)
+    fn = _STATIC_INDEXERS.get(key)
     if fn is None:
-        if len(_STATIC_GETTERS) >= _PLAN_CACHE_LIMIT:
-            _STATIC_GETTERS.clear()
-        fn = _STATIC_GETTERS[key] = jax.jit(lambda x, v: getattr(x.at[pos], method)(v))
+        if method == "get":
+            fn = jax.jit(lambda x: x[pos])
+        else:
+            fn = jax.jit(lambda x, v: getattr(x.at[pos], method)(v))
+        _cache_put(_STATIC_INDEXERS, key, fn)
     return fn
+
+
+def _gather(array: NamedArray, plan: _IndexPlan, **kwargs):
+    """Reads ``array`` through ``plan``; ``kwargs`` (``mode``, ...) go to ``jax.Array.at``.
+
+    Without ``kwargs``, reads through a ``dslice`` past the end of an axis give 0.
+    """
+    x = array.array
+    if plan.perm is not None:
+        x = jnp.transpose(x, plan.perm)
+    if kwargs:
+        x = x.at[plan.pos].get(**kwargs)
+    elif plan.dynamic:
+        x = x.at[plan.pos].get(mode="fill", fill_value=0)
+    else:
+        x = x[plan.pos]
+    if plan.final_perm is not None:
+        x = jnp.transpose(x, plan.final_perm)
+    return NamedArray._new(x, plan.final_axes) if plan.final_axes else x
 
 
 def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
@@ -1233,26 +1249,15 @@ def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
         IndexError: for a static int out of range.
         TypeError: for an unsupported index kind.
     """
-    if not isinstance(array, NamedArray):
-        raise TypeError(f"index() needs a NamedArray, got {type(array).__name__}")
+    _check_named(array, "index()")
     plan = _plan_index(array, slices)
     x = array.array
     if plan.perm is None and plan.final_perm is None and not isinstance(x, _Tracer):
-        getter = _static_getter(plan.pos)
+        getter = _static_indexer("get", plan.pos)
         if getter is not None:  # eager, static ints/slices: one compiled dispatch
             x = getter(x)
             return NamedArray._new(x, plan.final_axes) if plan.final_axes else x
-    if plan.perm is not None:
-        x = jnp.transpose(x, plan.perm)
-    if plan.dynamic:
-        x = x.at[plan.pos].get(mode="fill", fill_value=0)
-    else:
-        x = x[plan.pos]
-    if plan.final_perm is not None:
-        x = jnp.transpose(x, plan.final_perm)
-    if not plan.final_axes:
-        return x
-    return NamedArray._new(x, plan.final_axes)
+    return _gather(array, plan)
 
 
 _index_fn = index
@@ -1281,14 +1286,7 @@ class _NamedIndexUpdateRef:
         """Same as ``x[idx]``; ``kwargs`` (``mode``, ``fill_value``) go to ``jax.Array.at``."""
         if not kwargs:
             return index(self._array, self._slices)
-        plan = _plan_index(self._array, self._slices)
-        x = self._array.array
-        if plan.perm is not None:
-            x = jnp.transpose(x, plan.perm)
-        x = x.at[plan.pos].get(**kwargs)
-        if plan.final_perm is not None:
-            x = jnp.transpose(x, plan.final_perm)
-        return NamedArray._new(x, plan.final_axes) if plan.final_axes else x
+        return _gather(self._array, _plan_index(self._array, self._slices), **kwargs)
 
     def _update(self, method: str, value, **kwargs) -> NamedArray:
         arr = self._array
@@ -1302,15 +1300,20 @@ class _NamedIndexUpdateRef:
             )
         x = arr.array
         if plan.perm is None and not kwargs and not isinstance(x, _Tracer) and not isinstance(value, _Tracer):
-            updater = _static_updater(method, plan.pos)
+            updater = _static_indexer(method, plan.pos)
             if updater is not None:  # eager, static ints/slices: one compiled dispatch
                 return NamedArray._new(updater(x, value), arr.axes, arr._names)
+        return self._scatter(plan, method, value, kwargs)
+
+    def _scatter(self, plan: _IndexPlan, method: str, operand, kwargs: dict) -> NamedArray:
+        """``x.at[region].<method>(operand, **kwargs)`` in the array's own axis order."""
+        arr = self._array
+        x = arr.array
         if plan.perm is not None:
             x = jnp.transpose(x, plan.perm)
         if plan.dynamic and "mode" not in kwargs:
             kwargs["mode"] = "drop"
-        ref = x.at[plan.pos]
-        x = getattr(ref, method)(value, **kwargs)
+        x = getattr(x.at[plan.pos], method)(operand, **kwargs)
         if plan.perm is not None:
             x = jnp.transpose(x, np.argsort(plan.perm))
         return NamedArray._new(x, arr.axes, arr._names)
@@ -1347,17 +1350,7 @@ class _NamedIndexUpdateRef:
 
     def apply(self, func, **kwargs) -> NamedArray:
         """Returns a copy with the unary ``func`` applied to the region."""
-        arr = self._array
-        plan = _plan_index(arr, self._slices)
-        x = arr.array
-        if plan.perm is not None:
-            x = jnp.transpose(x, plan.perm)
-        if plan.dynamic and "mode" not in kwargs:
-            kwargs["mode"] = "drop"
-        x = x.at[plan.pos].apply(func, **kwargs)
-        if plan.perm is not None:
-            x = jnp.transpose(x, np.argsort(plan.perm))
-        return NamedArray._new(x, arr.axes, arr._names)
+        return self._scatter(_plan_index(self._array, self._slices), "apply", func, kwargs)
 
 
 def _static_int(x):
@@ -1379,6 +1372,19 @@ def _unwrap_start(name, start):
     if isinstance(start, bool) or not (isinstance(start, (int, np.integer)) or getattr(start, "ndim", None) == 0):
         raise TypeError(f"Start for axis {name!r} must be an integer scalar, got {start!r}")
     return start
+
+
+def _window_length(old: Axis, start, s: int | None, length: int | None) -> int:
+    """Checks a window of ``old`` from ``start`` (``s`` when static); defaults the length to the rest."""
+    if length is None:
+        if s is None:
+            raise ValueError(f"slice of axis {old.name!r}: a traced start needs an explicit length")
+        length = old.size - s
+    if length > old.size or (s is not None and (s < 0 or s + length > old.size)):
+        raise ValueError(
+            f"slice of axis {old.name!r} (size {old.size}) from {start} with length {length} is out of bounds"
+        )
+    return length
 
 
 def slice(array: NamedArray, *args, **kwargs) -> NamedArray:  # noqa: A001 - part of the API
@@ -1411,14 +1417,7 @@ def _slice_one(array, axis, new_axis=None, start=0, length=None) -> NamedArray:
         length = new_axis.size
     start = _unwrap_start(old.name, start)
     s = _static_int(start)
-    if length is None:
-        if s is None:
-            raise ValueError(f"slice of axis {old.name!r}: a traced start needs an explicit length")
-        length = old.size - s
-    if length > old.size or (s is not None and (s < 0 or s + length > old.size)):
-        raise ValueError(
-            f"slice of axis {old.name!r} (size {old.size}) from {start} with length {length} is out of bounds"
-        )
+    length = _window_length(old, start, s, length)
     out_axis = new_axis if isinstance(new_axis, Axis) else Axis(new_axis if new_axis is not None else old.name, length)
     if s is not None:
         x = lax.slice_in_dim(array.array, s, s + length, axis=pos)
@@ -1442,16 +1441,7 @@ def _slice_many(array, start: Mapping, length: Mapping | None = None) -> NamedAr
         s = _static_int(st)
         ln = length_by_name.pop(old.name, None)
         new_ax = ln if isinstance(ln, Axis) else None
-        if isinstance(ln, Axis):
-            ln = ln.size
-        if ln is None:
-            if s is None:
-                raise ValueError(f"slice of axis {old.name!r}: a traced start needs an explicit length")
-            ln = old.size - s
-        if ln > old.size or (s is not None and (s < 0 or s + ln > old.size)):
-            raise ValueError(
-                f"slice of axis {old.name!r} (size {old.size}) from {st} with length {ln} is out of bounds"
-            )
+        ln = _window_length(old, st, s, ln.size if new_ax is not None else ln)
         starts[pos] = st
         sizes[pos] = ln
         axes[pos] = new_ax if new_ax is not None else Axis(old.name, ln)
@@ -1486,8 +1476,10 @@ def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: 
             than the array's, or a static window runs past the end.
     """
     starts = [0] * array.ndim
+    started = set()
     for key, st in start.items():
         pos = array._index_of(key)
+        started.add(array.axes[pos].name)
         starts[pos] = _unwrap_start(array.axes[pos].name, st)
     if not isinstance(update, NamedArray):
         if not _is_scalar_like(update):
@@ -1495,7 +1487,6 @@ def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: 
                 f"updated_slice needs a NamedArray update (or a scalar), got shape {getattr(update, 'shape', None)}"
             )
         update = NamedArray._new(jnp.asarray(update, dtype=array.dtype), ())
-    started = {array.axes[array._index_of(k)].name for k in start}
     for ax in update.axes:
         if ax.name not in array._names:
             raise ValueError(

@@ -7,7 +7,7 @@ import math
 import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelector, AxisSpec, to_axes
-from jaxcore.named._core import NamedArray
+from jaxcore.named._core import NamedArray, _check_named
 
 _DEFAULT_NUM = 50  # numpy's default number of samples for linspace & co.
 
@@ -38,26 +38,21 @@ def full(shape: AxisSpec, fill_value, dtype=None) -> NamedArray:
     return NamedArray._new(jnp.full(_shape(axes), fill_value, dtype=dtype), axes)
 
 
-def _check_like(a, fname):
-    if not isinstance(a, NamedArray):
-        raise TypeError(f"{fname} needs a NamedArray, got {type(a).__name__}")
-
-
 def zeros_like(a: NamedArray, dtype=None) -> NamedArray:
     """Zeros with ``a``'s axes and (unless given) dtype."""
-    _check_like(a, "zeros_like")
+    _check_named(a, "zeros_like")
     return NamedArray._new(jnp.zeros_like(a.array, dtype=dtype), a.axes, a._names)
 
 
 def ones_like(a: NamedArray, dtype=None) -> NamedArray:
     """Ones with ``a``'s axes and (unless given) dtype."""
-    _check_like(a, "ones_like")
+    _check_named(a, "ones_like")
     return NamedArray._new(jnp.ones_like(a.array, dtype=dtype), a.axes, a._names)
 
 
 def full_like(a: NamedArray, fill_value, dtype=None) -> NamedArray:
     """``fill_value`` with ``a``'s axes and (unless given) dtype."""
-    _check_like(a, "full_like")
+    _check_named(a, "full_like")
     return NamedArray._new(jnp.full_like(a.array, fill_value, dtype=dtype), a.axes, a._names)
 
 

@@ -14,12 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector, AxisSpec, check_unique, to_axes
-from jaxcore.named._core import NamedArray, _describe
-
-
-def _check_named(array, fname):
-    if not isinstance(array, NamedArray):
-        raise TypeError(f"{fname} needs a NamedArray, got {type(array).__name__}")
+from jaxcore.named._core import NamedArray, _check_named, _describe
 
 
 def _named_axis(new_axis: AxisSelector, size: int, what: str) -> Axis:
@@ -289,14 +284,11 @@ def rearrange(array: NamedArray, *args, **kwargs) -> NamedArray:
         spec = args
     if sum(1 for a in spec if a is Ellipsis) > 1:
         raise ValueError(f"rearrange: at most one ... is allowed, got {spec!r}")
-    named_pos = []
-    for a in spec:
-        if a is Ellipsis:
-            continue
-        named_pos.append(array._index_of(a))
-    if len(set(named_pos)) != len(named_pos):
+    named_pos = [array._index_of(a) for a in spec if a is not Ellipsis]
+    named_set = set(named_pos)
+    if len(named_set) != len(named_pos):
         raise ValueError(f"rearrange: {spec!r} names an axis twice")
-    rest = [i for i in range(array.ndim) if i not in set(named_pos)]
+    rest = [i for i in range(array.ndim) if i not in named_set]
     if Ellipsis not in spec and rest:
         raise ValueError(
             f"rearrange: axes {[array.axes[i].name for i in rest]} are not mentioned in {spec!r} "

@@ -124,13 +124,12 @@ def _unstack_map(
         raws, axes = [], []
         for leaf in flat:
             if isinstance(leaf, NamedArray):
-                names = [a.name for a in leaf.axes]
-                if block.name not in names:
+                if block.name not in leaf._names:
                     raise ValueError(
                         f"scan_aware_map: a NamedArray in Stacked has axes {leaf.axes} without the "
                         f"layer axis {block.name!r}"
                     )
-                at = names.index(block.name)
+                at = leaf._names.index(block.name)
                 if leaf.axes[at].size != block.size:
                     raise ValueError(
                         f"scan_aware_map: layer axis {block.name!r} has size {leaf.axes[at].size}, "
