@@ -22,13 +22,12 @@ import jax
 import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelection, selection_items
-from jaxcore.named._core import NamedArray
-from jaxcore.named._rearrange import Side, parse_einsum, raise_parse_error
+from jaxcore.named._core import NamedArray, _Tracer
+from jaxcore.named._rearrange import Side, _binding_name, parse_einsum, raise_parse_error
 
 __all__ = ["dot", "einsum", "order_for_partial_spec"]
 
 _UNSET: Any = object()
-_Tracer = jax.core.Tracer
 
 
 # ----------------------------------------------------------------------------- partial orders
@@ -272,8 +271,6 @@ def _out_key(out_axes) -> tuple | None:
         return None
     if isinstance(out_axes, (str, Axis)):
         return (out_axes,)
-    if isinstance(out_axes, Mapping):
-        return tuple(out_axes)
     return tuple(out_axes)
 
 
@@ -320,14 +317,15 @@ def dot(
         if not isinstance(a, NamedArray):
             raise TypeError(f"dot() operand {i} is a {type(a).__name__}, not a NamedArray")
     operands = tuple(a.axes for a in arrays)
-    key = (operands, axis if not isinstance(axis, list) else tuple(axis), _out_key(out_axes))
+    out_spec = _out_key(out_axes)
+    key = (operands, axis if not isinstance(axis, list) else tuple(axis), out_spec)
     try:
         plan = _DOT_PLANS.get(key)
     except TypeError:  # unhashable selection (e.g. a dict): plan without the fast cache
         plan, key = None, None
     if plan is None:
         known = _check_sizes(operands)
-        plan = _plan_dot(operands, _contracted_names(axis, known), _out_key(out_axes))
+        plan = _plan_dot(operands, _contracted_names(axis, known), out_spec)
         if key is not None:
             if len(_DOT_PLANS) >= _MAX_CACHED_PLANS:
                 _DOT_PLANS.clear()
@@ -342,13 +340,6 @@ _MAX_CACHED_PLANS = 4096
 # ----------------------------------------------------------------------------- einsum
 
 
-def _alias_name(name: str, aliases: Mapping[str, Axis | str]) -> str:
-    value = aliases.get(name)
-    if value is None:
-        return name
-    return value.name if isinstance(value, Axis) else value
-
-
 def _simple_names(expr: str, side: Side, what: str) -> list[str | EllipsisType]:
     out: list[str | EllipsisType] = []
     for item in side.items:
@@ -361,7 +352,6 @@ def _simple_names(expr: str, side: Side, what: str) -> list[str | EllipsisType]:
     return out
 
 
-@functools.lru_cache(maxsize=2048)
 def _plan_einsum(
     equation: str, operands: tuple[tuple[Axis, ...], ...], alias_items: tuple
 ) -> tuple[frozenset[str], tuple]:
@@ -375,7 +365,7 @@ def _plan_einsum(
         if name in aliases:
             used_aliases.add(name)
             value = aliases[name]
-            real = _alias_name(name, aliases)
+            real = _binding_name(name, aliases)
             if real not in known:
                 raise_parse_error(f"Alias {name}={value!r} names no axis of the operands", equation, item_span)
             if isinstance(value, Axis) and known[real].size != value.size:
@@ -471,7 +461,7 @@ def _plan_einsum(
                 if letter in aliases:
                     used_aliases.add(letter)
                     value = aliases[letter]
-                    if _alias_name(letter, aliases) != ax.name or (isinstance(value, Axis) and value != ax):
+                    if _binding_name(letter, aliases) != ax.name or (isinstance(value, Axis) and value != ax):
                         raise_parse_error(
                             f"{letter!r} is aliased to {value!r} but binds axis {ax!r} of array {k}",
                             equation,

@@ -44,9 +44,8 @@ def _index_of(a: NamedArray, sel: AxisSelector, fn: str) -> int:
     name = sel.name if isinstance(sel, Axis) else sel
     if not isinstance(name, str):
         raise TypeError(f"{fn}: axes are given as Axis or names, got {sel!r}")
-    for i, ax in enumerate(a.axes):
-        if ax.name == name:
-            return i
+    if name in a._names:
+        return a._names.index(name)
     raise ValueError(f"{fn}: axis {name!r} is not in the array (axes: {a.axes})")
 
 

@@ -20,6 +20,7 @@ from jaxcore.named._axis import Axis, AxisSelector
 from jaxcore.named._core import (
     EAGER_KERNEL_FNS,
     NamedArray,
+    _check_named,
     _describe,
     _is_scalar_like,
     _wrap_result,
@@ -151,10 +152,8 @@ BINARY_OPS = tuple(_BINARY_TABLE)
 
 def _make_unary(name: str, fn):
     def op(a):
-        if type(a) is NamedArray:
-            return _wrap_result(fn(a.array), a.axes, a._names)
         if isinstance(a, NamedArray):
-            return _wrap_result(fn(a.array), a.axes, None)
+            return _wrap_result(fn(a.array), a.axes, a._names)
         return fn(a)
 
     op.__name__ = op.__qualname__ = name
@@ -263,11 +262,6 @@ def _where_array(array: NamedArray, where):
     )
 
 
-def _check_named(array, fname):
-    if not isinstance(array, NamedArray):
-        raise TypeError(f"{fname} needs a NamedArray, got {type(array).__name__}")
-
-
 def _extreme_initial(fn, lowest: bool):
     """Wraps max/min so a ``where`` mask needs no ``initial``: masked-out slots count as
     the dtype's lowest (for max) or highest (for min) value."""
@@ -288,14 +282,20 @@ def _extreme_initial(fn, lowest: bool):
     return reduce
 
 
+def _reduce(fn, name: str, array, axis, where, kwargs: dict) -> NamedArray:
+    """The general reduction path: any selection, an optional ``where`` mask, extra kwargs."""
+    _check_named(array, name)
+    positions, out_axes = _reduce_plan(array, axis)
+    if where is not None:
+        kwargs["where"] = _where_array(array, where)
+    return NamedArray._new(fn(array.array, axis=positions, **kwargs), out_axes)
+
+
 def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = False):
     if has_ddof:
 
         def op(array, axis=None, *, where=None, ddof: int = 0, dtype=None):
-            _check_named(array, name)
-            positions, out_axes = _reduce_plan(array, axis)
-            kw = {} if where is None else {"where": _where_array(array, where)}
-            return NamedArray._new(fn(array.array, axis=positions, ddof=ddof, dtype=dtype, **kw), out_axes)
+            return _reduce(fn, name, array, axis, where, {"ddof": ddof, "dtype": dtype})
 
     elif has_dtype:
 
@@ -303,15 +303,7 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
             if type(axis) is str and where is None and dtype is None and type(array) is NamedArray:
                 if axis in array._names:
                     return _reduce_one_axis(fn, array, axis)
-            _check_named(array, name)
-            positions, out_axes = _reduce_plan(array, axis)
-            if where is None:
-                if dtype is None:
-                    return NamedArray._new(fn(array.array, axis=positions), out_axes)
-                return NamedArray._new(fn(array.array, axis=positions, dtype=dtype), out_axes)
-            return NamedArray._new(
-                fn(array.array, axis=positions, dtype=dtype, where=_where_array(array, where)), out_axes
-            )
+            return _reduce(fn, name, array, axis, where, {} if dtype is None else {"dtype": dtype})
 
     else:
 
@@ -319,11 +311,7 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
             if type(axis) is str and where is None and type(array) is NamedArray:
                 if axis in array._names:
                     return _reduce_one_axis(fn, array, axis)
-            _check_named(array, name)
-            positions, out_axes = _reduce_plan(array, axis)
-            if where is None:
-                return NamedArray._new(fn(array.array, axis=positions), out_axes)
-            return NamedArray._new(fn(array.array, axis=positions, where=_where_array(array, where)), out_axes)
+            return _reduce(fn, name, array, axis, where, {})
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (
@@ -349,10 +337,12 @@ nanprod = _make_reduction("nanprod", jnp.nanprod, "Named version of ``jax.numpy.
 nanmean = _make_reduction("nanmean", jnp.nanmean, "Named version of ``jax.numpy.nanmean``.", True)
 _MASK_NOTE = " Elements masked out by ``where`` count as the dtype's lowest value."
 _MASK_NOTE_MIN = " Elements masked out by ``where`` count as the dtype's highest value."
-max = _make_reduction("max", _extreme_initial(jnp.max, True), "Named version of ``jax.numpy.max``." + _MASK_NOTE, False)  # noqa: A001
-min = _make_reduction("min", _extreme_initial(jnp.min, False), "Named version of ``jax.numpy.min``." + _MASK_NOTE_MIN, False)  # noqa: A001
-amax = _make_reduction("amax", _extreme_initial(jnp.max, True), "Alias of ``max``." + _MASK_NOTE, False)
-amin = _make_reduction("amin", _extreme_initial(jnp.min, False), "Alias of ``min``." + _MASK_NOTE_MIN, False)
+_max = _extreme_initial(jnp.max, True)
+_min = _extreme_initial(jnp.min, False)
+max = _make_reduction("max", _max, "Named version of ``jax.numpy.max``." + _MASK_NOTE, False)  # noqa: A001
+min = _make_reduction("min", _min, "Named version of ``jax.numpy.min``." + _MASK_NOTE_MIN, False)  # noqa: A001
+amax = _make_reduction("amax", _max, "Alias of ``max``." + _MASK_NOTE, False)
+amin = _make_reduction("amin", _min, "Alias of ``min``." + _MASK_NOTE_MIN, False)
 nanmax = _make_reduction("nanmax", _extreme_initial(jnp.nanmax, True), "Named version of ``jax.numpy.nanmax``." + _MASK_NOTE, False)
 nanmin = _make_reduction("nanmin", _extreme_initial(jnp.nanmin, False), "Named version of ``jax.numpy.nanmin``." + _MASK_NOTE_MIN, False)
 all = _make_reduction("all", jnp.all, "True where all elements along the axes are true.", False)  # noqa: A001

@@ -111,13 +111,18 @@ def _mapping_or_current(mapping: ResourceMapping | None) -> dict[str, PhysicalAx
     return current_axis_mapping() if mapping is None else _validated(mapping)
 
 
+def _mesh_axes(phys: PhysicalAxisSpec | None) -> tuple[str, ...]:
+    """The mesh axis names of one mapping value (``()`` for ``None``)."""
+    return (phys,) if isinstance(phys, str) else (phys or ())
+
+
 def _spec_for_axes(axes: Sequence[Axis | str], mapping: Mapping[str, PhysicalAxisSpec | None]) -> PartitionSpec:
     entries = []
     used: dict[str, str] = {}
     for ax in axes:
         name = ax.name if isinstance(ax, Axis) else ax
         phys = mapping.get(name)
-        for mesh_axis in (phys,) if isinstance(phys, str) else (phys or ()):
+        for mesh_axis in _mesh_axes(phys):
             if mesh_axis in used:
                 raise ValueError(
                     f"Mesh axis {mesh_axis!r} is used by both {used[mesh_axis]!r} and {name!r} in one array "
@@ -193,7 +198,7 @@ def physical_axis_size(axis: AxisSelector, mapping: ResourceMapping | None = Non
     if mesh is None:
         raise ValueError(f"Axis {axis!r} maps to {phys!r} but there is no mesh (pass mesh= or use jax.set_mesh)")
     shape = _mesh_shape(mesh)
-    names = (phys,) if isinstance(phys, str) else phys
+    names = _mesh_axes(phys)
     for n in names:
         if n not in shape:
             raise ValueError(f"Mesh axis {n!r} (for {axis!r}) is not in the mesh {shape}")
@@ -226,7 +231,7 @@ def _check_divisible(arr: NamedArray, spec: PartitionSpec, mesh) -> None:
     for ax, phys in zip(arr.axes, spec):
         if phys is None:
             continue
-        names = (phys,) if isinstance(phys, str) else phys
+        names = _mesh_axes(phys)
         for n in names:
             if n not in shape:
                 raise ValueError(f"Axis {ax.name!r} maps to mesh axis {n!r}, which the mesh {shape} lacks")
@@ -248,12 +253,12 @@ def _place(arr: NamedArray, spec: PartitionSpec, mesh) -> NamedArray:
     if not _is_tracer(raw):
         if not isinstance(mesh, Mesh):
             raise ValueError("Placing concrete arrays needs a concrete Mesh")
-        return NamedArray(jax.device_put(raw, NamedSharding(mesh, spec)), arr.axes)
+        return NamedArray._new(jax.device_put(raw, NamedSharding(mesh, spec)), arr.axes, arr._names)
     types = dict(zip(mesh.axis_names, mesh.axis_types))
-    used = [n for p in spec if p is not None for n in ((p,) if isinstance(p, str) else p)]
+    used = [n for p in spec for n in _mesh_axes(p)]
     if used and all(types[n] == AxisType.Explicit for n in used):
-        return NamedArray(jax.sharding.reshard(raw, spec), arr.axes)
-    return NamedArray(jax.lax.with_sharding_constraint(raw, NamedSharding(mesh, spec)), arr.axes)
+        return NamedArray._new(jax.sharding.reshard(raw, spec), arr.axes, arr._names)
+    return NamedArray._new(jax.lax.with_sharding_constraint(raw, NamedSharding(mesh, spec)), arr.axes, arr._names)
 
 
 def shard(x: Any, mapping: ResourceMapping | None = None, mesh: Mesh | None = None) -> Any:
@@ -389,10 +394,13 @@ def named_jit(
         dynamic_mask = tuple(_is_dynamic(leaf) for leaf in leaves)
         static = tuple(None if d else leaf for leaf, d in zip(leaves, dynamic_mask))
         dynamic = [leaf for leaf, d in zip(leaves, dynamic_mask) if d]
-        flags = _donation_flags(donate_args, args, "donate_args") + _donation_flags(
-            donate_kwargs, kwargs, "donate_kwargs"
-        )
-        donate = tuple(i for i, k in enumerate(j for j, d in enumerate(dynamic_mask) if d) if flags[k])
+        if donate_args is None and donate_kwargs is None:
+            donate = ()
+        else:
+            flags = _donation_flags(donate_args, args, "donate_args") + _donation_flags(
+                donate_kwargs, kwargs, "donate_kwargs"
+            )
+            donate = tuple(i for i, k in enumerate(j for j, d in enumerate(dynamic_mask) if d) if flags[k])
         key = (treedef, dynamic_mask, static, donate, tuple(sorted(compute.items())),
                tuple(sorted(out_map.items())), id(mesh) if mesh is not None else None)
         try:

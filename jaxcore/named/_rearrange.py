@@ -508,7 +508,8 @@ def _plan(expression: str, axes: tuple[Axis, ...], binding_items: tuple) -> _Pla
     lhs, rhs = parse_rearrangement(expression)
     split, variables = _bind_lhs(expression, lhs, axes, bindings)
     intermediate = tuple(a for pieces in split for a in pieces)
-    unused = [k for k in bindings if k not in _mentioned(lhs) | _mentioned(rhs)]
+    mentioned = _mentioned(lhs) | _mentioned(rhs)
+    unused = [k for k in bindings if k not in mentioned]
     if unused:
         raise_parse_error(f"Bindings {unused} are not used in the expression", expression, None)
     perm, final = _build_rhs(expression, rhs, variables, intermediate, bindings)

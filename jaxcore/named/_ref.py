@@ -86,13 +86,7 @@ class NamedRef:
     @property
     def axes(self) -> tuple[Axis, ...]:
         """The axes seen through this view (staged ints remove axes, slices resize them)."""
-        out = []
-        for ax, staged in zip(self._axes, self._prefix):
-            if staged is None:
-                out.append(ax)
-            elif isinstance(staged, range):
-                out.append(Axis(ax.name, len(staged)))
-        return tuple(out)
+        return self._axes_for(self._axes, self._prefix)
 
     @property
     def shape(self) -> dict[str, int]:
