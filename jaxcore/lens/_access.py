@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 from jaxcore.lens._path import Step
+from jaxcore.tree._structure import path_str
 
 _tu = jax.tree_util
 
@@ -43,9 +44,9 @@ def _key_of(step: Step) -> Any:
     return step.idx
 
 
-def _fail(obj: Any, step: Step, where: str, why: str) -> LensPathError:
+def _fail(obj: Any, step: Step, where: tuple[Step, ...], why: str) -> LensPathError:
     return LensPathError(
-        f"lens {where}: cannot focus {_tu.keystr((step,))} on an object of type "
+        f"lens {path_str(where)}: cannot focus {_tu.keystr((step,))} on an object of type "
         f"{type(obj).__name__}: {why}"
     )
 
@@ -64,13 +65,13 @@ def _available(obj: Any) -> str:
     return "children " + (", ".join(_tu.keystr((k,)) for k, _ in pairs) or "none")
 
 
-def get_step(obj: Any, step: Step, where: str) -> Any:
+def get_step(obj: Any, step: Step, where: tuple[Step, ...]) -> Any:
     """Returns the child of ``obj`` selected by ``step``.
 
     Args:
         obj: the node.
         step: a JAX key entry.
-        where: rendered path prefix for error messages.
+        where: the steps from the root to ``obj``, for error messages.
 
     Returns:
         The child.
@@ -105,14 +106,15 @@ def get_step(obj: Any, step: Step, where: str) -> Any:
     raise _fail(obj, step, where, f"{type(obj).__name__} is not a mapping")
 
 
-def set_step(obj: Any, step: Step, value: Any, where: str) -> Any:
+def set_step(obj: Any, step: Step, value: Any, where: tuple[Step, ...]) -> Any:
     """Returns a copy of ``obj`` whose child at ``step`` is ``value``.
 
     Args:
         obj: the node (never mutated).
-        step: a JAX key entry that exists in ``obj`` (checked by ``get_step``).
+        step: a JAX key entry that exists in ``obj`` (the caller has read it with
+            ``get_step``, which raises the precise error otherwise).
         value: the new child.
-        where: rendered path prefix for error messages.
+        where: the steps from the root to ``obj``, for error messages.
 
     Returns:
         The updated copy.
@@ -120,7 +122,6 @@ def set_step(obj: Any, step: Step, value: Any, where: str) -> Any:
     Raises:
         LensPathError: if the node type cannot be rebuilt with a new child.
     """
-    get_step(obj, step, where)  # validates the step with a precise error
     key = _key_of(step)
     if isinstance(step, _tu.FlattenedIndexKey):
         pairs, node_def = _children(obj)
@@ -144,7 +145,7 @@ def set_step(obj: Any, step: Step, value: Any, where: str) -> Any:
         if _is_namedtuple(obj):
             return obj._replace(**{key: value})
         return _set_via_pytree(obj, step, value, where)
-    # SequenceKey on a list or tuple (validated above).
+    # SequenceKey on a list or tuple (validated by get_step).
     items = list(obj)
     items[key] = value
     if isinstance(obj, list):
@@ -154,7 +155,7 @@ def set_step(obj: Any, step: Step, value: Any, where: str) -> Any:
     return type(obj)(items) if type(obj) is not tuple else tuple(items)
 
 
-def _set_via_pytree(obj: Any, step: Step, value: Any, where: str) -> Any:
+def _set_via_pytree(obj: Any, step: Step, value: Any, where: tuple[Step, ...]) -> Any:
     pairs, node_def = _children(obj)
     for i, (key, _) in enumerate(pairs):
         if key == step:

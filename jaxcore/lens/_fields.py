@@ -6,7 +6,6 @@ import dataclasses
 from typing import Annotated, Any, TypeVar
 
 from jaxcore.lens._lens import Lens
-from jaxcore.lens._path import parse_steps
 from jaxcore.tree._dataclass import LENS_KEY
 
 T = TypeVar("T")
@@ -66,4 +65,4 @@ class HasLensFields:
                 f"{cls.__qualname__}.lens({name!r}): not a lens field; lens fields are "
                 f"{list(allowed)} (declare fields with jaxcore.tree.lens_field)"
             )
-        return Lens(parse_steps((name,) + path))
+        return Lens((name,) + path)

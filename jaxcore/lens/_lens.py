@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from jaxcore.lens._access import get_step, set_step
-from jaxcore.lens._path import Step, parse_steps, path_str
+from jaxcore.lens._path import Step, parse_steps
+from jaxcore.tree._structure import path_str
 
 
 class Lens:
@@ -22,10 +23,11 @@ class Lens:
     __slots__ = ("_steps",)
 
     def __init__(self, steps: tuple[Step, ...] = ()) -> None:
-        """Builds a lens from already-parsed key entries (prefer :func:`focus`).
+        """Builds a lens from a path (prefer :func:`focus`).
 
         Args:
-            steps: JAX key entries from the root to the focused value.
+            steps: JAX key entries from the root to the focused value (or any
+                components :func:`focus` accepts; they are parsed here).
         """
         object.__setattr__(self, "_steps", parse_steps(tuple(steps)))
 
@@ -46,7 +48,7 @@ class Lens:
         Returns:
             The composed lens.
         """
-        return Lens(self._steps + parse_steps(path))
+        return Lens(self._steps + path)
 
     def get(self, obj: Any) -> Any:
         """Returns the value at this lens's path in ``obj``.
@@ -55,7 +57,7 @@ class Lens:
             LensPathError: naming the first step that does not exist.
         """
         for i, step in enumerate(self._steps):
-            obj = get_step(obj, step, path_str(self._steps[:i]))
+            obj = get_step(obj, step, self._steps[:i])
         return obj
 
     def set(self, obj: Any, value: Any) -> Any:
@@ -64,7 +66,7 @@ class Lens:
         Raises:
             LensPathError: if the path does not exist or a node cannot be rebuilt.
         """
-        return self._set_from(obj, 0, value)
+        return self._update(obj, 0, lambda _: value)
 
     def apply(self, obj: Any, fn: Callable[[Any], Any]) -> Any:
         """Returns a copy of ``obj`` with the focused value replaced by ``fn(value)``.
@@ -72,15 +74,15 @@ class Lens:
         Raises:
             LensPathError: if the path does not exist or a node cannot be rebuilt.
         """
-        return self.set(obj, fn(self.get(obj)))
+        return self._update(obj, 0, fn)
 
-    def _set_from(self, obj: Any, index: int, value: Any) -> Any:
+    def _update(self, obj: Any, index: int, fn: Callable[[Any], Any]) -> Any:
         if index == len(self._steps):
-            return value
+            return fn(obj)
         step = self._steps[index]
-        where = path_str(self._steps[:index])
+        where = self._steps[:index]
         child = get_step(obj, step, where)
-        return set_step(obj, step, self._set_from(child, index + 1, value), where)
+        return set_step(obj, step, self._update(child, index + 1, fn), where)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Lens) and other._steps == self._steps
@@ -96,8 +98,8 @@ def _as_lens(path: Any) -> Lens:
     if isinstance(path, Lens):
         return path
     if isinstance(path, (tuple, list)):
-        return Lens(parse_steps(tuple(path)))
-    return Lens(parse_steps((path,)))
+        return Lens(tuple(path))
+    return Lens((path,))
 
 
 def focus(*path: Any) -> Lens:
@@ -115,7 +117,7 @@ def focus(*path: Any) -> Lens:
         TypeError: for an unsupported component.
         ValueError: for an empty or malformed dotted name.
     """
-    return Lens(parse_steps(path))
+    return Lens(path)
 
 
 def get(obj: Any, path: Any) -> Any:

@@ -54,8 +54,3 @@ def parse_steps(parts: tuple[Any, ...]) -> tuple[Step, ...]:
                 "supported; use field names (str), indices (int), JAX key entries or lenses"
             )
     return tuple(steps)
-
-
-def path_str(steps: tuple[Step, ...]) -> str:
-    """Renders key entries like ``jax.tree_util.keystr`` (``<root>`` when empty)."""
-    return _tu.keystr(steps) if steps else "<root>"

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcore.tree._structure import check_same_structure
+from jaxcore.tree._structure import flatten_like, path_str
 
 T = TypeVar("T")
 
@@ -21,11 +21,10 @@ def _leaf_columns(
     """Checks structures and returns (treedef, per-leaf groups, leaf paths)."""
     if not trees:
         raise ValueError(f"{func} needs at least one pytree, got none")
-    treedef = check_same_structure(func, trees)
-    paths_and_leaves = _tu.tree_flatten_with_path(trees[0])[0]
+    paths_and_leaves, treedef = _tu.tree_flatten_with_path(trees[0])
     paths = [path for path, _ in paths_and_leaves]
     columns = [[leaf for _, leaf in paths_and_leaves]]
-    columns += [treedef.flatten_up_to(t) for t in trees[1:]]
+    columns += flatten_like(func, treedef, trees[0], trees[1:])
     return treedef, list(zip(*columns)), paths
 
 
@@ -49,7 +48,7 @@ def tree_stack(*trees: T) -> T:
         shapes = [np.shape(x) for x in group]
         if any(s != shapes[0] for s in shapes):
             raise ValueError(
-                f"tree_stack: leaves at {_tu.keystr(path) or '<root>'} have different "
+                f"tree_stack: leaves at {path_str(path)} have different "
                 f"shapes {shapes}; stacking needs equal shapes"
             )
         out.append(jnp.stack(group))
@@ -73,7 +72,7 @@ def tree_concat(*trees: T) -> T:
     treedef, groups, paths = _leaf_columns("tree_concat", trees)
     out = []
     for path, group in zip(paths, groups):
-        where = _tu.keystr(path) or "<root>"
+        where = path_str(path)
         shapes = [np.shape(x) for x in group]
         if any(len(s) == 0 for s in shapes):
             raise ValueError(
@@ -123,7 +122,7 @@ def tree_where_broadcast_last(accept: Any, tree1: T, tree2: T) -> T:
         a = jnp.asarray(a)
         b = jnp.asarray(b)
         rank = max(a.ndim, b.ndim)
-        where = _tu.keystr(path) or "<root>"
+        where = path_str(path)
         if rank < accept.ndim:
             raise ValueError(
                 f"tree_where_broadcast_last: leaf at {where} has shape {a.shape} / "

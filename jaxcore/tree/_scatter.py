@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcore.tree._protocols import SCATTER_ARG_NAMES, ScatterArgs
-from jaxcore.tree._structure import check_same_structure
+from jaxcore.tree._structure import check_same_structure, path_str
 
 T = TypeVar("T")
 
@@ -82,7 +82,7 @@ def _scatter(item: Any, value: Any, idxs: Any, args: dict[str, Any], prefix: tup
             out.append(leaf.at[idxs].set(new, **args))
         except (ValueError, TypeError, IndexError) as err:
             raise ValueError(
-                f"tree_scatter_set: cannot set the leaf at {_tu.keystr(path) or '<root>'} "
+                f"tree_scatter_set: cannot set the leaf at {path_str(path)} "
                 f"(shape {leaf.shape}) at indices of shape {jnp.shape(idxs)} to a value "
                 f"of shape {jnp.shape(new)} with {args}: {err}"
             ) from err

@@ -32,7 +32,8 @@ def tree_structure(x: Any, is_leaf: IsLeaf = None) -> PyTreeDef[Any]:
     return _tu.tree_structure(x, is_leaf=is_leaf)
 
 
-def _path_str(path: KeyPath) -> str:
+def path_str(path: KeyPath) -> str:
+    """Renders a key path like ``jax.tree_util.keystr`` (``<root>`` when empty)."""
     return _tu.keystr(path) if path else "<root>"
 
 
@@ -130,7 +131,7 @@ def mismatch_error(
     path, what = found
     return ValueError(
         f"{func}: tree #{position} does not match the structure of tree #0; first "
-        f"difference at {_path_str(path)}: {what}"
+        f"difference at {path_str(path)}: {what}"
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
-from jaxcore.tree import assert_same_structure
+from jaxcore.tree import assert_same_structure, tree_zeros_like
 
 T = TypeVar("T")
 
@@ -111,7 +111,7 @@ def kahan_summation(*summands: T, compensate: T | None = None) -> tuple[T, T]:
         raise ValueError("kahan_summation needs at least one summand")
     total = summands[0]
     if compensate is None:
-        comp = jax.tree_util.tree_map(jnp.zeros_like, total)
+        comp = tree_zeros_like(total)
     else:
         assert_same_structure(total, compensate)
         comp = compensate
