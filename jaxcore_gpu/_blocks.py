@@ -121,7 +121,7 @@ def choose(problem: plugin_api.Problem, platform: str = "cuda") -> BlockConfig |
         raise ValueError(f"unknown GPU platform {platform!r}; expected one of {tuple(_MAX_STAGES)}")
     override = OVERRIDES.active()
     base = _TABLE[(regime(problem.m), problem.packed)]
-    unit = 2 if problem.packed else 1
+    unit = problem.rows_per_qvalue_row
     bm = max(_MIN_DOT, min(base.block_m, _next_pow2(problem.m)))
     bn = max(_MIN_DOT, min(base.block_n, _next_pow2(problem.n)))
     step = base.block_k // unit
@@ -141,7 +141,7 @@ def choose(problem: plugin_api.Problem, platform: str = "cuda") -> BlockConfig |
 def _split_k(problem: plugin_api.Problem, config: BlockConfig) -> int:
     """Largest power-of-two split that fills the GPU and keeps the K loop pipelined."""
     tiles = -(-problem.m // config.block_m) * -(-problem.n // config.block_n)
-    steps = problem.k_packed // (config.block_k // (2 if problem.packed else 1))
+    steps = problem.k_packed // (config.block_k // problem.rows_per_qvalue_row)
     split = 1
     while (
         tiles * split * 2 <= _TARGET_PROGRAMS
@@ -158,7 +158,7 @@ def validate(config: BlockConfig, problem: plugin_api.Problem) -> None:
         v = getattr(config, name)
         if not _pow2(v) or v < _MIN_DOT:
             raise ValueError(f"{name}={v} must be a power of two >= {_MIN_DOT}")
-    unit = 2 if problem.packed else 1
+    unit = problem.rows_per_qvalue_row
     if config.block_k % unit or not _step_ok(config.block_k // unit, problem):
         raise ValueError(
             f"block_k={config.block_k} is not a legal K step for {problem.fmt} with "

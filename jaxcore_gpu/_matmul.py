@@ -131,7 +131,7 @@ def _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret):
     from jax.experimental.pallas import triton as pltriton
 
     bm, bn, split = config.block_m, config.block_n, config.split_k
-    step = config.block_k // (2 if problem.packed else 1)
+    step = config.block_k // problem.rows_per_qvalue_row
     steps = problem.k_packed // step
     m_pad = -(-problem.m // bm) * bm
     n_pad = -(-problem.n // bn) * bn

@@ -101,7 +101,7 @@ def choose(problem: plugin_api.Problem) -> BlockConfig:
     """
     override = OVERRIDES.active()
     base = _TABLE[(regime(problem.m), problem.packed)]
-    unit = 2 if problem.packed else 1
+    unit = problem.rows_per_qvalue_row
     bm = problem.m if problem.m <= base.block_m else base.block_m
     bn = problem.n if problem.n <= base.block_n else base.block_n
     step = _pick_step(problem, base.block_k // unit)
@@ -121,7 +121,7 @@ def validate(config: BlockConfig, problem: plugin_api.Problem) -> None:
             f"block_n={config.block_n} must be a multiple of {_LANE} or cover all "
             f"N={problem.n} columns"
         )
-    unit = 2 if problem.packed else 1
+    unit = problem.rows_per_qvalue_row
     why = "must be even" if config.block_k % unit else step_error(config.block_k // unit, problem)
     if why is not None:
         raise ValueError(

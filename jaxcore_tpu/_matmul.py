@@ -74,7 +74,7 @@ def quantized_matmul(
         _blocks.validate(config, problem)
     bm = min(config.block_m, problem.m)
     bn = min(config.block_n, problem.n)
-    step = config.block_k // (2 if problem.packed else 1)
+    step = config.block_k // problem.rows_per_qvalue_row
     gp = problem.group_packed
     one_scale_row = gp % step == 0
     n_groups = scale.shape[0]

@@ -111,13 +111,11 @@ def decode_unscaled(fmt: str, qslab: jax.Array) -> jax.Array:
     Returns:
       float32 (logical rows, N) values; multiply by the block scale to get weights.
     """
-    check_format(fmt)
-    if fmt == "int8":
-        return qslab.astype(jnp.float32)
-    nibbles = unpack_nibbles(qslab)
-    if fmt == "int4":
-        return nibbles.astype(jnp.float32) - jnp.float32(INT4_ZERO_POINT)
-    return jnp.asarray(NF4_CODE)[nibbles.astype(jnp.int32)]
+    parts = decode_parts(fmt, qslab)
+    if len(parts) == 1:
+        return parts[0]
+    # Interleave like `unpack_nibbles`: row 2i from the low nibbles, 2i + 1 from the high.
+    return jnp.stack(parts, axis=1).reshape(2 * qslab.shape[0], *qslab.shape[1:])
 
 
 def decode_parts(fmt: str, qslab: jax.Array) -> tuple[jax.Array, ...]:
@@ -145,20 +143,17 @@ def decode_parts(fmt: str, qslab: jax.Array) -> tuple[jax.Array, ...]:
     return tuple(code[h.astype(jnp.int32)] for h in halves)
 
 
-def dequantize_slab(fmt: str, qslab: jax.Array, scale_rows: jax.Array, block_size: int) -> jax.Array:
-    """Dequantises a slab of whole blocks, or a part of one block, to float32.
+def apply_block_scales(values: jax.Array, scale_rows: jax.Array, block_size: int) -> jax.Array:
+    """Multiplies (R, N) unscaled values by their block scales, as float32.
 
     Args:
-      fmt: storage format name.
-      qslab: stored rows covering R logical rows, where R is a multiple or a divisor of
-        ``block_size``.
-      scale_rows: (max(R // block_size, 1), N) scales for the blocks the slab covers.
-      block_size: logical rows per block.
+      values: R rows, where R is a multiple or a divisor of ``block_size``.
+      scale_rows: (max(R // block_size, 1), N) scales for the blocks the rows cover.
+      block_size: rows per scale row.
 
     Returns:
-      float32 (R, N) weights.
+      float32 (R, N) values.
     """
-    values = decode_unscaled(fmt, qslab)
     rows, n = values.shape
     per_scale = min(rows, block_size)
     values = values.reshape(rows // per_scale, per_scale, n)
@@ -174,4 +169,4 @@ def dequantize(fmt: str, qvalue: jax.Array, scale: jax.Array, block_size: int) -
 @functools.partial(jax.jit, static_argnums=(0, 3))
 def _dequantize_jit(fmt, qvalue, scale, block_size):
     # One compiled program per layout, so eager materialisation is one dispatch.
-    return dequantize_slab(fmt, qvalue, scale, block_size)
+    return apply_block_scales(decode_unscaled(fmt, qvalue), scale, block_size)

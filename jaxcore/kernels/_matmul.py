@@ -169,8 +169,8 @@ def _run(x2d, qvalue, scale, cfg: _Config, transposed: bool):
     return (_matmul_t_p if transposed else _matmul_p).bind(x2d, qvalue, scale, cfg=cfg)
 
 
-def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int]:
-    """Reads (fmt, block_size, qvalue, scale, axis) off a quantised array, checking the layout."""
+def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int, tuple[int, int]]:
+    """Reads (fmt, block_size, qvalue, scale, axis, (K, N)) off a quantised array, checked."""
     missing = [a for a in ("fmt", "block_size", "qvalue", "block_scales") if not hasattr(q, a)]
     if missing:
         raise TypeError(
@@ -179,20 +179,18 @@ def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int]:
         )
     fmt, block_size, qvalue = q.fmt, q.block_size, q.qvalue
     scale = q.block_scales()
-    _formats.check_layout(fmt, qvalue, scale, block_size)
+    k_n = _formats.check_layout(fmt, qvalue, scale, block_size)
     axis = getattr(q, "axis", 0)
     if axis not in (0, 1):
         raise ValueError(f"q.axis must be 0 or 1 (the axis its blocks run along), got {axis!r}")
-    return fmt, block_size, qvalue, scale, axis
+    return fmt, block_size, qvalue, scale, axis, k_n
 
 
 def _apply(x, q, preferred_element_type, transposed: bool):
-    fmt, block_size, qvalue, scale, axis = _stored(q)
+    fmt, block_size, qvalue, scale, axis, (k, n) = _stored(q)
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"x must be floating point, got dtype {x.dtype}")
-    k = _formats.logical_rows(fmt, qvalue.shape[0])
-    n = qvalue.shape[1]
     logical = (k, n) if axis == 0 else (n, k)
     contracted = logical[1] if transposed else logical[0]
     if x.ndim < 1 or x.shape[-1] != contracted:

@@ -11,7 +11,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from jaxcore.kernels._formats import FORMATS
+from jaxcore.kernels._formats import FORMATS, PACKED_FORMATS
 
 KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 """Activation dtypes the fused kernels compute in; others take the XLA path."""
@@ -28,6 +28,7 @@ class Problem:
       fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
       block_size: logical weight rows sharing one scale.
       packed: whether two weight rows share a byte (int4, NF4).
+      rows_per_qvalue_row: logical weight rows per ``qvalue`` row (2 if ``packed``, else 1).
     """
 
     m: int
@@ -38,17 +39,21 @@ class Problem:
 
     @property
     def packed(self) -> bool:
-        return self.fmt != "int8"
+        return self.fmt in PACKED_FORMATS
+
+    @property
+    def rows_per_qvalue_row(self) -> int:
+        return 2 if self.packed else 1
 
     @property
     def k_packed(self) -> int:
         """Rows of ``qvalue``: K for int8, K // 2 for the nibble-packed formats."""
-        return self.k // 2 if self.packed else self.k
+        return self.k // self.rows_per_qvalue_row
 
     @property
     def group_packed(self) -> int:
         """``qvalue`` rows sharing one scale row."""
-        return self.block_size // 2 if self.packed else self.block_size
+        return self.block_size // self.rows_per_qvalue_row
 
 
 def check_problem(x, qvalue, scale, *, fmt: str, block_size: int) -> Problem:

@@ -99,12 +99,7 @@ class _Slabs:
         if not scaled:
             return parts
         srows = lax.dynamic_slice_in_dim(self.scale, start // self.block, self.scale_rows, axis=0)
-        per_scale = min(self.step, self.block)
-        n = qslab.shape[1]
-        return tuple(
-            (u.reshape(self.scale_rows, per_scale, n) * srows[:, None, :]).reshape(self.step, n)
-            for u in parts
-        )
+        return tuple(_formats.apply_block_scales(u, srows, self.block) for u in parts)
 
     def columns(self, x_parts: tuple[jax.Array, ...], i) -> tuple[jax.Array, ...]:
         """Step ``i``'s (M, step) column slab of each split activation."""
