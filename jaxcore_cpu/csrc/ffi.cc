@@ -1,0 +1,214 @@
+// The XLA FFI handler `JaxcoreCpuQuantizedMatmul` and the C entry points the Python
+// package loads with ctypes. Operand checks here turn bad input into an FFI error (a
+// Python exception naming the problem), never an out-of-bounds read.
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qmm.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jaxcore_cpu {
+namespace {
+
+// Spreads tasks over XLA's intra-op thread pool. Workers (the calling thread plus up to
+// num_threads pool tasks) claim task indices from one atomic counter, so a core busy with
+// other work just claims fewer; the caller returns once every task has finished. Pool
+// tasks that start late find no work left and only touch the shared state, which they
+// keep alive.
+class PoolRunner final : public Runner {
+ public:
+  explicit PoolRunner(ffi::ThreadPool* pool)
+      : pool_(pool), helpers_(pool ? static_cast<int>(pool->num_threads()) : 0) {
+    if (helpers_ < 0) helpers_ = 0;
+  }
+
+  int max_workers() const override { return helpers_ + 1; }
+
+  void Parallel(int64_t num_tasks,
+                const std::function<void(int64_t, int)>& body) override {
+    if (num_tasks <= 0) return;
+    const int helpers = static_cast<int>(std::min<int64_t>(helpers_, num_tasks - 1));
+    if (helpers == 0) {
+      for (int64_t t = 0; t < num_tasks; ++t) body(t, 0);
+      return;
+    }
+    auto state = std::make_shared<State>();
+    state->num_tasks = num_tasks;
+    state->body = &body;
+    for (int h = 0; h < helpers; ++h) {
+      pool_->Schedule([state] { Work(*state); });
+    }
+    Work(*state);
+    while (state->done.load(std::memory_order_acquire) < num_tasks) {
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  struct State {
+    int64_t num_tasks = 0;
+    const std::function<void(int64_t, int)>* body = nullptr;
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+    std::atomic<int> slots{0};
+  };
+
+  static void Work(State& s) {
+    int slot = -1;
+    for (;;) {
+      const int64_t t = s.next.fetch_add(1, std::memory_order_relaxed);
+      if (t >= s.num_tasks) return;
+      if (slot < 0) slot = s.slots.fetch_add(1, std::memory_order_relaxed);
+      (*s.body)(t, slot);
+      s.done.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+
+  ffi::ThreadPool* pool_;
+  int helpers_;
+};
+
+std::string Shape(ffi::AnyBuffer::Dimensions dims) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
+  os << (dims.size() == 1 ? ",)" : ")");
+  return os.str();
+}
+
+ffi::Error Invalid(const std::string& msg) {
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jaxcore_cpu quantized_matmul: " + msg);
+}
+
+ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
+                ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> out, int32_t fmt,
+                int64_t block_size, int32_t path) {
+  if (fmt < 0 || fmt > 2) {
+    return Invalid("unknown fmt " + std::to_string(fmt) + " (0=int8, 1=int4, 2=nf4)");
+  }
+  if (path < 0 || path > 2) {
+    return Invalid("unknown path " + std::to_string(path) + " (0=auto, 1=gemv, 2=gemm)");
+  }
+  const Format format = static_cast<Format>(fmt);
+  const char* fmt_name = fmt == 0 ? "int8" : fmt == 1 ? "int4" : "nf4";
+  if (x.dimensions().size() != 2 || qvalue.dimensions().size() != 2 ||
+      scale.dimensions().size() != 2 || out->dimensions().size() != 2) {
+    return Invalid("x, qvalue, scale and the result must all be 2-D; got x " +
+                   Shape(x.dimensions()) + ", qvalue " + Shape(qvalue.dimensions()) +
+                   ", scale " + Shape(scale.dimensions()) + ", result " +
+                   Shape(out->dimensions()));
+  }
+  const auto xt = x.element_type();
+  if (xt != ffi::DataType::F32 && xt != ffi::DataType::BF16) {
+    return Invalid("x must be float32 or bfloat16");
+  }
+  const auto ot = out->element_type();
+  if (ot != ffi::DataType::F32 && ot != ffi::DataType::BF16) {
+    return Invalid("the result must be float32 or bfloat16");
+  }
+  const auto want_q = format == Format::kInt8 ? ffi::DataType::S8 : ffi::DataType::U8;
+  if (qvalue.element_type() != want_q) {
+    return Invalid(std::string(fmt_name) + " qvalue must be " +
+                   (format == Format::kInt8 ? "int8" : "uint8 (two 4-bit codes per byte)"));
+  }
+  if (scale.element_type() != ffi::DataType::F32) return Invalid("scale must be float32");
+
+  const int64_t m = x.dimensions()[0], k = x.dimensions()[1];
+  const int64_t rows = qvalue.dimensions()[0], n = qvalue.dimensions()[1];
+  const int64_t per_row = format == Format::kInt8 ? 1 : 2;
+  if (rows * per_row != k) {
+    return Invalid("x " + Shape(x.dimensions()) + " has K=" + std::to_string(k) + " but " +
+                   fmt_name + " qvalue " + Shape(qvalue.dimensions()) + " holds " +
+                   std::to_string(rows * per_row) + " rows of K");
+  }
+  if (block_size <= 0 || k % block_size) {
+    return Invalid("block_size=" + std::to_string(block_size) +
+                   " must be a positive divisor of K=" + std::to_string(k));
+  }
+  if (scale.dimensions()[0] != k / block_size || scale.dimensions()[1] != n) {
+    return Invalid("scale must have shape (K // block_size, N) = (" +
+                   std::to_string(k / block_size) + ", " + std::to_string(n) + "), got " +
+                   Shape(scale.dimensions()));
+  }
+  if (out->dimensions()[0] != m || out->dimensions()[1] != n) {
+    return Invalid("the result must have shape (M, N) = (" + std::to_string(m) + ", " +
+                   std::to_string(n) + "), got " + Shape(out->dimensions()));
+  }
+
+  Problem p;
+  p.fmt = format;
+  p.m = m;
+  p.k = k;
+  p.n = n;
+  p.block_size = block_size;
+  p.x = x.untyped_data();
+  p.x_dtype = xt == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
+  p.qvalue = qvalue.untyped_data();
+  p.scale = static_cast<const float*>(scale.untyped_data());
+  p.out = out->untyped_data();
+  p.out_dtype = ot == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
+  if (std::string err = Validate(p); !err.empty()) return Invalid(err);
+  if (m == 0 || n == 0) return ffi::Error::Success();
+
+  PoolRunner runner(&pool);
+  const Path chosen = static_cast<Path>(path);
+  // Grow-only per-thread workspace: after the first call of a shape, no allocation.
+  thread_local std::vector<char> storage;
+  const size_t bytes = WorkspaceBytes(p, chosen, runner.max_workers()) + 64;
+  if (storage.size() < bytes) storage.resize(bytes);
+  char* base = storage.data();
+  base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+  Run(p, chosen, runner, base);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jaxcore_cpu
+
+// The library is built with hidden visibility; these are its exported symbols.
+extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* JaxcoreCpuQuantizedMatmul(
+    XLA_FFI_CallFrame* call_frame);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcoreCpuQuantizedMatmul, jaxcore_cpu::Impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x (M, K)
+                                  .Arg<ffi::AnyBuffer>()  // qvalue
+                                  .Arg<ffi::AnyBuffer>()  // scale (K / block_size, N)
+                                  .Ret<ffi::AnyBuffer>()  // (M, N)
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<int64_t>("block_size")
+                                  .Attr<int32_t>("path"));
+
+extern "C" {
+
+__attribute__((visibility("default"))) const char* JaxcoreCpuIsa(void) {
+  return jaxcore_cpu::IsaName(jaxcore_cpu::ActiveIsa());
+}
+
+__attribute__((visibility("default"))) const char* JaxcoreCpuDetectedIsa(void) {
+  return jaxcore_cpu::IsaName(jaxcore_cpu::DetectIsa());
+}
+
+// Returns 1 when `name` ("portable", "avx2", "avx512") is now the active instruction set,
+// 0 when the name is unknown or the CPU lacks it.
+__attribute__((visibility("default"))) int JaxcoreCpuSetIsa(const char* name) {
+  if (name == nullptr) return 0;
+  for (auto isa : {jaxcore_cpu::Isa::kPortable, jaxcore_cpu::Isa::kAvx2,
+                   jaxcore_cpu::Isa::kAvx512}) {
+    if (std::strcmp(name, jaxcore_cpu::IsaName(isa)) == 0) {
+      return jaxcore_cpu::SetIsa(isa) ? 1 : 0;
+    }
+  }
+  return 0;
+}
+
+}  // extern "C"

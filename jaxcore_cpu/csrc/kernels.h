@@ -1,0 +1,81 @@
+// The per-instruction-set pieces of the quantized matmul, behind one table of function
+// pointers. qmm.cc plans the work (tasks, threads, scale blocks, workspace) and calls these;
+// each kernels_<isa>.cc fills a table with code compiled for that instruction set.
+#ifndef JAXCORE_CPU_CSRC_KERNELS_H_
+#define JAXCORE_CPU_CSRC_KERNELS_H_
+
+#include <cstdint>
+
+#include "qmm.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+
+// The NF4 code book (jaxcore/kernels/_nf4.py), index = stored nibble.
+extern const float kNf4Code[16];
+constexpr float kInt4ZeroPoint = 8.0f;
+
+// Columns of one GEMM micro-tile; decoded weight panels are laid out in slivers this wide.
+constexpr int kNr = 16;
+// Largest row count of one GEMM micro-tile.
+constexpr int kMr = 6;
+// Largest M the GEMV kernel takes (it keeps every activation row's partial sums in L1).
+constexpr int kGemvMaxM = 4;
+
+// One GEMV segment: rows [r0, r1) of K, all inside one scale block, and columns
+// [n0, n0 + cols) of N. With u = the unscaled decoded weights (q for int8, v for int4,
+// NF4 code for nf4):
+//   acc[m][c] = sum_{r0 <= r < r1} x[m][r] * u[r][n0 + c]
+//   y[m][c]  += scale[n0 + c] * (acc[m][c] - zero_point * sum_r x[m][r])
+// acc is the kernel's scratch; y holds the running (scaled) sums.
+struct GemvSegment {
+  Format fmt;
+  int m;              // 1..kGemvMaxM
+  const float* x;     // x[m][r] = x[m * ldx + r], r logical
+  int64_t ldx;
+  const uint8_t* q;   // stored row 0 of the weight
+  int64_t ldq;        // bytes per stored row (= N)
+  int64_t r0, r1;     // logical rows; even for 4-bit formats
+  int64_t n0, cols;
+  const float* scale; // scale row of the block, indexed by absolute column
+  float* acc;         // m rows of at least `cols` floats, stride ldacc
+  int64_t ldacc;
+  float* y;           // y[m][c] at y[m * ldy + c]
+  int64_t ldy;
+};
+
+// Decodes rows [r0, r1) and columns [n0, n0 + cols) of the weight, scaled, into
+// ceil(cols / kNr) slivers: panel[j][r - r0][i] = W[r][n0 + j * kNr + i] (zero past cols).
+// r0 and r1 are even for 4-bit formats; block_size gives each row's scale row.
+struct DecodePanel {
+  Format fmt;
+  const uint8_t* q;
+  int64_t ldq;
+  const float* scale;  // (K / block_size, N)
+  int64_t lds;         // = N
+  int64_t block_size;
+  int64_t r0, r1, n0, cols;
+  float* panel;
+};
+
+// C[i][j] (+)= sum_k A[i][k] * B[k][j] for i < mr (1..kMr), j < kNr, k < kc, where A is a
+// packed micro-panel (A[i][k] = a[k * kMr + i]), B is one decoded sliver (kc x kNr) and
+// C[i][j] = c[i * ldc + j]. Only the first `cols` (<= kNr) columns of C are written.
+using MicroKernel = void (*)(int mr, int64_t kc, const float* a, const float* b, float* c,
+                             int64_t ldc, bool accumulate, int cols);
+
+struct KernelTable {
+  void (*gemv_segment)(const GemvSegment&);
+  void (*decode_panel)(const DecodePanel&);
+  MicroKernel microkernel;
+};
+
+const KernelTable& PortableKernels();
+#if defined(__x86_64__) || defined(_M_X64)
+const KernelTable& Avx2Kernels();
+#endif
+
+}  // namespace internal
+}  // namespace jaxcore_cpu
+
+#endif  // JAXCORE_CPU_CSRC_KERNELS_H_

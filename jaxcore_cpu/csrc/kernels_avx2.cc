@@ -1,0 +1,300 @@
+// AVX2 + FMA kernels (compiled with -mavx2 -mfma; chosen at run time by cpuid).
+//
+// Weights are decoded eight columns at a time straight from memory: vpmovsxbd /
+// vpmovzxbd widen eight stored bytes to eight 32-bit lanes, then int8 converts, int4
+// converts each nibble (its zero point is folded into the block flush), and NF4 looks each
+// nibble up in the 16-entry code book with two vpermps and a blend on bit 3.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+namespace {
+
+inline __m256i Load8Bytes(const uint8_t* p, bool sign_extend) {
+  const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return sign_extend ? _mm256_cvtepi8_epi32(raw) : _mm256_cvtepu8_epi32(raw);
+}
+
+// How far ahead along a row the GEMV kernel prefetches.
+constexpr int64_t kPrefetchBytes = 1024;
+// How many stored rows ahead the kernels prefetch the weights they will read.
+constexpr int64_t kPrefetchRows = 8;
+
+// Prefetches `bytes` bytes from `p` (one hint per cache line; never faults).
+inline void Prefetch(const uint8_t* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+  }
+}
+
+struct Nf4Table {
+  __m256 low, high;  // codes 0..7 and 8..15
+};
+
+inline Nf4Table LoadNf4() { return {_mm256_loadu_ps(kNf4Code), _mm256_loadu_ps(kNf4Code + 8)}; }
+
+// Looks up the code of the nibble held in bits [shift, shift + 4) of each lane.
+template <int kShift>
+inline __m256 Nf4Lookup(const Nf4Table& t, __m256i u) {
+  const __m256i idx = kShift ? _mm256_srli_epi32(u, kShift) : u;  // vpermps reads bits 0..2
+  const __m256 low = _mm256_permutevar8x32_ps(t.low, idx);
+  const __m256 high = _mm256_permutevar8x32_ps(t.high, idx);
+  const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(u, 28 - kShift));
+  return _mm256_blendv_ps(low, high, bit3);
+}
+
+// The unscaled values of the two logical rows packed in one stored row, eight columns.
+template <Format kFmt>
+inline void DecodePair(const Nf4Table& t, __m256i u, __m256* even, __m256* odd) {
+  if (kFmt == Format::kNf4) {
+    *even = Nf4Lookup<0>(t, u);
+    *odd = Nf4Lookup<4>(t, u);
+  } else {
+    *even = _mm256_cvtepi32_ps(_mm256_and_si256(u, _mm256_set1_epi32(0x0F)));
+    *odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(u, 4));
+  }
+}
+
+inline float ScalarUnscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
+  if (fmt == Format::kInt8) return static_cast<float>(static_cast<int8_t>(q[r * ldq + n]));
+  const uint8_t byte = q[(r >> 1) * ldq + n];
+  const uint8_t v = (r & 1) ? (byte >> 4) : (byte & 0x0F);
+  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v);
+}
+
+// --- GEMV ----------------------------------------------------------------------------
+
+// acc[m][c] += sum over kGroup stored rows starting at stored row `sr` (logical rows
+// `lr`...) for M activation rows, eight columns at a time; `first` writes instead of adds.
+template <Format kFmt, int M, int kGroup>
+inline void GemvRows(const GemvSegment& s, int64_t sr, int64_t lr, int64_t vec_cols,
+                     bool first) {
+  constexpr int kPerRow = kFmt == Format::kInt8 ? 1 : 2;  // logical rows per stored row
+  __m256 xv[M][kGroup * kPerRow];
+  for (int mi = 0; mi < M; ++mi) {
+    for (int j = 0; j < kGroup * kPerRow; ++j) {
+      xv[mi][j] = _mm256_broadcast_ss(s.x + mi * s.ldx + lr + j);
+    }
+  }
+  const Nf4Table t = LoadNf4();
+  const uint8_t* base = s.q + sr * s.ldq + s.n0;
+  for (int64_t c = 0; c < vec_cols; c += 8) {
+    if ((c & 63) == 0) {
+      for (int g = 0; g < kGroup; ++g) {
+        _mm_prefetch(reinterpret_cast<const char*>(base + g * s.ldq + c + kPrefetchBytes),
+                     _MM_HINT_T0);
+      }
+    }
+    __m256 w[kGroup * kPerRow];
+    for (int g = 0; g < kGroup; ++g) {
+      const __m256i u = Load8Bytes(base + g * s.ldq + c, kFmt == Format::kInt8);
+      if (kFmt == Format::kInt8) {
+        w[g] = _mm256_cvtepi32_ps(u);
+      } else {
+        DecodePair<kFmt>(t, u, &w[2 * g], &w[2 * g + 1]);
+      }
+    }
+    for (int mi = 0; mi < M; ++mi) {
+      float* a = s.acc + mi * s.ldacc + c;
+      __m256 sum = first ? _mm256_setzero_ps() : _mm256_loadu_ps(a);
+      for (int j = 0; j < kGroup * kPerRow; ++j) sum = _mm256_fmadd_ps(xv[mi][j], w[j], sum);
+      _mm256_storeu_ps(a, sum);
+    }
+  }
+}
+
+template <Format kFmt, int M>
+void GemvSegmentT(const GemvSegment& s) {
+  constexpr int kPerRow = kFmt == Format::kInt8 ? 1 : 2;
+  constexpr int kGroup = (M <= 2 ? 4 : 2) / kPerRow;  // stored rows per pass over acc
+  const int64_t vec_cols = s.cols / 8 * 8;
+  int64_t lr = s.r0;
+  bool first = true;
+  if (vec_cols > 0) {
+    for (; lr + kGroup * kPerRow <= s.r1; lr += kGroup * kPerRow, first = false) {
+      GemvRows<kFmt, M, kGroup>(s, lr / kPerRow, lr, vec_cols, first);
+    }
+    for (; lr < s.r1; lr += kPerRow, first = false) {
+      GemvRows<kFmt, M, 1>(s, lr / kPerRow, lr, vec_cols, first);
+    }
+    if (first) {
+      for (int mi = 0; mi < M; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * vec_cols);
+    }
+  }
+  // Columns past the last multiple of eight, and the flush into y.
+  const float zp = kFmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f;
+  for (int mi = 0; mi < M; ++mi) {
+    const float* x = s.x + mi * s.ldx;
+    float xsum = 0.0f;
+    if (kFmt == Format::kInt4) {
+      for (int64_t r = s.r0; r < s.r1; ++r) xsum += x[r];
+    }
+    float* acc = s.acc + mi * s.ldacc;
+    for (int64_t c = vec_cols; c < s.cols; ++c) {
+      float v = 0.0f;
+      for (int64_t r = s.r0; r < s.r1; ++r) v += x[r] * ScalarUnscaled(kFmt, s.q, s.ldq, r, s.n0 + c);
+      acc[c] = v;
+    }
+    const __m256 shift = _mm256_set1_ps(zp * xsum);
+    float* y = s.y + mi * s.ldy;
+    const float* scale = s.scale + s.n0;
+    int64_t c = 0;
+    for (; c < vec_cols; c += 8) {
+      const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(acc + c), shift);
+      _mm256_storeu_ps(y + c, _mm256_fmadd_ps(_mm256_loadu_ps(scale + c), v, _mm256_loadu_ps(y + c)));
+    }
+    for (; c < s.cols; ++c) y[c] += scale[c] * (acc[c] - zp * xsum);
+  }
+}
+
+template <Format kFmt>
+void GemvSegmentF(const GemvSegment& s) {
+  switch (s.m) {
+    case 1: return GemvSegmentT<kFmt, 1>(s);
+    case 2: return GemvSegmentT<kFmt, 2>(s);
+    case 3: return GemvSegmentT<kFmt, 3>(s);
+    default: return GemvSegmentT<kFmt, 4>(s);
+  }
+}
+
+void GemvSegmentAvx2(const GemvSegment& s) {
+  switch (s.fmt) {
+    case Format::kInt8: return GemvSegmentF<Format::kInt8>(s);
+    case Format::kInt4: return GemvSegmentF<Format::kInt4>(s);
+    case Format::kNf4: return GemvSegmentF<Format::kNf4>(s);
+  }
+}
+
+// --- Panel decoding ------------------------------------------------------------------
+
+// Decodes the full slivers of a panel, walking the stored rows in order (each row's
+// columns are contiguous in memory) and writing every sliver's part of that row.
+template <Format kFmt>
+void DecodeFullSlivers(const DecodePanel& d, int64_t slivers) {
+  const Nf4Table t = LoadNf4();
+  const __m256 zp = _mm256_set1_ps(kFmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f);
+  const int64_t rows = d.r1 - d.r0;
+  constexpr int kStep = kFmt == Format::kInt8 ? 1 : 2;  // logical rows per stored row
+  for (int64_t r = d.r0; r < d.r1; r += kStep) {
+    const float* srow = d.scale + (r / d.block_size) * d.lds + d.n0;
+    const uint8_t* q = d.q + (r / kStep) * d.ldq + d.n0;
+    float* out = d.panel + (r - d.r0) * kNr;
+    // Rows are a page apart, too far for the hardware prefetcher to follow.
+    Prefetch(q + kPrefetchRows * d.ldq, slivers * kNr);
+    for (int64_t j = 0; j < slivers; ++j, q += kNr, srow += kNr, out += rows * kNr) {
+      const __m256 s0 = _mm256_loadu_ps(srow), s1 = _mm256_loadu_ps(srow + 8);
+      if (kFmt == Format::kInt8) {
+        _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(Load8Bytes(q, true)), s0));
+        _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(Load8Bytes(q + 8, true)), s1));
+      } else {
+        __m256 e0, o0, e1, o1;
+        DecodePair<kFmt>(t, Load8Bytes(q, false), &e0, &o0);
+        DecodePair<kFmt>(t, Load8Bytes(q + 8, false), &e1, &o1);
+        _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_sub_ps(e0, zp), s0));
+        _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_sub_ps(e1, zp), s1));
+        _mm256_storeu_ps(out + kNr, _mm256_mul_ps(_mm256_sub_ps(o0, zp), s0));
+        _mm256_storeu_ps(out + kNr + 8, _mm256_mul_ps(_mm256_sub_ps(o1, zp), s1));
+      }
+    }
+  }
+}
+
+void DecodePanelAvx2(const DecodePanel& d) {
+  const int64_t rows = d.r1 - d.r0;
+  const int64_t full = d.cols / kNr;
+  switch (d.fmt) {
+    case Format::kInt8: DecodeFullSlivers<Format::kInt8>(d, full); break;
+    case Format::kInt4: DecodeFullSlivers<Format::kInt4>(d, full); break;
+    case Format::kNf4: DecodeFullSlivers<Format::kNf4>(d, full); break;
+  }
+  if (full * kNr < d.cols) {
+    // The ragged last sliver, element by element: vector loads could run past the row.
+    float* out = d.panel + full * rows * kNr;
+    const float zp = d.fmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f;
+    for (int64_t r = d.r0; r < d.r1; ++r) {
+      const float* srow = d.scale + (r / d.block_size) * d.lds;
+      for (int i = 0; i < kNr; ++i) {
+        const int64_t c = full * kNr + i;
+        float w = 0.0f;
+        if (c < d.cols) w = (ScalarUnscaled(d.fmt, d.q, d.ldq, r, d.n0 + c) - zp) * srow[d.n0 + c];
+        out[(r - d.r0) * kNr + i] = w;
+      }
+    }
+  }
+}
+
+// --- GEMM micro-kernel ---------------------------------------------------------------
+
+// Named accumulators rather than an array: GCC keeps arrays of vectors on the stack and
+// stores them on every iteration, which halves the FMA rate.
+#define JAXCORE_ROW(i)                                          \
+  if constexpr (MR > i) {                                       \
+    const __m256 av = _mm256_broadcast_ss(a + k * kMr + i);     \
+    c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);                  \
+    c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                  \
+  }
+
+template <int MR>
+void MicroKernelT(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                  bool accumulate, int cols) {
+  static_assert(MR >= 1 && MR <= kMr, "micro-tile rows");
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+         c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + k * kNr);
+    const __m256 b1 = _mm256_loadu_ps(b + k * kNr + 8);
+    JAXCORE_ROW(0)
+    JAXCORE_ROW(1)
+    JAXCORE_ROW(2)
+    JAXCORE_ROW(3)
+    JAXCORE_ROW(4)
+    JAXCORE_ROW(5)
+  }
+  const __m256 acc[kMr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                              {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    if (cols == kNr) {
+      __m256 lo = acc[i][0], hi = acc[i][1];
+      if (accumulate) {
+        lo = _mm256_add_ps(lo, _mm256_loadu_ps(ci));
+        hi = _mm256_add_ps(hi, _mm256_loadu_ps(ci + 8));
+      }
+      _mm256_storeu_ps(ci, lo);
+      _mm256_storeu_ps(ci + 8, hi);
+    } else {
+      alignas(32) float tile[kNr];
+      _mm256_store_ps(tile, acc[i][0]);
+      _mm256_store_ps(tile + 8, acc[i][1]);
+      for (int j = 0; j < cols; ++j) ci[j] = accumulate ? ci[j] + tile[j] : tile[j];
+    }
+  }
+}
+#undef JAXCORE_ROW
+
+void MicroKernelAvx2(int mr, int64_t kc, const float* a, const float* b, float* c,
+                     int64_t ldc, bool accumulate, int cols) {
+  switch (mr) {
+    case 1: return MicroKernelT<1>(kc, a, b, c, ldc, accumulate, cols);
+    case 2: return MicroKernelT<2>(kc, a, b, c, ldc, accumulate, cols);
+    case 3: return MicroKernelT<3>(kc, a, b, c, ldc, accumulate, cols);
+    case 4: return MicroKernelT<4>(kc, a, b, c, ldc, accumulate, cols);
+    case 5: return MicroKernelT<5>(kc, a, b, c, ldc, accumulate, cols);
+    default: return MicroKernelT<6>(kc, a, b, c, ldc, accumulate, cols);
+  }
+}
+
+}  // namespace
+
+const KernelTable& Avx2Kernels() {
+  static const KernelTable table = {GemvSegmentAvx2, DecodePanelAvx2, MicroKernelAvx2};
+  return table;
+}
+
+}  // namespace internal
+}  // namespace jaxcore_cpu

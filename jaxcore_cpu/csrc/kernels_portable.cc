@@ -1,0 +1,111 @@
+// Portable kernels: plain C++ the compiler may auto-vectorise for the baseline ISA. They
+// define the arithmetic every SIMD variant must reproduce, and run on any CPU.
+#include <cstring>
+
+#include "kernels.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+
+const float kNf4Code[16] = {
+    -1.0f,
+    -0.6961928009986877f,
+    -0.5250730514526367f,
+    -0.39491748809814453f,
+    -0.28444138169288635f,
+    -0.18477343022823334f,
+    -0.09105003625154495f,
+    0.0f,
+    0.07958029955625534f,
+    0.16093020141124725f,
+    0.24611230194568634f,
+    0.33791524171829224f,
+    0.44070982933044434f,
+    0.5626170039176941f,
+    0.7229568362236023f,
+    1.0f,
+};
+
+namespace {
+
+// Unscaled decoded value of logical row r, column n (int4 without its zero point).
+inline float Unscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
+  if (fmt == Format::kInt8) {
+    return static_cast<float>(static_cast<int8_t>(q[r * ldq + n]));
+  }
+  const uint8_t byte = q[(r >> 1) * ldq + n];
+  const uint8_t v = (r & 1) ? (byte >> 4) : (byte & 0x0F);
+  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v);
+}
+
+void GemvSegmentPortable(const GemvSegment& s) {
+  for (int mi = 0; mi < s.m; ++mi) {
+    std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * s.cols);
+  }
+  for (int64_t r = s.r0; r < s.r1; ++r) {
+    for (int mi = 0; mi < s.m; ++mi) {
+      const float xv = s.x[mi * s.ldx + r];
+      float* acc = s.acc + mi * s.ldacc;
+      for (int64_t c = 0; c < s.cols; ++c) {
+        acc[c] += xv * Unscaled(s.fmt, s.q, s.ldq, r, s.n0 + c);
+      }
+    }
+  }
+  const float zp = s.fmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f;
+  for (int mi = 0; mi < s.m; ++mi) {
+    float xsum = 0.0f;
+    for (int64_t r = s.r0; r < s.r1; ++r) xsum += s.x[mi * s.ldx + r];
+    const float shift = zp * xsum;
+    const float* acc = s.acc + mi * s.ldacc;
+    float* y = s.y + mi * s.ldy;
+    for (int64_t c = 0; c < s.cols; ++c) y[c] += s.scale[s.n0 + c] * (acc[c] - shift);
+  }
+}
+
+void DecodePanelPortable(const DecodePanel& d) {
+  const float zp = d.fmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f;
+  const int64_t rows = d.r1 - d.r0;
+  const int64_t slivers = (d.cols + kNr - 1) / kNr;
+  for (int64_t j = 0; j < slivers; ++j) {
+    float* out = d.panel + j * rows * kNr;
+    for (int64_t r = d.r0; r < d.r1; ++r) {
+      const float* srow = d.scale + (r / d.block_size) * d.lds;
+      for (int i = 0; i < kNr; ++i) {
+        const int64_t c = j * kNr + i;
+        float w = 0.0f;
+        if (c < d.cols) {
+          const int64_t n = d.n0 + c;
+          w = (Unscaled(d.fmt, d.q, d.ldq, r, n) - zp) * srow[n];
+        }
+        out[(r - d.r0) * kNr + i] = w;
+      }
+    }
+  }
+}
+
+void MicroKernelPortable(int mr, int64_t kc, const float* a, const float* b, float* c,
+                         int64_t ldc, bool accumulate, int cols) {
+  float tile[kMr][kNr] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int i = 0; i < mr; ++i) {
+      const float av = a[k * kMr + i];
+      for (int j = 0; j < kNr; ++j) tile[i][j] += av * b[k * kNr + j];
+    }
+  }
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i][j] : tile[i][j];
+    }
+  }
+}
+
+}  // namespace
+
+const KernelTable& PortableKernels() {
+  static const KernelTable table = {GemvSegmentPortable, DecodePanelPortable,
+                                    MicroKernelPortable};
+  return table;
+}
+
+}  // namespace internal
+}  // namespace jaxcore_cpu

@@ -1,0 +1,308 @@
+// Planning of one quantized matmul: validation, the choice of path, the split into tasks
+// that threads claim dynamically, workspace layout and the final dtype conversion. The
+// arithmetic lives in the per-ISA kernel tables (kernels.h).
+#include "qmm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "kernels.h"
+
+namespace jaxcore_cpu {
+namespace {
+
+using internal::KernelTable;
+
+constexpr int64_t kAlign = 64;
+// GEMV: columns per task (each activation row's partial sums stay in L1) and the
+// granularity of its K split.
+constexpr int64_t kGemvCols = 2048;
+constexpr int64_t kGemvRowStep = 4;
+// GEMM: columns per task and rows of K per decoded panel.
+constexpr int64_t kGemmCols = 256;
+constexpr int64_t kGemmDepth = 128;
+// Tasks per worker the planners aim for, so a busy core simply claims fewer of them.
+constexpr int64_t kTasksPerWorker = 4;
+
+int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+const KernelTable& Kernels() {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (ActiveIsa() >= Isa::kAvx2) return internal::Avx2Kernels();
+#endif
+  return internal::PortableKernels();
+}
+
+inline float Bf16ToF32(uint16_t v) {
+  const uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline uint16_t F32ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu)) {
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN stays NaN
+  }
+  bits += 0x7FFFu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+Path Resolve(const Problem& p, Path path) {
+  if (path != Path::kAuto) return path;
+  return p.m <= internal::kGemvMaxM ? Path::kGemv : Path::kGemm;
+}
+
+// Carves the workspace into 64-byte aligned pieces; with a null base it only measures.
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
+  template <typename T>
+  T* Take(int64_t count) {
+    char* at = base_ ? base_ + used_ : nullptr;
+    used_ += RoundUp(count * static_cast<int64_t>(sizeof(T)), kAlign);
+    return reinterpret_cast<T*>(at);
+  }
+  size_t used() const { return static_cast<size_t>(used_); }
+
+ private:
+  char* base_;
+  int64_t used_ = 0;
+};
+
+// Everything Run() keeps in the workspace.
+struct Buffers {
+  float* x32 = nullptr;     // GEMV: activations as float32 (bf16 input only)
+  float* apack = nullptr;   // GEMM: activations packed in micro-panels of kMr rows
+  float* out32 = nullptr;   // float32 result (bf16 output, GEMM path)
+  float* partial = nullptr; // GEMV: per worker, m x n running sums
+  float* acc = nullptr;     // GEMV: per worker, m x kGemvCols segment sums
+  float* panel = nullptr;   // GEMM: per worker, one decoded panel
+  uint8_t* touched = nullptr;  // GEMV: which workers' partial sums are live
+};
+
+int64_t GemvRows(const Problem& p) { return std::min<int64_t>(p.m, internal::kGemvMaxM); }
+
+Buffers Layout(const Problem& p, Path path, int workers, void* base, size_t* bytes) {
+  Carver carve(base);
+  Buffers b;
+  if (path == Path::kGemv) {
+    if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
+    const int64_t rows = GemvRows(p);
+    b.partial = carve.Take<float>(workers * rows * p.n);
+    b.acc = carve.Take<float>(workers * rows * std::min(p.n, kGemvCols));
+    b.touched = carve.Take<uint8_t>(workers);
+  } else {
+    if (p.out_dtype != DType::kF32) b.out32 = carve.Take<float>(p.m * p.n);
+    b.apack = carve.Take<float>(RoundUp(p.m, internal::kMr) * p.k);
+    b.panel = carve.Take<float>(workers * RoundUp(kGemmCols, internal::kNr) * kGemmDepth);
+  }
+  if (bytes) *bytes = carve.used();
+  return b;
+}
+
+void Store(DType dtype, void* out, int64_t index, float v) {
+  if (dtype == DType::kF32) {
+    static_cast<float*>(out)[index] = v;
+  } else {
+    static_cast<uint16_t*>(out)[index] = F32ToBf16(v);
+  }
+}
+
+// Rows [m0, m0 + rows) of the product on the GEMV path: tasks are (column chunk, K range);
+// each worker sums into its own partial buffer and a second pass adds them up.
+void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const Buffers& b,
+             Runner& runner, const KernelTable& kt) {
+  const int workers = runner.max_workers();
+  const int64_t ncols = std::min(p.n, kGemvCols);
+  const int64_t col_tasks = CeilDiv(p.n, ncols);
+  const int64_t step = kGemvRowStep;
+  const int64_t wanted = CeilDiv(kTasksPerWorker * workers, col_tasks);
+  const int64_t k_tasks = std::max<int64_t>(1, std::min(wanted, CeilDiv(p.k, 4 * step)));
+  const int64_t k_len = std::max(step, RoundUp(CeilDiv(p.k, k_tasks), step));
+  const int64_t k_tasks_real = CeilDiv(p.k, k_len);
+  std::memset(b.touched, 0, workers);
+  const int64_t plane = rows * p.n;
+
+  runner.Parallel(col_tasks * k_tasks_real, [&](int64_t task, int worker) {
+    float* partial = b.partial + worker * plane;
+    if (!b.touched[worker]) {
+      std::memset(partial, 0, sizeof(float) * plane);
+      b.touched[worker] = 1;
+    }
+    const int64_t n0 = (task % col_tasks) * ncols;
+    const int64_t cols = std::min(ncols, p.n - n0);
+    const int64_t k0 = (task / col_tasks) * k_len;
+    const int64_t k1 = std::min(p.k, k0 + k_len);
+    internal::GemvSegment s;
+    s.fmt = p.fmt;
+    s.m = static_cast<int>(rows);
+    s.x = x + m0 * p.k;
+    s.ldx = p.k;
+    s.q = static_cast<const uint8_t*>(p.qvalue);
+    s.ldq = p.n;
+    s.n0 = n0;
+    s.cols = cols;
+    s.acc = b.acc + worker * rows * ncols;
+    s.ldacc = ncols;
+    s.y = partial + n0;
+    s.ldy = p.n;
+    for (int64_t r0 = k0; r0 < k1;) {
+      const int64_t block = r0 / p.block_size;
+      const int64_t r1 = std::min(k1, (block + 1) * p.block_size);
+      s.r0 = r0;
+      s.r1 = r1;
+      s.scale = p.scale + block * p.n;
+      kt.gemv_segment(s);
+      r0 = r1;
+    }
+  });
+
+  // Sum the live partial buffers into the output, in column chunks.
+  constexpr int64_t kReduceCols = 512;
+  runner.Parallel(CeilDiv(p.n, kReduceCols), [&](int64_t task, int) {
+    const int64_t n0 = task * kReduceCols;
+    const int64_t n1 = std::min(p.n, n0 + kReduceCols);
+    for (int64_t mi = 0; mi < rows; ++mi) {
+      for (int64_t n = n0; n < n1; ++n) {
+        float v = 0.0f;
+        for (int w = 0; w < workers; ++w) {
+          if (b.touched[w]) v += b.partial[w * plane + mi * p.n + n];
+        }
+        Store(p.out_dtype, p.out, (m0 + mi) * p.n + n, v);
+      }
+    }
+  });
+}
+
+// The GEMM path: tasks are column tiles; each decodes K-panels of its tile once and runs
+// the micro-kernel over every activation row.
+void RunGemm(const Problem& p, const Buffers& b, Runner& runner, const KernelTable& kt) {
+  float* out = p.out_dtype == DType::kF32 ? static_cast<float*>(p.out) : b.out32;
+  // Micro-panel mb holds rows [mb * kMr, mb * kMr + kMr) as apack[mb][k][i], zero-padded,
+  // so the micro-kernel streams its activations contiguously.
+  constexpr int64_t kMr = internal::kMr;
+  runner.Parallel(CeilDiv(p.m, kMr), [&](int64_t mb, int) {
+    float* panel = b.apack + mb * kMr * p.k;
+    for (int64_t i = 0; i < kMr; ++i) {
+      const int64_t mi = mb * kMr + i;
+      for (int64_t k = 0; k < p.k; ++k) {
+        panel[k * kMr + i] = mi >= p.m ? 0.0f
+                             : p.x_dtype == DType::kF32
+                                 ? static_cast<const float*>(p.x)[mi * p.k + k]
+                                 : Bf16ToF32(static_cast<const uint16_t*>(p.x)[mi * p.k + k]);
+      }
+    }
+  });
+  const int64_t tiles = CeilDiv(p.n, kGemmCols);
+  const int64_t panel_floats = RoundUp(kGemmCols, internal::kNr) * kGemmDepth;
+  runner.Parallel(tiles, [&](int64_t task, int worker) {
+    float* panel = b.panel + worker * panel_floats;
+    const int64_t n0 = task * kGemmCols;
+    const int64_t cols = std::min(kGemmCols, p.n - n0);
+    if (p.k == 0) {
+      for (int64_t mi = 0; mi < p.m; ++mi) {
+        std::fill(out + mi * p.n + n0, out + mi * p.n + n0 + cols, 0.0f);
+      }
+    }
+    for (int64_t k0 = 0; k0 < p.k; k0 += kGemmDepth) {
+      const int64_t k1 = std::min(p.k, k0 + kGemmDepth);
+      internal::DecodePanel d;
+      d.fmt = p.fmt;
+      d.q = static_cast<const uint8_t*>(p.qvalue);
+      d.ldq = p.n;
+      d.scale = p.scale;
+      d.lds = p.n;
+      d.block_size = p.block_size;
+      d.r0 = k0;
+      d.r1 = k1;
+      d.n0 = n0;
+      d.cols = cols;
+      d.panel = panel;
+      kt.decode_panel(d);
+      const int64_t depth = k1 - k0;
+      for (int64_t j = 0; j * internal::kNr < cols; ++j) {
+        const float* sliver = panel + j * depth * internal::kNr;
+        const int width = static_cast<int>(std::min<int64_t>(internal::kNr, cols - j * internal::kNr));
+        for (int64_t m0 = 0; m0 < p.m; m0 += kMr) {
+          const int mr = static_cast<int>(std::min<int64_t>(kMr, p.m - m0));
+          kt.microkernel(mr, depth, b.apack + m0 * p.k + k0 * kMr, sliver,
+                         out + m0 * p.n + n0 + j * internal::kNr, p.n, k0 > 0, width);
+        }
+      }
+    }
+  });
+  if (out != p.out) {
+    runner.Parallel(p.m, [&](int64_t mi, int) {
+      for (int64_t n = 0; n < p.n; ++n) Store(p.out_dtype, p.out, mi * p.n + n, out[mi * p.n + n]);
+    });
+  }
+}
+
+}  // namespace
+
+std::string Validate(const Problem& p) {
+  std::ostringstream err;
+  const bool packed = p.fmt != Format::kInt8;
+  if (p.fmt != Format::kInt8 && p.fmt != Format::kInt4 && p.fmt != Format::kNf4) {
+    err << "unknown format code " << static_cast<int>(p.fmt) << " (0=int8, 1=int4, 2=nf4)";
+  } else if (p.x_dtype != DType::kF32 && p.x_dtype != DType::kBF16) {
+    err << "x must be float32 or bfloat16";
+  } else if (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) {
+    err << "the result must be float32 or bfloat16";
+  } else if (p.m < 0 || p.k < 0 || p.n < 0) {
+    err << "negative size: M=" << p.m << ", K=" << p.k << ", N=" << p.n;
+  } else if (p.block_size <= 0) {
+    err << "block_size must be positive, got " << p.block_size;
+  } else if (p.k % p.block_size) {
+    err << "block_size=" << p.block_size << " must divide K=" << p.k;
+  } else if (packed && p.block_size % 2) {
+    err << "4-bit formats need an even block_size, got " << p.block_size;
+  } else if (p.m * p.n > 0 && (!p.out || (p.k > 0 && (!p.x || !p.qvalue || !p.scale)))) {
+    err << "null data pointer for a non-empty operand";
+  }
+  return err.str();
+}
+
+size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
+  size_t bytes = 0;
+  Layout(p, Resolve(p, path), std::max(1, max_workers), nullptr, &bytes);
+  return bytes;
+}
+
+void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
+  if (p.m == 0 || p.n == 0) return;
+  path = Resolve(p, path);
+  const KernelTable& kt = Kernels();
+  const Buffers b = Layout(p, path, std::max(1, runner.max_workers()), workspace, nullptr);
+  if (path == Path::kGemm) {
+    RunGemm(p, b, runner, kt);
+    return;
+  }
+  const float* x = static_cast<const float*>(p.x);
+  if (p.x_dtype == DType::kBF16) {
+    const uint16_t* xb = static_cast<const uint16_t*>(p.x);
+    runner.Parallel(p.m, [&](int64_t mi, int) {
+      for (int64_t k = 0; k < p.k; ++k) b.x32[mi * p.k + k] = Bf16ToF32(xb[mi * p.k + k]);
+    });
+    x = b.x32;
+  }
+  for (int64_t m0 = 0; m0 < p.m; m0 += internal::kGemvMaxM) {
+    RunGemv(p, x, m0, std::min<int64_t>(internal::kGemvMaxM, p.m - m0), b, runner, kt);
+  }
+}
+
+void Run(const Problem& p, Path path, Runner& runner) {
+  std::vector<char> storage(WorkspaceBytes(p, path, runner.max_workers()) + kAlign);
+  void* base = storage.data();
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(base) % kAlign;
+  if (misalign) base = storage.data() + (kAlign - misalign);
+  Run(p, path, runner, base);
+}
+
+}  // namespace jaxcore_cpu

@@ -1,0 +1,84 @@
+// Weight-only quantized matmul on CPU: out(M, N) = x(M, K) @ W(K, N), with W stored in
+// jaxcore's (K, N) quantized layout (jaxcore/kernels/_formats.py is the spec):
+//
+//   int8: qvalue int8 (K, N);  W[k, n] = qvalue[k, n] * scale[k / block_size, n]
+//   int4: qvalue uint8 (K/2, N); row 2i in the low nibble, 2i+1 in the high; W = (v - 8) * s
+//   nf4:  same packing; W = kNf4Code[v] * s
+//
+// Arithmetic is float32 throughout (decoded weights times float32 activations, float32
+// accumulation), so results match the dequantise-then-dot reference up to float32 rounding.
+#ifndef JAXCORE_CPU_CSRC_QMM_H_
+#define JAXCORE_CPU_CSRC_QMM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace jaxcore_cpu {
+
+enum class Format : int32_t { kInt8 = 0, kInt4 = 1, kNf4 = 2 };
+enum class DType : int32_t { kF32 = 0, kBF16 = 1 };
+// kAuto picks GEMV for small M and the cache-blocked GEMM otherwise.
+enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
+// Instruction sets the kernels are compiled for, best last.
+enum class Isa : int32_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// One quantized matmul. All arrays are dense row-major; the caller owns them.
+struct Problem {
+  Format fmt = Format::kInt8;
+  int64_t m = 0, k = 0, n = 0;   // logical sizes
+  int64_t block_size = 0;        // logical rows of K per scale row
+  const void* x = nullptr;       // (m, k) of x_dtype
+  DType x_dtype = DType::kF32;
+  const void* qvalue = nullptr;  // (k, n) int8, or (k / 2, n) packed uint8
+  const float* scale = nullptr;  // (k / block_size, n) float32
+  void* out = nullptr;           // (m, n) of out_dtype
+  DType out_dtype = DType::kF32;
+};
+
+// Runs tasks 0..num_tasks-1, each exactly once, possibly in parallel, and returns when
+// all have finished. `worker` passed to the body is in [0, max_workers()) and is unique
+// among the bodies running at one time, so it can index per-worker scratch.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual int max_workers() const = 0;
+  virtual void Parallel(int64_t num_tasks,
+                        const std::function<void(int64_t task, int worker)>& body) = 0;
+};
+
+// Runs every task on the calling thread (tests, and the fallback without a thread pool).
+class SerialRunner final : public Runner {
+ public:
+  int max_workers() const override { return 1; }
+  void Parallel(int64_t num_tasks,
+                const std::function<void(int64_t, int)>& body) override {
+    for (int64_t t = 0; t < num_tasks; ++t) body(t, 0);
+  }
+};
+
+// Checks sizes and the block layout; returns "" when valid, else a message naming the
+// problem. Run() requires a valid problem.
+std::string Validate(const Problem& p);
+
+// Best instruction set this CPU supports (cpuid + OS support of the register state).
+Isa DetectIsa();
+// The instruction set Run() uses: DetectIsa(), lowered by SetIsa().
+Isa ActiveIsa();
+// Restricts the kernels to `isa` (must not exceed DetectIsa()); returns false otherwise.
+bool SetIsa(Isa isa);
+const char* IsaName(Isa isa);
+
+// Bytes of scratch Run() needs for this problem, path and worker count.
+size_t WorkspaceBytes(const Problem& p, Path path, int max_workers);
+
+// Computes the product. `path` kAuto chooses by M. `workspace` must hold
+// WorkspaceBytes(p, path, runner.max_workers()) bytes, 64-byte aligned.
+void Run(const Problem& p, Path path, Runner& runner, void* workspace);
+// The same with a workspace Run allocates itself.
+void Run(const Problem& p, Path path, Runner& runner);
+
+}  // namespace jaxcore_cpu
+
+#endif  // JAXCORE_CPU_CSRC_QMM_H_
