@@ -8,16 +8,19 @@ places:
 * installed wheels announce themselves in the entry-point group ``jaxcore_plugins``
   (entry-point name = the platform, value = the module, e.g. ``cuda = jaxcore_cuda12``);
 * when running from the repository (Bazel or pytest, no wheels installed) the source
-  packages ``jaxcore_gpu`` and ``jaxcore_tpu`` are picked up if importable, for the
-  platforms no entry-point plugin already serves.
+  packages ``jaxcore_gpu``, ``jaxcore_tpu`` and ``jaxcore_cpu`` are picked up if
+  importable, for the platforms no entry-point plugin already serves.
 
 A plugin whose version differs from jaxcore's, or that fails to import or initialise,
 produces one :class:`PluginWarning` naming the package and the versions, and is skipped:
-the portable reference kernels keep working. The environment variable
+the portable reference kernels keep working. A plugin whose ``initialize`` raises
+:class:`PluginUnavailable` (e.g. the CPU plugin from a checkout whose native library was
+not built) is skipped quietly, its message kept as the reason. The environment variable
 ``JAXCORE_PLUGINS`` selects what loads: unset, empty or ``all`` loads everything,
 ``none`` loads nothing, and a comma-separated list (``cuda,tpu``) loads only plugins for
 those platforms (a plugin name such as ``gpu`` selects all of that plugin's platforms).
-:func:`info` reports what was found, what loaded and what was skipped, and why.
+:func:`info` reports what was found, what loaded and what was skipped, and why, plus a
+loaded plugin's own one-line ``describe()`` when it has one.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "ENV_VAR",
     "PluginInfo",
     "PluginStatus",
+    "PluginUnavailable",
     "PluginWarning",
     "info",
     "load_plugins",
@@ -55,13 +59,22 @@ ENV_VAR = "JAXCORE_PLUGINS"
 
 # Plugins that live in the repository; loaded from source when importable.
 # Maps the name shown in `info()` to the importable package name.
-_SOURCE_PLUGINS = {"gpu": "jaxcore_gpu", "tpu": "jaxcore_tpu"}
+_SOURCE_PLUGINS = {"gpu": "jaxcore_gpu", "tpu": "jaxcore_tpu", "cpu": "jaxcore_cpu"}
 
 _KNOWN_PLATFORMS = frozenset({"cpu", "cuda", "rocm", "tpu"})
 
 
 class PluginWarning(UserWarning):
     """A jaxcore plugin was skipped (wrong version, import error, failed initialize)."""
+
+
+class PluginUnavailable(Exception):
+    """Raised by a plugin's ``initialize`` to be skipped without a warning.
+
+    For an expected absence, not a fault: e.g. the CPU plugin running from a checkout
+    whose native library has not been built. The message becomes the skip reason shown
+    by :func:`info`.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +92,8 @@ class PluginStatus:
       platforms: platforms the plugin registered kernels for (empty unless loaded).
       loaded: whether ``initialize`` ran successfully.
       reason: why the plugin was skipped (``None`` when loaded).
+      detail: what the loaded plugin says about itself through its optional
+        ``describe()`` (e.g. the CPU plugin's instruction set), else ``None``.
     """
 
     name: str
@@ -89,6 +104,7 @@ class PluginStatus:
     platforms: tuple[str, ...]
     loaded: bool
     reason: str | None
+    detail: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +148,8 @@ class PluginInfo:
             where = p.distribution or f"{p.origin} package"
             if p.loaded:
                 state = f"loaded for {', '.join(p.platforms)}"
+                if p.detail:
+                    state += f" ({p.detail})"
             else:
                 state = f"skipped: {p.reason}"
             lines.append(f"  {p.name} ({p.module}, {where}): {state}")
@@ -224,7 +242,10 @@ def load_plugins(*, force: bool = False) -> PluginInfo:
             status = _load_entry_point(ep, selection, served)
             statuses.append(status)
             served.update(status.platforms)
+        installed = {s.module for s in statuses}
         for name, module_name in _SOURCE_PLUGINS.items():
+            if module_name in installed:  # a wheel of the same package (jaxcore_cpu, jaxcore_tpu)
+                continue
             status = _load_source_plugin(name, module_name, selection, served)
             if status is not None:
                 statuses.append(status)
@@ -297,7 +318,7 @@ def _skip(reason: str, status: PluginStatus, *, warn: bool) -> PluginStatus:
             PluginWarning,
             stacklevel=4,
         )
-    return dataclasses.replace(status, loaded=False, reason=reason, platforms=())
+    return dataclasses.replace(status, loaded=False, reason=reason, platforms=(), detail=None)
 
 
 def _load_entry_point(
@@ -439,11 +460,26 @@ def _check_and_initialize(
         )
     try:
         initialize(platforms=fresh)
+    except PluginUnavailable as e:
+        return _skip(f"unavailable: {e}", status, warn=False)
     except Exception as e:  # noqa: BLE001 - see above
         return _skip(
             f"initialize() failed: {type(e).__name__}: {e}", status, warn=True
         )
-    return dataclasses.replace(status, platforms=fresh, loaded=True, reason=None)
+    return dataclasses.replace(
+        status, platforms=fresh, loaded=True, reason=None, detail=_describe(module)
+    )
+
+
+def _describe(module: ModuleType) -> str | None:
+    """A loaded plugin's optional ``describe()`` line; never raises."""
+    describe = getattr(module, "describe", None)
+    if not callable(describe):
+        return None
+    try:
+        return str(describe())
+    except Exception as e:  # noqa: BLE001 - a report must not break loading
+        return f"describe() failed: {type(e).__name__}: {e}"
 
 
 def _declared_platforms(module: ModuleType, status: PluginStatus) -> tuple[str, ...]:

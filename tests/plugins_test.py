@@ -19,8 +19,21 @@ import numpy as np
 import pytest
 
 import jaxcore
+import jaxcore_cpu
 import jaxcore_gpu
 from jaxcore import kernels, plugins, quant
+
+
+def _native_cpu_library():
+    """The native CPU kernel library's path, or None when it was not built."""
+    try:
+        jaxcore_cpu.isa()
+    except jaxcore_cpu.LibraryNotFoundError:
+        return None
+    return jaxcore_cpu.library_path()
+
+
+NATIVE_CPU = _native_cpu_library()
 
 
 def _fake_plugin(root, *, platform, body, dist_version=None, module=None):
@@ -96,6 +109,38 @@ def test_source_tree_plugins_load_at_import():
     assert registered["cuda"] is jaxcore_gpu.IMPLS["cuda"]
     assert "gpu (jaxcore_gpu, source package): loaded for cuda, rocm" in info.format()
     assert plugins.load_plugins() is info  # discovery runs once unless forced
+
+
+def test_source_cpu_plugin_loads_or_says_why():
+    info = plugins.info()
+    cpu = _status(info, "jaxcore_cpu")
+    assert (cpu.name, cpu.origin) == ("cpu", "source")
+    impl = kernels.registered_kernels("quantized_matmul")["cpu"]
+    if NATIVE_CPU is None:  # not built: skipped quietly, the reference serves CPU
+        assert not cpu.loaded and cpu.reason.startswith("unavailable: native kernel library")
+        assert jaxcore_cpu.ENV_VAR in cpu.reason and "bazel build //jaxcore_cpu" in cpu.reason
+        assert impl is kernels.reference_quantized_matmul
+        return
+    assert (cpu.loaded, cpu.platforms, cpu.version) == (True, ("cpu",), jaxcore.__version__)
+    assert impl is jaxcore_cpu.IMPLS["cpu"]
+    assert cpu.detail == jaxcore_cpu.describe()
+    assert f"ISA {jaxcore_cpu.isa()}" in cpu.detail and NATIVE_CPU in cpu.detail
+    assert (f"cpu (jaxcore_cpu, source package): loaded for cpu (native kernels, "
+            f"ISA {jaxcore_cpu.isa()}") in info.format()
+
+
+def test_unavailable_plugin_is_skipped_quietly(sandbox):
+    body = _GOOD.replace(
+        "        CALLS.append(tuple(platforms))",
+        "        from jaxcore import plugins\n"
+        "        raise plugins.PluginUnavailable('libfoo.so was not built')",
+    )
+    module = _fake_plugin(sandbox, platform="tpu", body=body)
+    info, caught = _load()
+    assert caught == []
+    status = _status(info, module)
+    assert not status.loaded and status.reason == "unavailable: libfoo.so was not built"
+    assert status.detail is None and status in info.skipped
 
 
 def test_good_plugin_registers_its_platform(sandbox):
@@ -363,5 +408,123 @@ def test_forced_reload_finds_the_source_plugins_again(monkeypatch):
     monkeypatch.setattr(plugins, "_info", plugins._info)
     monkeypatch.delenv(plugins.ENV_VAR, raising=False)
     info = plugins.load_plugins(force=True)
-    assert set(info.platforms) == {"cuda", "rocm", "tpu"}
+    native = {"cpu"} if NATIVE_CPU else set()
+    assert set(info.platforms) == {"cuda", "rocm", "tpu"} | native
     assert plugins.info() is info
+
+
+def _cpu_site(tmp_path, *, wheel, library):
+    """A site dir with jaxcore and a copy of jaxcore_cpu: from source, or as the installed
+    jaxcore-cpu wheel; with or without the native library next to its __init__.py."""
+    site = tmp_path / "site"
+    (site / "jaxcore_cpu").mkdir(parents=True)
+    os.symlink(os.path.dirname(os.path.abspath(jaxcore.__file__)), site / "jaxcore")
+    src = os.path.dirname(os.path.abspath(jaxcore_cpu.__file__))
+    for name in os.listdir(src):
+        if name.endswith(".py") and name != "_build_config.py":
+            shutil.copy(os.path.join(src, name), site / "jaxcore_cpu" / name)
+    dist = "jaxcore-cpu" if wheel else None
+    (site / "jaxcore_cpu" / "_build_config.py").write_text(
+        f'PLATFORMS = ("cpu",)\nVERSION = "{jaxcore.__version__}"\nDIST_NAME = {dist!r}\n'
+    )
+    if library:
+        shutil.copy(library, site / "jaxcore_cpu" / "libjaxcore_cpu_kernels.so")
+    if wheel:
+        info = site / f"jaxcore_cpu-{jaxcore.__version__}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: jaxcore-cpu\nVersion: {jaxcore.__version__}\n"
+        )
+        (info / "entry_points.txt").write_text("[jaxcore_plugins]\ncpu = jaxcore_cpu\n")
+    return site
+
+
+_CPU_REPORT = """
+    import warnings
+    warnings.simplefilter("{warnings}")
+    {first_import}
+    import jax, jax.numpy as jnp, numpy as np
+    from jaxcore import kernels, plugins, quant
+    (status,) = [p for p in plugins.info().plugins if p.module == "jaxcore_cpu"]
+    print(status.origin, status.loaded, status.platforms)
+    print(status.reason)
+    impl = kernels.registered_kernels("quantized_matmul")["cpu"]
+    print("reference" if impl is kernels.reference_quantized_matmul else impl.__module__)
+    w = jax.random.normal(jax.random.key(0), (128, 24))
+    q = quant.ArrayNF4.quantize(w, 64)
+    x = jax.random.normal(jax.random.key(1), (3, 128))
+    got = jax.jit(kernels.quantized_matmul)(x, q)
+    want = jnp.dot(x, q.materialize(), precision="highest")
+    print(float(jnp.max(jnp.abs(got - want))) < 1e-5 * float(jnp.max(jnp.abs(want))))
+"""
+
+
+@pytest.mark.parametrize("first_import", ["import jaxcore", "import jaxcore_cpu"])
+def test_source_cpu_plugin_without_library_is_skipped_quietly(tmp_path, first_import):
+    site = _cpu_site(tmp_path, wheel=False, library=None)
+    out = _run(
+        _CPU_REPORT.format(warnings="error", first_import=first_import),
+        {"PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()])},
+        site,
+    )
+    origin_loaded, reason, impl, matches = out.splitlines()[:4]
+    assert origin_loaded == "source False ()"
+    assert reason.startswith("unavailable: native kernel library libjaxcore_cpu_kernels.so not found")
+    assert str(site / "bazel-bin" / "jaxcore_cpu" / "libjaxcore_cpu_kernels.so") in reason
+    assert (impl, matches) == ("reference", "True")
+
+
+def test_cpu_wheel_without_library_warns_and_uses_the_reference(tmp_path):
+    site = _cpu_site(tmp_path, wheel=True, library=None)
+    out = _run(
+        _CPU_REPORT.format(warnings="always", first_import="import jaxcore"),
+        {"PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()])},
+        site,
+    )
+    origin_loaded, reason, impl, matches = out.splitlines()[:4]
+    assert origin_loaded == "entry_point False ()"
+    assert reason.startswith("initialize() failed: LibraryNotFoundError: native kernel library")
+    assert "the jaxcore-cpu wheel is incomplete; reinstall it" in reason
+    assert (impl, matches) == ("reference", "True")
+
+
+def test_missing_library_named_by_env_var_warns(tmp_path):
+    site = _cpu_site(tmp_path, wheel=False, library=None)
+    missing = str(tmp_path / "nowhere.so")
+    out = _run(
+        _CPU_REPORT.format(warnings="always", first_import="import jaxcore"),
+        {"PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()]),
+         jaxcore_cpu.ENV_VAR: missing},
+        site,
+    )
+    origin_loaded, reason, impl, matches = out.splitlines()[:4]
+    assert origin_loaded == "source False ()"
+    assert reason == (f"initialize() failed: LibraryNotFoundError: {jaxcore_cpu.ENV_VAR}="
+                      f"{missing!r}: does not name a file; point it at a built "
+                      f"libjaxcore_cpu_kernels.so or unset it")
+    assert (impl, matches) == ("reference", "True")
+
+
+@pytest.mark.skipif(NATIVE_CPU is None, reason="the native CPU kernel library is not built")
+@pytest.mark.parametrize("first_import", ["import jaxcore", "import jaxcore_cpu"])
+def test_cpu_wheel_with_library_loads(tmp_path, first_import):
+    site = _cpu_site(tmp_path, wheel=True, library=NATIVE_CPU)
+    out = _run(
+        _CPU_REPORT.format(warnings="error", first_import=first_import),
+        {"PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()])},
+        site,
+    )
+    assert out.splitlines()[:4] == ["entry_point True ('cpu',)", "None", "jaxcore_cpu._matmul", "True"]
+
+
+@pytest.mark.parametrize("selection", ["none", "cuda"])
+def test_deselected_cpu_plugin_leaves_the_reference(tmp_path, selection):
+    out = _run(
+        _CPU_REPORT.format(warnings="error", first_import="import jaxcore"),
+        {"PYTHONPATH": os.pathsep.join([_repo_root(), os.environ.get("PYTHONPATH", "")]),
+         plugins.ENV_VAR: selection},
+        tmp_path,
+    )
+    assert out.splitlines()[:4] == [
+        "source False ()", f"not selected by {plugins.ENV_VAR}", "reference", "True",
+    ]

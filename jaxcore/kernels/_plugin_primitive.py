@@ -7,7 +7,10 @@ platforms, and a ``pallas_call`` can only be lowered for its own backend (Triton
 cuda/rocm, Mosaic for tpu). Binding the kernel through a primitive with per-platform
 lowering rules fixes that: the fused kernel is lowered for the plugin's platforms only,
 and a plain XLA computation (never executed: the dispatch routes other platforms
-elsewhere) stands in for the rest. Part of :mod:`jaxcore.kernels.plugin_api`.
+elsewhere) stands in for the rest. A kernel whose custom call has no compatibility
+guarantee (an FFI target in a native library) can ask for the fallback on every platform
+when the program is exported, so exported artifacts stay portable. Part of
+:mod:`jaxcore.kernels.plugin_api`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ def platform_primitive(
     kernel: Callable[..., jax.Array],
     fallback: Callable[..., jax.Array],
     platforms: Sequence[str],
+    *,
+    fallback_for_export: bool = False,
 ) -> Callable[..., jax.Array]:
     """Makes ``bind(x, qvalue, scale, **static) -> (M, N)`` for a quantized-matmul kernel.
 
@@ -37,6 +42,9 @@ def platform_primitive(
       fallback: ``fallback(x, qvalue, scale, **static)``; lowered for every other
         platform. Same result as ``kernel``.
       platforms: the platforms the kernel lowers for.
+      fallback_for_export: lower ``fallback`` on every platform when the program is
+        lowered for ``jax.export``: for kernels (FFI targets of a native library) whose
+        custom call an exported artifact could not rely on.
 
     Returns:
       ``bind``; its static keyword arguments must be hashable and include ``out_dtype``.
@@ -50,6 +58,8 @@ def platform_primitive(
         return jax.jit(functools.partial(prim.bind, **static))(*args)
 
     def lower_kernel(platform, ctx, *args, **static):
+        if fallback_for_export and ctx.module_context.lowering_parameters.for_export:
+            return lower_fallback(ctx, *args, **static)
         fn = functools.partial(kernel, platform=platform, **static)
         return mlir.lower_fun(fn, multiple_results=False)(ctx, *args)
 

@@ -1,0 +1,105 @@
+"""jaxcore's CPU plugin: native weight-only quantized matmul kernels through XLA's FFI.
+
+The kernels live in a C++ library, ``libjaxcore_cpu_kernels.so`` (built by Bazel as
+``//jaxcore_cpu:libjaxcore_cpu_kernels.so``, shipped inside the ``jaxcore-cpu`` wheel):
+int8 (per-channel and blocked), int4 and NF4 (also with double-quantised scales, which
+arrive expanded), a GEMV path for small M and a cache-blocked GEMM path for large M,
+float32 and bfloat16 activations, SIMD code for AVX2 + FMA and AVX-512 chosen at run time
+with a portable fallback, multi-threaded on XLA's intra-op thread pool.
+
+``import jaxcore`` finds this package and calls :func:`initialize`, which loads the
+library and registers its kernel as ``jaxcore.kernels``' ``quantized_matmul`` for
+``cpu``, replacing the portable reference. Users do not call the kernel directly:
+``jaxcore.kernels.quantized_matmul`` (and ``x @ w`` with a ``jaxcore.quant`` weight) runs
+it inside one jitted program, and ``jvp``/``grad``/``vmap`` work through that primitive's
+rules. Without the library the plugin is skipped (``python -m jaxcore`` says why) and the
+reference kernel keeps serving CPU.
+
+:func:`quantized_matmul` calls the kernel with a chosen path; :func:`isa`,
+:func:`detected_isa` and :func:`set_isa` report and restrict the instruction set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jaxcore import plugins as _plugins
+from jaxcore.kernels import plugin_api as _plugin_api
+
+from . import _build_config, _library, _matmul
+from ._library import (
+    ENV_VAR,
+    ISAS,
+    IsaSetting,
+    LibraryNotFoundError,
+    available_isas,
+    detected_isa,
+    isa,
+    library_path,
+    set_isa,
+)
+from ._matmul import PATHS, quantized_matmul
+
+__all__ = [
+    "DIST_NAME",
+    "ENV_VAR",
+    "IMPLS",
+    "ISAS",
+    "IsaSetting",
+    "LibraryNotFoundError",
+    "PATHS",
+    "PLATFORMS",
+    "available_isas",
+    "describe",
+    "detected_isa",
+    "initialize",
+    "isa",
+    "library_path",
+    "quantized_matmul",
+    "set_isa",
+]
+
+__version__: str = _build_config.VERSION
+PLATFORMS: tuple[str, ...] = tuple(_build_config.PLATFORMS)
+DIST_NAME: str | None = _build_config.DIST_NAME
+
+IMPLS = {"cpu": _matmul.quantized_matmul_impl}
+"""The implementation registered for each platform served."""
+
+_register = _plugin_api.plugin_initializer(__name__, PLATFORMS, IMPLS)
+
+
+def initialize(platforms: Sequence[str] | None = None) -> None:
+    """Loads the native library and registers its kernel with ``jaxcore.kernels``.
+
+    Args:
+      platforms: the subset of ``PLATFORMS`` to register for (``jaxcore.plugins`` passes
+        the ones ``JAXCORE_PLUGINS`` selects); default: all of them.
+
+    Raises:
+      jaxcore.plugins.PluginUnavailable: running from the source tree, where the library
+        has not been built (the plugin is then skipped quietly).
+      LibraryNotFoundError: an installed wheel without its library, or
+        ``JAXCORE_CPU_KERNELS_LIB`` naming a missing file.
+      RuntimeError: a library that cannot be loaded or lacks its symbols.
+      ValueError: a platform this build does not serve.
+    """
+    try:
+        _library.load()
+    except LibraryNotFoundError as e:
+        if _library.from_source() and not e.explicit:
+            raise _plugins.PluginUnavailable(str(e)) from e
+        raise
+    _register(platforms)
+
+
+def describe() -> str:
+    """One line for ``python -m jaxcore``: the instruction set in use and the library."""
+    active, detected = isa(), detected_isa()
+    note = "" if active == detected else f", CPU supports {detected}"
+    return f"native kernels, ISA {active}{note}; {library_path()}"
+
+
+# Last: if user code imported this package before jaxcore, jaxcore's plugin discovery
+# found it half-imported and waits for this call to register it.
+_plugins.plugin_imported(__name__)

@@ -1,0 +1,127 @@
+"""The native CPU quantized matmul as a JAX operation: an XLA FFI call into the library.
+
+:func:`quantized_matmul` binds a primitive (``jaxcore_cpu_quantized_matmul``) that lowers,
+on CPU, to a custom call of the FFI target :data:`jaxcore_cpu._library.TARGET_NAME`, which
+runs on XLA's intra-op thread pool. Two cases lower to jaxcore's portable reference kernel
+instead: any platform other than CPU (a branch of a multi-platform program that never runs
+there), and programs lowered for ``jax.export``, whose artifacts must not depend on a
+custom call that only this library provides.
+
+The kernels read float32 or bfloat16 activations, the stored codes exactly as
+``jaxcore.kernels`` lays them out, and float32 block scales, and write float32 or
+bfloat16; other dtypes are converted around the call.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcore.kernels import plugin_api as _plugin_api
+from jaxcore.kernels import reference_quantized_matmul
+
+from . import _library
+
+PATHS: dict[str, int] = {"auto": 0, "gemv": 1, "gemm": 2}
+"""Kernel paths: ``auto`` picks GEMV for small M and the cache-blocked GEMM otherwise."""
+
+_FORMAT_CODES = {"int8": 0, "int4": 1, "nf4": 2}
+_NATIVE_DTYPES = (np.dtype(jnp.float32), np.dtype(jnp.bfloat16))
+
+
+def _ffi_kernel(x, qvalue, scale, *, platform, fmt, block_size, out_dtype, path):
+    del platform  # only lowered for cpu
+    call = jax.ffi.ffi_call(
+        _library.TARGET_NAME, jax.ShapeDtypeStruct((x.shape[0], qvalue.shape[1]), out_dtype)
+    )
+    return call(
+        x, qvalue, scale,
+        fmt=np.int32(_FORMAT_CODES[fmt]),
+        block_size=np.int64(block_size),
+        path=np.int32(PATHS[path]),
+    )
+
+
+def _reference(x, qvalue, scale, *, fmt, block_size, out_dtype, path):
+    del path
+    return reference_quantized_matmul(
+        x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+    )
+
+
+_bind = _plugin_api.platform_primitive(
+    "jaxcore_cpu_quantized_matmul", _ffi_kernel, _reference, ("cpu",),
+    fallback_for_export=True,
+)
+
+
+def quantized_matmul(
+    x2d: jax.Array,
+    qvalue: jax.Array,
+    scale: jax.Array,
+    *,
+    fmt: str,
+    block_size: int,
+    out_dtype=None,
+    path: str = "auto",
+) -> jax.Array:
+    """``x2d @ W`` for a quantized (K, N) weight W, computed by the native CPU kernels.
+
+    This is the kernel ``jaxcore.kernels.quantized_matmul`` runs on CPU once the plugin is
+    loaded (with ``path="auto"``); call it directly to force a path (tests, benchmarks).
+    It works under ``jit`` and ``vmap``; for derivatives go through
+    ``jaxcore.kernels.quantized_matmul``, whose primitive carries the autodiff rules.
+
+    Args:
+      x2d: (M, K) floating activations; float32 and bfloat16 are read as they are, other
+        dtypes are converted to float32.
+      qvalue: the stored codes: int8 (K, N) for ``int8``, nibble-packed uint8 (K // 2, N)
+        for ``int4`` and ``nf4`` (the layout of ``jaxcore.kernels``).
+      scale: floating (K // block_size, N) block scales (read as float32).
+      fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
+      block_size: logical rows of K per scale row (even for the 4-bit formats).
+      out_dtype: result dtype; default ``x2d.dtype``. Accumulation is float32.
+      path: ``"auto"``, ``"gemv"`` (the small-M kernel) or ``"gemm"`` (the cache-blocked
+        kernel); every path accepts every M.
+
+    Returns:
+      (M, N) array of ``out_dtype``.
+
+    Raises:
+      ValueError, TypeError: operands that break the layout (the same checks and
+        messages as every jaxcore plugin kernel), or an unknown ``path``.
+      LibraryNotFoundError, RuntimeError: the native library cannot be loaded.
+    """
+    if path not in PATHS:
+        raise ValueError(f"unknown kernel path {path!r}; expected one of {tuple(PATHS)}")
+    problem, scale, out_dtype = _plugin_api.prepare_operands(
+        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+    )
+    _library.load()  # registers the FFI target before anything is compiled
+    if 0 in (problem.m, problem.n, problem.k):  # nothing to read, or nothing to sum
+        return jnp.zeros((problem.m, problem.n), out_dtype)
+    x2d = jnp.asarray(x2d)
+    if x2d.dtype not in _NATIVE_DTYPES:
+        x2d = x2d.astype(jnp.float32)
+    native_out = out_dtype if out_dtype in _NATIVE_DTYPES else np.dtype(jnp.float32)
+    out = _bind(
+        x2d, qvalue, scale, fmt=fmt, block_size=int(block_size), out_dtype=native_out,
+        path=path,
+    )
+    return out.astype(out_dtype)
+
+
+def quantized_matmul_impl(
+    x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False
+):
+    """Kernel ``quantized_matmul`` for ``"cpu"``, as ``jaxcore.kernels`` calls it.
+
+    ``impl(x2d, qvalue, scale, *, fmt, block_size, out_dtype, interpret=False) -> (M, N)``:
+    :func:`quantized_matmul` with ``path="auto"``. ``interpret`` is accepted for the
+    registry's signature; the native kernel has no interpret mode.
+    """
+    del interpret
+    return quantized_matmul(
+        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+    )
