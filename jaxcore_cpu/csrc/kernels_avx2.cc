@@ -48,6 +48,68 @@ inline __m256 Nf4Lookup(const Nf4Table& t, __m256i u) {
   return _mm256_blendv_ps(low, high, bit3);
 }
 
+// NF4 codes of 32 nibbles at once without lane-crossing permutes (vpermps is slow on
+// several x86 cores): four in-lane byte shuffles give the four bytes of each code's
+// float32 bits, and two rounds of unpacking interleave them back into floats, in column
+// order once the 128-bit halves are exchanged.
+struct Nf4Planes {
+  __m256i byte[4];  // byte i of every code, replicated in both 128-bit lanes
+};
+
+inline Nf4Planes LoadNf4Planes() {
+  alignas(16) uint8_t planes[4][16];
+  for (int v = 0; v < 16; ++v) {
+    uint32_t bits;
+    std::memcpy(&bits, &kNf4Code[v], sizeof(bits));
+    for (int i = 0; i < 4; ++i) planes[i][v] = static_cast<uint8_t>(bits >> (8 * i));
+  }
+  Nf4Planes p;
+  for (int i = 0; i < 4; ++i) {
+    p.byte[i] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(planes[i])));
+  }
+  return p;
+}
+
+// idx: 32 nibble indices (one per byte, columns 0..31). out[] holds their codes in the
+// unpacking's order: out[0] = columns 0-3 | 16-19, out[1] = 4-7 | 20-23,
+// out[2] = 8-11 | 24-27, out[3] = 12-15 | 28-31 (see ToColumnOrder / FromColumnOrder).
+inline void Nf4Decode32(const Nf4Planes& p, __m256i idx, __m256 out[4]) {
+  const __m256i b0 = _mm256_shuffle_epi8(p.byte[0], idx);
+  const __m256i b1 = _mm256_shuffle_epi8(p.byte[1], idx);
+  const __m256i b2 = _mm256_shuffle_epi8(p.byte[2], idx);
+  const __m256i b3 = _mm256_shuffle_epi8(p.byte[3], idx);
+  const __m256i lo01 = _mm256_unpacklo_epi8(b0, b1), hi01 = _mm256_unpackhi_epi8(b0, b1);
+  const __m256i lo23 = _mm256_unpacklo_epi8(b2, b3), hi23 = _mm256_unpackhi_epi8(b2, b3);
+  out[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(lo01, lo23));
+  out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo01, lo23));
+  out[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(hi01, hi23));
+  out[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(hi01, hi23));
+}
+
+// Columns 0..31 from Nf4Decode32's order to column order (v[j] = columns 8j..8j+7).
+inline void ToColumnOrder(const __m256 f[4], __m256 v[4]) {
+  v[0] = _mm256_permute2f128_ps(f[0], f[1], 0x20);
+  v[1] = _mm256_permute2f128_ps(f[2], f[3], 0x20);
+  v[2] = _mm256_permute2f128_ps(f[0], f[1], 0x31);
+  v[3] = _mm256_permute2f128_ps(f[2], f[3], 0x31);
+}
+
+// The inverse of ToColumnOrder.
+inline void FromColumnOrder(const __m256 v[4], __m256 f[4]) {
+  f[0] = _mm256_permute2f128_ps(v[0], v[2], 0x20);
+  f[1] = _mm256_permute2f128_ps(v[0], v[2], 0x31);
+  f[2] = _mm256_permute2f128_ps(v[1], v[3], 0x20);
+  f[3] = _mm256_permute2f128_ps(v[1], v[3], 0x31);
+}
+
+// The NF4 codes of the low and high nibbles of 32 stored bytes (columns 0..31).
+inline void Nf4DecodePairs32(const Nf4Planes& p, const uint8_t* q, __m256 even[4], __m256 odd[4]) {
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  Nf4Decode32(p, _mm256_and_si256(bytes, mask), even);
+  Nf4Decode32(p, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask), odd);
+}
+
 // The unscaled values of the two logical rows packed in one stored row, eight columns.
 template <Format kFmt>
 inline void DecodePair(const Nf4Table& t, __m256i u, __m256* even, __m256* odd) {
@@ -72,8 +134,8 @@ inline float ScalarUnscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r
 // acc[m][c] += sum over kGroup stored rows starting at stored row `sr` (logical rows
 // `lr`...) for M activation rows, eight columns at a time; `first` writes instead of adds.
 template <Format kFmt, int M, int kGroup>
-inline void GemvRows(const GemvSegment& s, int64_t sr, int64_t lr, int64_t vec_cols,
-                     bool first) {
+inline void GemvRows(const GemvSegment& s, int64_t sr, int64_t lr, int64_t c0,
+                     int64_t vec_cols, bool first) {
   constexpr int kPerRow = kFmt == Format::kInt8 ? 1 : 2;  // logical rows per stored row
   __m256 xv[M][kGroup * kPerRow];
   for (int mi = 0; mi < M; ++mi) {
@@ -83,7 +145,7 @@ inline void GemvRows(const GemvSegment& s, int64_t sr, int64_t lr, int64_t vec_c
   }
   const Nf4Table t = LoadNf4();
   const uint8_t* base = s.q + sr * s.ldq + s.n0;
-  for (int64_t c = 0; c < vec_cols; c += 8) {
+  for (int64_t c = c0; c < vec_cols; c += 8) {
     if ((c & 63) == 0) {
       for (int g = 0; g < kGroup; ++g) {
         _mm_prefetch(reinterpret_cast<const char*>(base + g * s.ldq + c + kPrefetchBytes),
@@ -101,26 +163,89 @@ inline void GemvRows(const GemvSegment& s, int64_t sr, int64_t lr, int64_t vec_c
     }
     for (int mi = 0; mi < M; ++mi) {
       float* a = s.acc + mi * s.ldacc + c;
-      __m256 sum = first ? _mm256_setzero_ps() : _mm256_loadu_ps(a);
-      for (int j = 0; j < kGroup * kPerRow; ++j) sum = _mm256_fmadd_ps(xv[mi][j], w[j], sum);
+      // Two independent chains halve the FMA latency on the path through acc.
+      constexpr int kTerms = kGroup * kPerRow;
+      __m256 even = _mm256_mul_ps(xv[mi][0], w[0]);
+      __m256 odd = kTerms > 1 ? _mm256_mul_ps(xv[mi][1], w[1]) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int j = 2; j < kTerms; j += 2) {
+        even = _mm256_fmadd_ps(xv[mi][j], w[j], even);
+        if (j + 1 < kTerms) odd = _mm256_fmadd_ps(xv[mi][j + 1], w[j + 1], odd);
+      }
+      __m256 sum = _mm256_add_ps(even, odd);
+      if (!first) sum = _mm256_add_ps(sum, _mm256_loadu_ps(a));
       _mm256_storeu_ps(a, sum);
     }
   }
 }
 
+// NF4 rows for M <= 2, 32 columns per step with the byte-plane decoder; returns the
+// number of columns done (a multiple of 32).
+template <int M, int kGroup>
+int64_t GemvRowsNf4Wide(const GemvSegment& s, int64_t sr, int64_t lr, int64_t vec_cols,
+                        bool first) {
+  static_assert(M <= 2, "accumulators for at most two activation rows");
+  const Nf4Planes p = LoadNf4Planes();
+  const uint8_t* base = s.q + sr * s.ldq + s.n0;
+  const int64_t wide_cols = vec_cols / 32 * 32;
+  for (int64_t c = 0; c < wide_cols; c += 32) {
+    for (int g = 0; g < kGroup; ++g) {
+      _mm_prefetch(reinterpret_cast<const char*>(base + g * s.ldq + c + kPrefetchBytes),
+                   _MM_HINT_T0);
+    }
+    // Accumulated in the decoder's column order; converted once per pass over the rows.
+    __m256 sum[M][4];
+    for (int mi = 0; mi < M; ++mi) {
+      if (first) {
+        for (int j = 0; j < 4; ++j) sum[mi][j] = _mm256_setzero_ps();
+      } else {
+        __m256 v[4];
+        for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(s.acc + mi * s.ldacc + c + 8 * j);
+        FromColumnOrder(v, sum[mi]);
+      }
+    }
+    for (int g = 0; g < kGroup; ++g) {
+      __m256 even[4], odd[4];
+      Nf4DecodePairs32(p, base + g * s.ldq + c, even, odd);
+      for (int mi = 0; mi < M; ++mi) {
+        const __m256 xe = _mm256_broadcast_ss(s.x + mi * s.ldx + lr + 2 * g);
+        const __m256 xo = _mm256_broadcast_ss(s.x + mi * s.ldx + lr + 2 * g + 1);
+        for (int j = 0; j < 4; ++j) {
+          sum[mi][j] = _mm256_fmadd_ps(xe, even[j], sum[mi][j]);
+          sum[mi][j] = _mm256_fmadd_ps(xo, odd[j], sum[mi][j]);
+        }
+      }
+    }
+    for (int mi = 0; mi < M; ++mi) {
+      __m256 v[4];
+      ToColumnOrder(sum[mi], v);
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(s.acc + mi * s.ldacc + c + 8 * j, v[j]);
+    }
+  }
+  return wide_cols;
+}
+
 template <Format kFmt, int M>
 void GemvSegmentT(const GemvSegment& s) {
   constexpr int kPerRow = kFmt == Format::kInt8 ? 1 : 2;
-  constexpr int kGroup = (M <= 2 ? 4 : 2) / kPerRow;  // stored rows per pass over acc
+  constexpr int kGroup = (M == 1 ? 8 : M == 2 ? 4 : 2) / kPerRow;  // stored rows per pass over acc
   const int64_t vec_cols = s.cols / 8 * 8;
   int64_t lr = s.r0;
   bool first = true;
   if (vec_cols > 0) {
     for (; lr + kGroup * kPerRow <= s.r1; lr += kGroup * kPerRow, first = false) {
-      GemvRows<kFmt, M, kGroup>(s, lr / kPerRow, lr, vec_cols, first);
+      int64_t c0 = 0;
+      if constexpr (kFmt == Format::kNf4 && M <= 2) {
+        c0 = GemvRowsNf4Wide<M, kGroup>(s, lr / kPerRow, lr, vec_cols, first);
+      }
+      GemvRows<kFmt, M, kGroup>(s, lr / kPerRow, lr, c0, vec_cols, first);
     }
     for (; lr < s.r1; lr += kPerRow, first = false) {
-      GemvRows<kFmt, M, 1>(s, lr / kPerRow, lr, vec_cols, first);
+      int64_t c0 = 0;
+      if constexpr (kFmt == Format::kNf4 && M <= 2) {
+        c0 = GemvRowsNf4Wide<M, 1>(s, lr / kPerRow, lr, vec_cols, first);
+      }
+      GemvRows<kFmt, M, 1>(s, lr / kPerRow, lr, c0, vec_cols, first);
     }
     if (first) {
       for (int mi = 0; mi < M; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * vec_cols);
@@ -177,6 +302,7 @@ void GemvSegmentAvx2(const GemvSegment& s) {
 template <Format kFmt>
 void DecodeFullSlivers(const DecodePanel& d, int64_t slivers) {
   const Nf4Table t = LoadNf4();
+  const Nf4Planes planes = LoadNf4Planes();
   const __m256 zp = _mm256_set1_ps(kFmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f);
   const int64_t rows = d.r1 - d.r0;
   constexpr int kStep = kFmt == Format::kInt8 ? 1 : 2;  // logical rows per stored row
@@ -186,7 +312,25 @@ void DecodeFullSlivers(const DecodePanel& d, int64_t slivers) {
     float* out = d.panel + (r - d.r0) * kNr;
     // Rows are a page apart, too far for the hardware prefetcher to follow.
     Prefetch(q + kPrefetchRows * d.ldq, slivers * kNr);
-    for (int64_t j = 0; j < slivers; ++j, q += kNr, srow += kNr, out += rows * kNr) {
+    int64_t j = 0;
+    if constexpr (kFmt == Format::kNf4) {
+      // Two slivers (32 columns) per step with the byte-plane decoder.
+      for (; j + 2 <= slivers; j += 2, q += 2 * kNr, srow += 2 * kNr, out += 2 * rows * kNr) {
+        __m256 fe[4], fo[4], even[4], odd[4];
+        Nf4DecodePairs32(planes, q, fe, fo);
+        ToColumnOrder(fe, even);
+        ToColumnOrder(fo, odd);
+        for (int h = 0; h < 2; ++h) {
+          float* o = out + h * rows * kNr;
+          const __m256 s0 = _mm256_loadu_ps(srow + h * kNr), s1 = _mm256_loadu_ps(srow + h * kNr + 8);
+          _mm256_storeu_ps(o, _mm256_mul_ps(even[2 * h], s0));
+          _mm256_storeu_ps(o + 8, _mm256_mul_ps(even[2 * h + 1], s1));
+          _mm256_storeu_ps(o + kNr, _mm256_mul_ps(odd[2 * h], s0));
+          _mm256_storeu_ps(o + kNr + 8, _mm256_mul_ps(odd[2 * h + 1], s1));
+        }
+      }
+    }
+    for (; j < slivers; ++j, q += kNr, srow += kNr, out += rows * kNr) {
       const __m256 s0 = _mm256_loadu_ps(srow), s1 = _mm256_loadu_ps(srow + 8);
       if (kFmt == Format::kInt8) {
         _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(Load8Bytes(q, true)), s0));
