@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """Builds jaxcore's wheels with Bazel, and runs its test suite.
 
-  python3 build/build.py build --wheels=all        # the four wheels, into dist/
+  python3 build/build.py build --wheels=all        # the five wheels, into dist/
   python3 build/build.py test                      # the whole CPU test suite
   python3 build/build.py setup                     # Bazel + .venv + generated bazelrc only
 
-It finds (or, on Debian/Ubuntu as root, installs) Bazel, writes the machine-specific
-settings to .jaxcore_configure.bazelrc (which .bazelrc imports), and drives Bazel. Settings
+It finds (or, on Debian/Ubuntu as root, installs) Bazel and the C++ compiler, writes the
+machine-specific settings to .jaxcore_configure.bazelrc (which .bazelrc imports) -- among
+them jaxlib's XLA FFI headers, which the native CPU kernels compile against -- and drives
+Bazel. Settings
 in that file are never repeated on the Bazel command line, so a plain `bazel build` or
 `bazel test` afterwards behaves exactly like the commands this script runs.
 """
 
 import argparse
+import ast
 import hashlib
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -32,15 +36,27 @@ DEFAULT_CUDA_MAJOR_VERSION = 12
 CUDA_VERSIONS = {12: "12.8.1", 13: "13.0.0"}
 CUDNN_VERSION = "9.8.0"
 ROCM_VERSION = "6.4.4"
+# GCC that builds the native jaxcore-cpu wheel in CI (Debian bookworm's g++-12); Dockerfile.cpu
+# pins the Debian package of this version. Another compiler works, but its wheel's bytes differ.
+CXX_COMPILER_VERSION = "12.2.0"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGURE_BAZELRC = REPO_ROOT / ".jaxcore_configure.bazelrc"
 LOCK_FILE = REPO_ROOT / "build" / "requirements_lock.txt"
 VERSION_BZL = REPO_ROOT / "jaxcore" / "version.bzl"
+PLATFORM_TAGS_BZL = REPO_ROOT / "jaxcore" / "tools" / "platform_tags.bzl"
 BACKENDS = ("cpu", "cuda", "rocm", "tpu")
 # Debian packages that give an offline Bazel 4.2.3 and the rules the WORKSPACE points at.
 BAZEL_DEBIAN_PACKAGES = ("bazel-bootstrap", "bazel-rules-java", "bazel-platforms")
 BAZEL_LOCAL_REPOSITORIES = (Path("/usr/share/bazel/rules/java"), Path("/usr/share/bazel/platforms"))
+# Debian packages of the C++ compiler Bazel's autoconfigured toolchain runs (`gcc`, `g++`).
+CXX_DEBIAN_PACKAGES = ("g++",)
+# Wheels with native code: their platform tag comes from PLATFORM_TAGS_BZL, by CPU.
+NATIVE_WHEELS = ("jaxcore-cpu",)
+# The native CPU kernel library; the pytest run loads the one Bazel built
+# ($JAXCORE_CPU_KERNELS_LIB).
+NATIVE_KERNELS_TARGET = "//jaxcore_cpu:libjaxcore_cpu_kernels.so"
+NATIVE_KERNELS_PATH = "jaxcore_cpu/libjaxcore_cpu_kernels.so"
 # Packages the test suite imports, by distribution name, with pinned versions where pinned.
 TEST_REQUIREMENTS = {
     "jax": "0.10.2",
@@ -100,14 +116,39 @@ def wheel_specs(cuda_major):
     """Maps each wheel's dist name to its Bazel target."""
     return {
         "jaxcore": "//jaxcore/tools:jaxcore_wheel",
+        "jaxcore-cpu": "//jaxcore/tools:jaxcore_cpu_wheel",
         f"jaxcore-cuda{cuda_major}": "//jaxcore/tools:jaxcore_cuda12_wheel",
         "jaxcore-rocm6": "//jaxcore/tools:jaxcore_rocm6_wheel",
         "jaxcore-tpu": "//jaxcore/tools:jaxcore_tpu_wheel",
     }
 
 
-def wheel_filename(dist_name, version):
-    return f"{re.sub(r'[-_.]+', '_', dist_name)}-{version}-py3-none-any.whl"
+def native_platform_tag(machine=None):
+    """Returns the platform tag of the native wheels built on this CPU.
+
+    The tags live in jaxcore/tools/platform_tags.bzl, which the wheel rules use too; the wheel
+    builder checks that the library really runs on the glibc the tag names.
+    """
+    try:
+        text = PLATFORM_TAGS_BZL.read_text()
+    except OSError as e:
+        raise BuildError(f"cannot read {PLATFORM_TAGS_BZL}: {e.strerror}") from None
+    found = re.search(r"^NATIVE_PLATFORM_TAGS\s*=\s*(\{[^}]*\})", text, re.MULTILINE)
+    if not found:
+        raise BuildError(f"{PLATFORM_TAGS_BZL} defines no NATIVE_PLATFORM_TAGS")
+    tags = ast.literal_eval(found.group(1))
+    machine = (machine or platform.machine()).lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    if machine not in tags:
+        raise BuildError(
+            f"the native wheels ({', '.join(NATIVE_WHEELS)}) are not built for the {machine} CPU; "
+            f"{PLATFORM_TAGS_BZL.relative_to(REPO_ROOT)} has tags for {', '.join(sorted(tags))}"
+        )
+    return tags[machine]
+
+
+def wheel_filename(dist_name, version, platform_tag="any"):
+    return f"{re.sub(r'[-_.]+', '_', dist_name)}-{version}-py3-none-{platform_tag}.whl"
 
 
 def parse_wheels(value, cuda_major):
@@ -243,13 +284,16 @@ def _is_debian_root():
     return any(word in ("debian", "ubuntu") for line in ids for word in line.split())
 
 
-def apt_install(packages, *, reason, verbose):
+_BAZEL_HINT = "install Bazel 4.2.3 (https://bazel.build) and pass --bazel_path"
+
+
+def apt_install(packages, *, reason, verbose, hint=_BAZEL_HINT):
     """Installs Debian packages; only where that is possible without asking anybody."""
     if not _is_debian_root():
         raise BuildError(
             f"{reason} is missing. Install the Debian/Ubuntu packages "
             f"{' '.join(packages)} (apt-get install {' '.join(packages)}), or on other systems "
-            "install Bazel 4.2.3 (https://bazel.build) and pass --bazel_path."
+            f"{hint}."
         )
     _log(f"installing {' '.join(packages)} with apt-get ({reason})")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -308,15 +352,87 @@ def find_bazel(bazel_path, *, verbose, dry_run):
     return bazel
 
 
+# --- Native code: the C++ compiler and jaxlib's XLA FFI headers ----------------------------
+
+
+def find_cxx_compiler(*, verbose, dry_run):
+    """Finds the compiler Bazel's C++ toolchain runs, installing Debian's g++ where possible.
+
+    Bazel's autoconfigured toolchain compiles and links with $CC or `gcc`, and needs `g++`'s
+    libstdc++ headers. Returns the compiler's `--version` line, which the generated bazelrc
+    records (the Dockerfiles pin the compiler; see CXX_COMPILER_VERSION).
+    """
+    cc = os.environ.get("CC") or "gcc"
+    missing = [tool for tool in dict.fromkeys([cc, "gcc", "g++"]) if not shutil.which(tool)]
+    if missing:
+        if dry_run:
+            print(_fmt(["apt-get", "install", "-y", *CXX_DEBIAN_PACKAGES]))
+            return "unknown (not installed yet)"
+        apt_install(
+            CXX_DEBIAN_PACKAGES,
+            reason=f"The C++ compiler for the native CPU kernels ({', '.join(missing)})",
+            verbose=verbose,
+            hint="install GCC's C and C++ compilers (gcc and g++ on PATH, or set CC)",
+        )
+        still = [tool for tool in missing if not shutil.which(tool)]
+        if still:
+            raise BuildError(f"apt-get installed {' '.join(CXX_DEBIAN_PACKAGES)} but {', '.join(still)} is not on PATH")
+    result = subprocess.run([cc, "--version"], capture_output=True, text=True)
+    line = (result.stdout.strip().splitlines() or [""])[0].strip()
+    if result.returncode != 0 or not line:
+        raise BuildError(f"the C++ compiler {cc} does not run ({cc} --version failed)")
+    full = subprocess.run([cc, "-dumpfullversion"], capture_output=True, text=True)
+    version = full.stdout.strip()
+    if "gcc" in line.lower() and full.returncode == 0 and version != CXX_COMPILER_VERSION:
+        _log(f"note: {cc} is GCC {version}; CI builds the jaxcore-cpu wheel with GCC "
+             f"{CXX_COMPILER_VERSION}, so this wheel works but its bytes differ from CI's")
+    if verbose:
+        _log(f"C++ compiler: {line}")
+    return line
+
+
+# Prints jaxlib's FFI include directory; jax.ffi.include_dir() is the documented way to get it.
+_FFI_PROBE = "import jax.ffi; print(jax.ffi.include_dir())"
+
+
+def xla_ffi_include(python, *, dry_run=False):
+    """Returns the XLA FFI header directory of the jaxlib installed for `python`."""
+    if dry_run and not Path(python).exists():
+        return f"<jax.ffi.include_dir() of {python}>"
+    fix = (f"install {LOCK_FILE.relative_to(REPO_ROOT)} (jax/jaxlib==0.10.2) into it, or drop "
+           "--python_bin_path to let build.py manage .venv")
+    try:
+        result = subprocess.run([str(python), "-c", _FFI_PROBE], capture_output=True, text=True,
+                                timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"cannot ask {python} for jaxlib's XLA FFI headers: {e}") from None
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines()
+        raise BuildError(
+            f"{python} cannot import jax and jaxlib, whose XLA FFI headers "
+            f"(jax.ffi.include_dir()) the native CPU kernels compile against "
+            f"({lines[-1] if lines else 'no error message'}); {fix}"
+        )
+    include = Path((result.stdout.strip().splitlines() or [""])[-1])
+    if not include.is_absolute() or not (include / "xla" / "ffi" / "api" / "ffi.h").is_file():
+        raise BuildError(
+            f"jaxlib's include directory {str(include)!r} (jax.ffi.include_dir() of {python}) "
+            f"has no xla/ffi/api/ffi.h; reinstall jaxlib==0.10.2 or {fix}"
+        )
+    return include
+
+
 # --- The generated bazelrc ------------------------------------------------------------------
 
 
-def configure_bazelrc_text(*, python, cuda_major, rocm_version):
+def configure_bazelrc_text(*, python, cuda_major, rocm_version, ffi_include, compiler):
     """Returns the text of .jaxcore_configure.bazelrc: one line per setting."""
     lines = [
         "# Written by build/build.py; re-run it to change these settings. Do not edit.",
+        f"# C++ compiler (Bazel's autoconfigured toolchain): {compiler}",
         f"build --repo_env=PYTHON_BIN_PATH={python}",
         f"build --action_env=PYTHON_BIN_PATH={python}",
+        f"build --repo_env=JAXCORE_XLA_FFI_INCLUDE={ffi_include}",
         "build --action_env=SOURCE_DATE_EPOCH",
         f"build --define=jaxcore_cuda_major={cuda_major}",
         f"build:cuda --action_env=JAXCORE_CUDA_VERSION={CUDA_VERSIONS[cuda_major]}",
@@ -355,11 +471,19 @@ def _check_versions(args):
         )
 
 
-def configure(args, python):
-    """Finds Bazel and writes the generated bazelrc; returns the Bazel path."""
-    bazel = find_bazel(args.bazel_path, verbose=args.verbose, dry_run=args.dry_run)
+def configure(args, python, bazel=None):
+    """Finds Bazel, the compiler and the FFI headers, and writes the generated bazelrc.
+
+    Returns the Bazel path. Nothing is written unless every setting was found: a failure
+    leaves an existing .jaxcore_configure.bazelrc exactly as it was.
+    """
+    if bazel is None:
+        bazel = find_bazel(args.bazel_path, verbose=args.verbose, dry_run=args.dry_run)
+    compiler = find_cxx_compiler(verbose=args.verbose, dry_run=args.dry_run)
+    ffi_include = xla_ffi_include(python, dry_run=args.dry_run)
     text = configure_bazelrc_text(
-        python=python, cuda_major=args.cuda_major_version, rocm_version=args.rocm_version
+        python=python, cuda_major=args.cuda_major_version, rocm_version=args.rocm_version,
+        ffi_include=ffi_include, compiler=compiler,
     )
     if args.dry_run:
         print(f"# would write {CONFIGURE_BAZELRC.name}:")
@@ -375,13 +499,11 @@ def bazel_command(bazel, args, command, *options_and_targets):
     return [str(bazel), *args.bazel_startup_options, command, *args.bazel_options, *options_and_targets]
 
 
-def _default_python(args):
+def _build_python(args):
+    """The interpreter whose jaxlib the build uses: --python_bin_path, else the managed venv."""
     if args.python_bin_path:
         return check_python(args.python_bin_path)
-    venv_python = venv_dir() / "bin" / "python"
-    if venv_python.exists():
-        return venv_python
-    return Path(sys.executable)
+    return ensure_venv(verbose=args.verbose, dry_run=args.dry_run)
 
 
 def cmd_build(args):
@@ -392,8 +514,11 @@ def cmd_build(args):
         output = REPO_ROOT / output
     if output.exists() and not output.is_dir():
         raise BuildError(f"--output_path={args.output_path} exists and is not a directory")
-    python = _default_python(args)
-    bazel = configure(args, python)
+    tags = {w: native_platform_tag() if w in NATIVE_WHEELS else "any" for w in wheels}
+    # Bazel first: a bad --bazel_path fails before anything is installed.
+    bazel = find_bazel(args.bazel_path, verbose=args.verbose, dry_run=args.dry_run)
+    python = _build_python(args)
+    configure(args, python, bazel)
     if args.configure_only:
         return 0
     specs = wheel_specs(args.cuda_major_version)
@@ -409,7 +534,7 @@ def cmd_build(args):
     built = []
     for dist in wheels:
         package_dir = specs[dist].split(":")[0].lstrip("/")
-        path = bazel_bin / package_dir / wheel_filename(dist, version)
+        path = bazel_bin / package_dir / wheel_filename(dist, version, tags[dist])
         if not path.is_file():
             raise BuildError(f"Bazel reported success but {path} is missing")
         with zipfile.ZipFile(path) as zf:
@@ -461,7 +586,34 @@ def cmd_setup(args):
     return 0
 
 
+def build_native_kernels(bazel, args):
+    """Builds the native CPU kernel library; returns its absolute path (None in a dry run)."""
+    build = bazel_command(bazel, args, "build", NATIVE_KERNELS_TARGET)
+    if args.dry_run:
+        print(_fmt(build))
+        return None
+    _log(f"building {NATIVE_KERNELS_TARGET}")
+    _run(build, verbose=args.verbose)
+    info = bazel_command(bazel, args, "info", "bazel-bin")
+    lib = Path(_run(info, verbose=args.verbose, capture=True).stdout.strip()) / NATIVE_KERNELS_PATH
+    if not lib.is_absolute() or not lib.is_file():
+        raise BuildError(f"Bazel reported success but {lib} is missing")
+    return lib
+
+
+# The ci/ job script each --runners entry runs ({backend}: the --backend given).
+RUNNER_SCRIPTS = {
+    "bazel": "run_bazel_test_{backend}.sh",
+    "asan": "run_bazel_test_asan.sh",
+    "pytest": "run_pytest_{backend}.sh",
+}
+
+
 def cmd_test(args):
+    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
+    unknown = [r for r in runners if r not in RUNNER_SCRIPTS]
+    if unknown or not runners:
+        raise BuildError(f"--runners must list bazel, asan and/or pytest, got {args.runners!r}")
     python, bazel = setup(args)
     env = dict(
         os.environ,
@@ -471,12 +623,12 @@ def cmd_test(args):
         JAXCORE_BAZEL_OPTIONS=_fmt(args.bazel_options),
         JAXCORE_BAZEL_STARTUP_OPTIONS=_fmt(args.bazel_startup_options),
     )
-    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
-    unknown = [r for r in runners if r not in ("bazel", "pytest")]
-    if unknown or not runners:
-        raise BuildError(f"--runners must list bazel and/or pytest, got {args.runners!r}")
-    job = {"bazel": "bazel_test", "pytest": "pytest"}
-    scripts = [REPO_ROOT / "ci" / f"run_{job[r]}_{args.backend}.sh" for r in runners]
+    if "pytest" in runners:
+        # pytest loads the library Bazel builds (the ci job keeps a path given here).
+        lib = build_native_kernels(bazel, args)
+        if lib is not None:
+            env["JAXCORE_CPU_KERNELS_LIB"] = str(lib)
+    scripts = [REPO_ROOT / "ci" / RUNNER_SCRIPTS[r].format(backend=args.backend) for r in runners]
     failed = []
     for script in scripts:
         cmd = ["bash", str(script)]
@@ -512,11 +664,13 @@ def make_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", parents=[common], help="build wheels into --output_path")
     build.add_argument("--wheels", default="jaxcore",
-                       help="comma-separated: jaxcore, jaxcore-cuda12, jaxcore-rocm6, jaxcore-tpu, or all")
+                       help="comma-separated: jaxcore, jaxcore-cpu, jaxcore-cuda12, jaxcore-rocm6, jaxcore-tpu, or all")
     build.set_defaults(func=cmd_build)
     test = sub.add_parser("test", parents=[common], help="run the test suite (Bazel, then pytest)")
     test.add_argument("--backend", choices=BACKENDS, default="cpu")
-    test.add_argument("--runners", default="bazel,pytest", help="bazel, pytest, or both (default)")
+    test.add_argument("--runners", default="bazel,asan,pytest",
+                      help="comma-separated, run in this order: bazel (Bazel tests), asan (native "
+                           "tests under AddressSanitizer/UBSan), pytest (default: all three)")
     test.set_defaults(func=cmd_test)
     setup_parser = sub.add_parser("setup", parents=[common], help="install Bazel and .venv, write the bazelrc")
     setup_parser.add_argument("--backend", choices=BACKENDS, default="cpu")

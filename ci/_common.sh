@@ -8,6 +8,9 @@
 
 # Absolute path of the scheduler the accelerator jobs run every test under.
 readonly CI_SCHEDULER="$PWD/build/parallel_accelerator_execute.sh"
+# The native CPU kernels: the library the pytest jobs load, and the tests of its C++ API.
+readonly CI_NATIVE_KERNELS_TARGET="//jaxcore_cpu:libjaxcore_cpu_kernels.so"
+readonly CI_NATIVE_TESTS=("//jaxcore_cpu:qmm_native_test")
 # Exit codes meaning "no tests matched": Bazel's and pytest's.
 readonly BAZEL_NO_TESTS=4
 readonly PYTEST_NO_TESTS=5
@@ -120,7 +123,34 @@ ci_bazel_test() {
   ci_run "$JAXCORE_BAZEL" "${startup[@]}" test --config=ci "${args[@]}" "${options[@]}" "${targets[@]}"
 }
 
-# Bazel job on CPU: no scheduler needed.
+# Builds the native CPU kernel library with Bazel and exports its absolute path as
+# JAXCORE_CPU_KERNELS_LIB, which the pytest run loads (so pytest tests the library Bazel
+# built). Keeps a path the caller already set (build.py's test command builds it first).
+ci_native_kernels() {
+  if [[ -n "${JAXCORE_CPU_KERNELS_LIB:-}" ]]; then
+    ci_log "native CPU kernels: $JAXCORE_CPU_KERNELS_LIB (JAXCORE_CPU_KERNELS_LIB)"
+    return 0
+  fi
+  local -a startup options
+  eval "startup=($JAXCORE_BAZEL_STARTUP_OPTIONS)"
+  eval "options=($JAXCORE_BAZEL_OPTIONS)"
+  ci_run "$JAXCORE_BAZEL" "${startup[@]}" build --config=ci "${options[@]}" -- \
+    "$CI_NATIVE_KERNELS_TARGET" || return
+  local lib="jaxcore_cpu/libjaxcore_cpu_kernels.so" bin
+  if [[ "$JAXCORE_DRY_RUN" == 1 ]]; then
+    export JAXCORE_CPU_KERNELS_LIB="$PWD/bazel-bin/$lib"
+    return 0
+  fi
+  bin="$("$JAXCORE_BAZEL" "${startup[@]}" info --config=ci "${options[@]}" bazel-bin)" || return
+  if [[ "$bin" != /* || ! -f "$bin/$lib" ]]; then
+    ci_log "Bazel built $CI_NATIVE_KERNELS_TARGET but '$bin/$lib' is not a file"
+    return 1
+  fi
+  export JAXCORE_CPU_KERNELS_LIB="$bin/$lib"
+  ci_log "native CPU kernels: $JAXCORE_CPU_KERNELS_LIB"
+}
+
+# Bazel job on CPU: no scheduler needed. The native kernel tests run beside the Python ones.
 ci_bazel_cpu_job() {
   JOB_STATUS=0
   ci_setup cpu
@@ -129,13 +159,26 @@ ci_bazel_cpu_job() {
   ci_log "phase 1: single-device tests, --local_test_jobs=$jobs"
   code=0
   ci_bazel_test --config=cpu --local_test_jobs="$jobs" \
-    --test_tag_filters=jaxcore_test_cpu,-multiaccelerator -- //tests:cpu_tests || code=$?
+    --test_tag_filters=jaxcore_test_cpu,-multiaccelerator -- //tests:cpu_tests \
+    "${CI_NATIVE_TESTS[@]}" || code=$?
   ci_phase_done "phase 1 (bazel, cpu)" "$code"
   ci_log "phase 2: multiaccelerator tests, one at a time"
   code=0
   ci_bazel_test --config=cpu --local_test_jobs=1 \
     --test_tag_filters=multiaccelerator -- //tests:cpu_tests || code=$?
   ci_phase_done "phase 2 (bazel, cpu, multiaccelerator)" "$code" "$BAZEL_NO_TESTS"
+  ci_finish
+}
+
+# Bazel job for the native kernels under AddressSanitizer + UBSan (.bazelrc's asan config);
+# any report fails the test (halt_on_error).
+ci_bazel_asan_job() {
+  JOB_STATUS=0
+  ci_setup cpu
+  local code=0
+  ci_log "native tests under AddressSanitizer and UndefinedBehaviorSanitizer"
+  ci_bazel_test --config=asan -- "${CI_NATIVE_TESTS[@]}" || code=$?
+  ci_phase_done "asan (bazel, native tests)" "$code"
   ci_finish
 }
 
@@ -195,11 +238,15 @@ ci_pytest_phase2_done() {
   ci_phase_done "$phase" "$code" "$PYTEST_NO_TESTS"
 }
 
-# pytest job on CPU.
+# pytest job on CPU, with the native kernel library Bazel builds.
 ci_pytest_cpu_job() {
   JOB_STATUS=0
   ci_setup cpu
   local code=0
+  ci_log "phase 0: the native CPU kernel library"
+  ci_native_kernels || code=$?
+  ci_phase_done "phase 0 (bazel build, native CPU kernels)" "$code"
+  code=0
   ci_log "phase 1: pytest -n $JAXCORE_PYTEST_WORKERS, single-device tests"
   ci_run env JAX_PLATFORMS=cpu "$JAXCORE_PYTHON" -m pytest -n "$JAXCORE_PYTEST_WORKERS" \
     -m "not multiaccelerator" "$JAXCORE_TEST_DIR" || code=$?

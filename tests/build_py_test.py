@@ -1,11 +1,16 @@
 """build/build.py: dry runs, the generated bazelrc, wheel copying and every bad input.
 
 Each test runs build.py from a scratch copy of the repository's build files, with a fake
-`bazel` that logs its arguments, so no test touches the real .jaxcore_configure.bazelrc or
-needs a Bazel server.
+`bazel` that logs its arguments and a ready-made managed venv (a stamp over this test's own
+interpreter, which has jax and jaxlib), so no test touches the real .jaxcore_configure.bazelrc,
+installs anything or needs a Bazel server.
 """
 
+import hashlib
+import importlib.util
 import os
+import platform
+import re
 import shutil
 import stat
 import subprocess
@@ -29,8 +34,17 @@ case " $* " in
 esac
 """
 
+def _native_tag():
+    text = (REPO / "jaxcore" / "tools" / "platform_tags.bzl").read_text()
+    return dict(re.findall(r'"(\w+)": "(\w+)"', text)).get(platform.machine(), "unknown")
+
+
+NATIVE_TAG = _native_tag()
+CPU_WHEEL = f"jaxcore_cpu-0.1.0-py3-none-{NATIVE_TAG}.whl"
+NATIVE_LIB = "jaxcore_cpu/libjaxcore_cpu_kernels.so"
 ALL_WHEELS = [
     "jaxcore-0.1.0-py3-none-any.whl",
+    CPU_WHEEL,
     "jaxcore_cuda12-0.1.0-py3-none-any.whl",
     "jaxcore_rocm6-0.1.0-py3-none-any.whl",
     "jaxcore_tpu-0.1.0-py3-none-any.whl",
@@ -43,24 +57,40 @@ def _executable(path: Path, text: str) -> Path:
     return path
 
 
+def _ready_venv(venv: Path, lock: Path) -> Path:
+    """A managed venv build.py takes as installed: its python runs this interpreter."""
+    python = venv / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    _executable(python, f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    (venv / ".jaxcore_requirements_stamp").write_text(f"{digest} {python}")
+    return python
+
+
 @pytest.fixture
 def repo(tmp_path):
-    """A scratch repository with build.py, a fake Bazel and a fake bazel-bin."""
+    """A scratch repository with build.py, a fake Bazel, a fake bazel-bin and a ready venv."""
     root = tmp_path / "repo"
     (root / "build").mkdir(parents=True)
-    (root / "jaxcore").mkdir()
+    (root / "jaxcore" / "tools").mkdir(parents=True)
     shutil.copy(REPO / "build" / "build.py", root / "build" / "build.py")
     shutil.copy(REPO / "build" / "requirements_lock.txt", root / "build" / "requirements_lock.txt")
     shutil.copy(REPO / "jaxcore" / "version.bzl", root / "jaxcore" / "version.bzl")
+    shutil.copy(REPO / "jaxcore" / "tools" / "platform_tags.bzl",
+                root / "jaxcore" / "tools" / "platform_tags.bzl")
     bazel = _executable(tmp_path / "fake_bazel", FAKE_BAZEL)
     bazel_bin = tmp_path / "bazel-bin"
     (bazel_bin / "jaxcore" / "tools").mkdir(parents=True)
     for name in ALL_WHEELS:
         with zipfile.ZipFile(bazel_bin / "jaxcore" / "tools" / name, "w") as zf:
             zf.writestr("marker.txt", name)
+    (bazel_bin / "jaxcore_cpu").mkdir()
+    (bazel_bin / NATIVE_LIB).write_bytes(b"\x7fELF fake")
+    venv_python = _ready_venv(tmp_path / "venv", root / "build" / "requirements_lock.txt")
     env = dict(os.environ)
-    env.pop("JAXCORE_VENV", None)
+    env.pop("JAXCORE_CPU_KERNELS_LIB", None)
     env.update(
+        JAXCORE_VENV=str(tmp_path / "venv"),
         FAKE_BAZEL_LOG=str(tmp_path / "bazel.log"),
         FAKE_BAZEL_BIN=str(bazel_bin),
     )
@@ -69,6 +99,7 @@ def repo(tmp_path):
         path = root
         log = tmp_path / "bazel.log"
         bin = bazel_bin
+        python = venv_python
 
         def run(self, *args, extra_env=None):
             run_env = dict(env, **(extra_env or {}))
@@ -94,7 +125,8 @@ def test_dry_run_prints_exact_bazel_command_and_writes_nothing(repo):
     lines = result.stdout.splitlines()
     expected = (
         f"{repo.bazel} --batch build --jobs=2 --keep_going "
-        "//jaxcore/tools:jaxcore_wheel //jaxcore/tools:jaxcore_cuda12_wheel "
+        "//jaxcore/tools:jaxcore_wheel //jaxcore/tools:jaxcore_cpu_wheel "
+        "//jaxcore/tools:jaxcore_cuda12_wheel "
         "//jaxcore/tools:jaxcore_rocm6_wheel //jaxcore/tools:jaxcore_tpu_wheel"
     )
     assert expected in lines
@@ -117,6 +149,11 @@ def test_configure_only_writes_one_line_per_setting(repo):
     assert "build:cuda --action_env=JAXCORE_CUDA_VERSION=13.0.0" in rc
     assert "build:rocm --action_env=JAXCORE_ROCM_VERSION=6.3.0" in rc
     assert "build --action_env=SOURCE_DATE_EPOCH" in rc
+    ffi = [line for line in rc if "JAXCORE_XLA_FFI_INCLUDE" in line]
+    assert len(ffi) == 1 and ffi[0].startswith("build --repo_env=JAXCORE_XLA_FFI_INCLUDE=/")
+    assert (Path(ffi[0].split("=", 2)[2]) / "xla" / "ffi" / "api" / "ffi.h").is_file()
+    compiler = [line for line in rc if line.startswith("# C++ compiler")]
+    assert len(compiler) == 1 and re.search(r"\d+\.\d+", compiler[0]), compiler
     settings = [line for line in rc if not line.startswith("#")]
     assert all(line.split()[0] in ("build", "test") or ":" in line.split()[0] for line in settings)
     assert all(len(line.split()) == 2 for line in settings), "one option per line"
@@ -128,10 +165,70 @@ def test_build_copies_every_wheel_and_never_repeats_bazelrc_flags(repo):
     out = repo.path / "dist"
     result = repo.run("build", "--wheels=all", f"--bazel_path={repo.bazel}")
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ALL_WHEELS
+    assert sorted(p.name for p in out.iterdir()) == sorted(ALL_WHEELS)
     build_call = [c for c in repo.bazel_calls() if " build " in f" {c} "][0]
     assert "PYTHON_BIN_PATH" not in build_call and "--define" not in build_call
+    assert "JAXCORE_XLA_FFI_INCLUDE" not in build_call
     assert "sha256=" in result.stdout
+    # Without --python_bin_path the build uses the managed venv, whose jaxlib gives the headers.
+    rc = (repo.path / ".jaxcore_configure.bazelrc").read_text()
+    assert f"build --repo_env=PYTHON_BIN_PATH={repo.python}" in rc.splitlines()
+
+
+def test_native_wheel_carries_the_platform_tag(repo):
+    assert NATIVE_TAG.startswith("manylinux_")
+    result = repo.run("build", "--wheels=jaxcore-cpu", f"--bazel_path={repo.bazel}")
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in (repo.path / "dist").iterdir()] == [CPU_WHEEL]
+
+
+def test_unknown_cpu_has_no_native_wheel(repo):
+    spec = importlib.util.spec_from_file_location("scratch_build", repo.path / "build" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.native_platform_tag("x86_64") == "manylinux_2_35_x86_64"
+    assert module.native_platform_tag("AMD64") == "manylinux_2_35_x86_64"
+    with pytest.raises(module.BuildError, match="not built for the riscv64 CPU.*aarch64, x86_64"):
+        module.native_platform_tag("riscv64")
+
+
+def _bare_python(tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    return bare / "bin" / "python"
+
+
+def test_missing_jaxlib_is_a_clear_error_and_keeps_the_old_bazelrc(repo, tmp_path):
+    bare = _bare_python(tmp_path)
+    result = repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}",
+                      f"--python_bin_path={bare}")
+    assert result.returncode == 1
+    assert result.stderr.count("error:") == 1
+    assert f"{bare} cannot import jax and jaxlib" in result.stderr
+    assert "jax.ffi.include_dir()" in result.stderr and "jaxlib==0.10.2" in result.stderr
+    assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
+    # A working configuration stays exactly as it was; nothing half-written is left.
+    assert repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}").returncode == 0
+    before = (repo.path / ".jaxcore_configure.bazelrc").read_bytes()
+    result = repo.run("build", "--wheels=all", f"--bazel_path={repo.bazel}",
+                      f"--python_bin_path={bare}")
+    assert result.returncode == 1 and "cannot import jax and jaxlib" in result.stderr
+    assert (repo.path / ".jaxcore_configure.bazelrc").read_bytes() == before
+    assert not [p for p in repo.path.iterdir() if p.name.endswith(".tmp")]
+    assert not (repo.path / "dist").exists()
+    assert not [c for c in repo.bazel_calls() if " build " in f" {c} "]
+
+
+def test_jaxlib_without_ffi_headers_is_refused(repo, tmp_path):
+    fake_jax = tmp_path / "fakejax"
+    (fake_jax / "jax").mkdir(parents=True)
+    (fake_jax / "jax" / "__init__.py").write_text("")
+    (fake_jax / "jax" / "ffi.py").write_text(f"def include_dir():\n    return {str(tmp_path)!r}\n")
+    result = repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}",
+                      extra_env={"PYTHONPATH": str(fake_jax)})
+    assert result.returncode == 1
+    assert "has no xla/ffi/api/ffi.h" in result.stderr and "reinstall jaxlib" in result.stderr
+    assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
 def test_cuda13_selects_the_cuda13_wheel_name(repo):
@@ -155,7 +252,7 @@ def test_failed_bazel_build_leaves_no_wheel(repo):
 
 
 def test_missing_bazel_output_is_all_or_nothing(repo):
-    (repo.bin / "jaxcore" / "tools" / ALL_WHEELS[3]).unlink()
+    (repo.bin / "jaxcore" / "tools" / ALL_WHEELS[4]).unlink()
     result = repo.run("build", "--wheels=all", f"--bazel_path={repo.bazel}")
     assert result.returncode == 1
     assert "jaxcore_tpu-0.1.0-py3-none-any.whl is missing" in result.stderr
@@ -209,9 +306,8 @@ def test_debian_no_version_bazel_reads_the_package_version(repo, tmp_path):
 
 
 def test_interpreter_without_test_requirements_is_refused(repo, tmp_path):
-    bare = tmp_path / "bare"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
-    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={bare / 'bin' / 'python'}")
+    bare = _bare_python(tmp_path)
+    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={bare}")
     assert result.returncode == 1
     assert "lacks the test requirements" in result.stderr
     assert "jax==0.10.2" in result.stderr and "pytest" in result.stderr
@@ -227,6 +323,22 @@ def test_missing_bazel_offers_the_debian_install_in_a_dry_run(repo, tmp_path):
             os.symlink(found, bin_dir / tool)
     result = repo.run("build", "--dry_run", extra_env={"PATH": str(bin_dir)})
     assert "apt-get install -y bazel-bootstrap bazel-rules-java bazel-platforms" in result.stdout
+    # ... and the C++ compiler the native kernels need.
+    assert "apt-get install -y g++" in result.stdout.splitlines()
+
+
+def test_missing_compiler_outside_debian_names_what_to_install(repo, tmp_path):
+    bin_dir = tmp_path / "nocompiler"
+    bin_dir.mkdir()
+    for tool in ("bash", "sh", "env"):
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    # No apt-get on PATH: build.py cannot install anything and says what is missing.
+    result = repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}",
+                      extra_env={"PATH": str(bin_dir), "CC": ""})
+    assert result.returncode == 1
+    assert "The C++ compiler for the native CPU kernels (gcc, g++) is missing" in result.stderr
+    assert "apt-get install g++" in result.stderr
+    assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
 def test_test_command_dry_run_lists_the_ci_scripts(repo):
@@ -234,17 +346,43 @@ def test_test_command_dry_run_lists_the_ci_scripts(repo):
                       f"--python_bin_path={sys.executable}")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert f"bash {repo.path / 'ci' / 'run_bazel_test_cpu.sh'}" in lines
-    assert f"bash {repo.path / 'ci' / 'run_pytest_cpu.sh'}" in lines
-    assert lines.index(f"bash {repo.path / 'ci' / 'run_bazel_test_cpu.sh'}") < lines.index(
-        f"bash {repo.path / 'ci' / 'run_pytest_cpu.sh'}")
+    expected = [
+        f"{repo.bazel} build //jaxcore_cpu:libjaxcore_cpu_kernels.so",
+        f"bash {repo.path / 'ci' / 'run_bazel_test_cpu.sh'}",
+        f"bash {repo.path / 'ci' / 'run_bazel_test_asan.sh'}",
+        f"bash {repo.path / 'ci' / 'run_pytest_cpu.sh'}",
+    ]
+    assert [line for line in lines if line in expected] == expected
+
+
+def test_test_command_hands_the_built_kernel_library_to_the_jobs(repo):
+    ci = repo.path / "ci"
+    ci.mkdir()
+    seen = repo.path / "seen.txt"
+    for name in ("run_bazel_test_cpu.sh", "run_pytest_cpu.sh", "run_bazel_test_asan.sh"):
+        _executable(ci / name, f'#!/bin/sh\necho "{name} $JAXCORE_CPU_KERNELS_LIB" >> {seen}\n')
+    result = repo.run("test", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
+                      "--runners=pytest,asan")
+    assert result.returncode == 0, result.stderr
+    lib = repo.bin / NATIVE_LIB
+    assert seen.read_text().splitlines() == [f"run_pytest_cpu.sh {lib}",
+                                             f"run_bazel_test_asan.sh {lib}"]
+    builds = [c for c in repo.bazel_calls() if " build " in f" {c} "]
+    assert builds == ["build //jaxcore_cpu:libjaxcore_cpu_kernels.so"]
+    # A failed library build fails the test command before any job runs.
+    seen.unlink()
+    result = repo.run("test", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
+                      extra_env={"FAKE_BAZEL_BUILD_RC": "1"})
+    assert result.returncode == 1 and "command failed with exit code 1" in result.stderr
+    assert not seen.exists()
 
 
 def test_unknown_runner_is_refused(repo):
     result = repo.run("test", "--runners=nose", f"--bazel_path={repo.bazel}",
                       f"--python_bin_path={sys.executable}", "--dry_run")
     assert result.returncode == 1
-    assert "--runners must list bazel and/or pytest" in result.stderr
+    assert "--runners must list bazel, asan and/or pytest" in result.stderr
+    assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
 def test_bazelrc_imports_generated_settings_last():
@@ -254,6 +392,6 @@ def test_bazelrc_imports_generated_settings_last():
         "try-import %workspace%/.bazelrc.user",
     ]
     text = "\n".join(lines)
-    for config in ("cpu", "cuda", "rocm", "tpu", "ci"):
+    for config in ("cpu", "cuda", "rocm", "tpu", "ci", "asan"):
         assert f"build:{config} " in text or f"test:{config} " in text, config
     assert "test --test_output=errors" in text

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -24,12 +25,18 @@ CI = REPO / "ci"
 SCHEDULER = REPO / "build" / "parallel_accelerator_execute.sh"
 
 JOBS = {
+    "run_bazel_test_asan.sh": "cpu",
     "run_bazel_test_cpu.sh": "cpu", "run_bazel_test_cuda.sh": "cuda",
     "run_bazel_test_rocm.sh": "rocm", "run_bazel_test_tpu.sh": "tpu",
     "run_pytest_cpu.sh": "cpu", "run_pytest_cuda.sh": "cuda",
     "run_pytest_rocm.sh": "rocm", "run_pytest_tpu.sh": "tpu",
 }
 ACCELERATOR_SUITE = {"cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
+NATIVE_LIB = "jaxcore_cpu/libjaxcore_cpu_kernels.so"
+NATIVE_TESTS = ["//jaxcore_cpu:qmm_native_test"]
+# Commands a job prints besides `build.py setup`: the asan job runs one `bazel test`, the CPU
+# pytest job builds the native kernel library before its two phases, the rest run two phases.
+COMMANDS = dict.fromkeys(JOBS, 2) | {"run_bazel_test_asan.sh": 1, "run_pytest_cpu.sh": 3}
 _TOOLS = ("bash", "sh", "env", "nproc", "awk", "dirname", "mkdir", "grep", "id", "cat", "flock",
           "mkfifo", "rm", "date")
 
@@ -40,7 +47,8 @@ _FAKE_PROGRAM = textwrap.dedent("""\
     record = os.environ["FAKE_RECORD"]
     calls = sum(1 for _ in open(record)) if os.path.exists(record) else 0
     keep = ("JAX_PLATFORMS", "JAXCORE_TEST_BACKEND", "JAXCORE_ENABLE_XDIST_PINNING",
-            "JAXCORE_ACCELERATOR_PLATFORM", "JAXCORE_ACCELERATOR_COUNT")
+            "JAXCORE_ACCELERATOR_PLATFORM", "JAXCORE_ACCELERATOR_COUNT",
+            "JAXCORE_CPU_KERNELS_LIB")
     with open(record, "a") as f:
         f.write(json.dumps({"argv": sys.argv[1:],
                             "env": {k: os.environ[k] for k in keep if k in os.environ}}) + "\\n")
@@ -132,7 +140,7 @@ def test_every_job_sets_itself_up_unless_told_not_to(job, script):
     assert commands[0] == ["python3", "build/build.py", "setup", f"--backend={JOBS[script]}"]
     skipped = job.commands(script, JAXCORE_ACCELERATOR_COUNT="1")
     assert ["python3", "build/build.py", "setup", f"--backend={JOBS[script]}"] not in skipped
-    assert len(skipped) == 2
+    assert len(skipped) == COMMANDS[script]
 
 
 @pytest.mark.parametrize("script", sorted(JOBS))
@@ -154,16 +162,37 @@ def test_jobs_run_from_any_directory(job):
 def test_bazel_cpu_job_runs_two_phases(job):
     phase1, phase2 = job.commands("run_bazel_test_cpu.sh")
     jobs = min(_cores(), _ram_jobs())
+    # The native kernel tests run beside the Python ones in phase 1.
     assert phase1 == [job.env["JAXCORE_BAZEL"], "test", "--config=ci", "--config=cpu",
                       f"--local_test_jobs={jobs}",
                       "--test_tag_filters=jaxcore_test_cpu,-multiaccelerator", "--",
-                      "//tests:cpu_tests"]
+                      "//tests:cpu_tests", *NATIVE_TESTS]
     assert phase2 == [job.env["JAXCORE_BAZEL"], "test", "--config=ci", "--config=cpu",
                       "--local_test_jobs=1",
                       # Bazel's tag filter ORs positive tags: the suite picks the backend,
                       # the filter alone picks multiaccelerator.
                       "--test_tag_filters=multiaccelerator", "--",
                       "//tests:cpu_tests"]
+
+
+def test_asan_job_runs_the_native_tests_under_the_sanitizers(job):
+    (command,) = job.commands("run_bazel_test_asan.sh", JAXCORE_BAZEL_OPTIONS="--jobs=3",
+                              JAXCORE_BAZEL_STARTUP_OPTIONS="--output_base=/tmp/ob")
+    assert command == [job.env["JAXCORE_BAZEL"], "--output_base=/tmp/ob", "test", "--config=ci",
+                       "--config=asan", "--jobs=3", "--", *NATIVE_TESTS]
+    # The config it names exists, with both sanitizers and failing on the first report.
+    bazelrc = (REPO / ".bazelrc").read_text()
+    assert "build:asan --copt=-fsanitize=address,undefined" in bazelrc
+    assert "build:asan --linkopt=-fsanitize=address,undefined" in bazelrc
+    assert re.search(r"^test:asan --test_env=ASAN_OPTIONS=\S*halt_on_error=1", bazelrc, re.M)
+    assert re.search(r"^test:asan --test_env=UBSAN_OPTIONS=\S*halt_on_error=1", bazelrc, re.M)
+
+
+@pytest.mark.parametrize("code", [0, 1, 3])
+def test_asan_job_status(job, code):
+    result = job.run("run_bazel_test_asan.sh", JAXCORE_DRY_RUN="0", FAKE_CODES=str(code))
+    assert result.returncode == code, result.stderr
+    assert len(job.calls()) == 1
 
 
 def test_ram_bounds_local_test_jobs(job):
@@ -283,13 +312,64 @@ def test_pytest_cpu_job(job, codes, marked, status):
     (job.tests_dir / "plain_test.py").write_text("def test_a():\n    pass\n")
     if marked:
         (job.tests_dir / "mesh_test.py").write_text(f"import pytest\npytestmark = {_MARK}\n")
-    result = job.run("run_pytest_cpu.sh", JAXCORE_DRY_RUN="0", FAKE_CODES=codes)
+    # A library path given by the caller (build.py's test command) is used as it is.
+    lib = str(job.root / "given" / "libjaxcore_cpu_kernels.so")
+    result = job.run("run_pytest_cpu.sh", JAXCORE_DRY_RUN="0", FAKE_CODES=codes,
+                     JAXCORE_CPU_KERNELS_LIB=lib)
     assert result.returncode == status, result.stderr
     phase1, phase2 = job.calls()
     test_dir = str(job.tests_dir)
     assert phase1["argv"] == ["-m", "pytest", "-n", "auto", "-m", "not multiaccelerator", test_dir]
     assert phase2["argv"] == ["-m", "pytest", "-p", "no:xdist", "-m", "multiaccelerator", test_dir]
-    assert phase1["env"] == phase2["env"] == {"JAX_PLATFORMS": "cpu"}
+    assert phase1["env"] == phase2["env"] == {"JAX_PLATFORMS": "cpu", "JAXCORE_CPU_KERNELS_LIB": lib}
+
+
+_FAKE_BAZEL = """#!/usr/bin/env bash
+echo "$*" >> "$FAKE_BAZEL_LOG"
+case " $* " in
+  *" info "*) echo "$FAKE_BAZEL_BIN" ;;
+  *" build "*) exit "${FAKE_BAZEL_BUILD_RC:-0}" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("build_rc", [0, 1])
+def test_pytest_cpu_job_builds_the_native_library_first(job, build_rc):
+    (job.tests_dir / "plain_test.py").write_text("def test_a():\n    pass\n")
+    bazel = job.root / "bazel"
+    bazel.write_text(_FAKE_BAZEL)
+    bazel.chmod(0o755)
+    bazel_bin = job.root / "bazel-out-bin"
+    (bazel_bin / "jaxcore_cpu").mkdir(parents=True)
+    (bazel_bin / NATIVE_LIB).write_bytes(b"")
+    log = job.root / "bazel.log"
+    result = job.run("run_pytest_cpu.sh", JAXCORE_DRY_RUN="0", FAKE_CODES="0 5",
+                     JAXCORE_BAZEL=str(bazel), JAXCORE_BAZEL_OPTIONS="--jobs=3",
+                     FAKE_BAZEL_LOG=str(log), FAKE_BAZEL_BIN=str(bazel_bin),
+                     FAKE_BAZEL_BUILD_RC=str(build_rc))
+    assert result.returncode == build_rc, result.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == "build --config=ci --jobs=3 -- //jaxcore_cpu:libjaxcore_cpu_kernels.so"
+    phase1, phase2 = job.calls()  # pytest runs either way
+    if build_rc == 0:
+        assert calls[1:] == ["info --config=ci --jobs=3 bazel-bin"]
+        assert phase1["env"]["JAXCORE_CPU_KERNELS_LIB"] == str(bazel_bin / NATIVE_LIB)
+        assert "job passed" in result.stderr
+    else:
+        assert calls[1:] == []
+        assert "JAXCORE_CPU_KERNELS_LIB" not in phase1["env"]
+        assert "phase 0 (bazel build, native CPU kernels): FAILED (exit code 1)" in result.stderr
+
+
+def test_pytest_cpu_job_refuses_a_library_bazel_did_not_build(job):
+    bazel = job.root / "bazel"
+    bazel.write_text(_FAKE_BAZEL)
+    bazel.chmod(0o755)
+    result = job.run("run_pytest_cpu.sh", JAXCORE_DRY_RUN="0", JAXCORE_BAZEL=str(bazel),
+                     FAKE_BAZEL_LOG=str(job.root / "bazel.log"),
+                     FAKE_BAZEL_BIN=str(job.root / "empty"))
+    assert result.returncode == 1
+    assert f"'{job.root / 'empty' / NATIVE_LIB}' is not a file" in result.stderr
 
 
 @pytest.mark.parametrize("platform", ["cuda", "rocm", "tpu"])

@@ -2,7 +2,9 @@
 
 build/build.py's toolchain constants, .bazelrc's accelerator versions and the Dockerfiles'
 ARG defaults name the same versions in three places; these tests read all three and fail on
-any mismatch. They also fail on what would make an image irreproducible: a base image
+any mismatch. Every image pins the C++ compiler the native CPU kernels are built with
+(`GCC_VERSION`), and the CPU image -- which builds the released jaxcore-cpu wheel -- pins
+exactly build.py's CXX_COMPILER_VERSION. They also fail on what would make an image irreproducible: a base image
 without an exact tag and digest, `:latest`, an `apt-get install` without a version, an
 `ADD <url>`, a download whose checksum is not checked, or a source tree copied into the image.
 
@@ -33,7 +35,7 @@ VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 def build_py_versions(text):
     """Returns the toolchain constants assigned at module level in build/build.py's text."""
     wanted = {"PYTHON_VERSION", "BAZEL_VERSION", "DEFAULT_CUDA_MAJOR_VERSION", "CUDA_VERSIONS",
-              "CUDNN_VERSION", "ROCM_VERSION"}
+              "CUDNN_VERSION", "ROCM_VERSION", "CXX_COMPILER_VERSION"}
     found = {}
     for node in ast.parse(text).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -120,6 +122,27 @@ def shell_commands(command):
     return [part.strip() for part in re.split(r";|&&|\|\||\|", command) if part.strip()]
 
 
+def apt_installs(instrs):
+    """Returns {package: version as written} for every `apt-get install` of the RUN lines."""
+    packages = {}
+    for keyword, args in instrs:
+        if keyword != "RUN":
+            continue
+        for command in shell_commands(args):
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                words = command.split()
+            while words and re.match(r"^\w+=", words[0]):
+                words = words[1:]
+            if words and words[0] in ("apt-get", "apt") and "install" in words[1:]:
+                for word in words[words.index("install") + 1:]:
+                    if not word.startswith("-"):
+                        package, _, version = word.partition("=")
+                        packages[package] = version
+    return packages
+
+
 # ---- checks -------------------------------------------------------------------------------
 
 
@@ -199,6 +222,27 @@ def version_problems(dockerfiles, build_versions, bazelrc):
         name = f"docker/Dockerfile.{backend}"
         instrs = instructions(text)
         defaults = arg_defaults(instrs)
+        # The C++ compiler of the native kernels: installed, versioned by GCC_VERSION, and in
+        # the CPU image (which builds the released wheel) exactly build.py's.
+        compiler = build_versions["CXX_COMPILER_VERSION"]
+        gcc = defaults.get("GCC_VERSION", [])
+        if not gcc:
+            problems.append(f"{name}: no `ARG GCC_VERSION=<default>` for the C++ compiler")
+        if backend == "cpu":
+            for value in gcc:
+                if value != compiler:
+                    problems.append(f"{name}: ARG GCC_VERSION defaults to {value} but build/build.py's CXX_COMPILER_VERSION says {compiler}")
+            for value in defaults.get("GCC_DEB_VERSION", []):
+                if not value.startswith(compiler + "-"):
+                    problems.append(f"{name}: GCC package version {value} is not GCC {compiler}")
+        installed = apt_installs(instrs)
+        if not any(p == "g++" or re.fullmatch(r"g\+\+-\d+", p) for p in installed):
+            problems.append(f"{name}: installs no g++ (the native CPU kernels need a C++ compiler)")
+        for package, version in installed.items():
+            if re.fullmatch(r"g\+\+-\d+|gcc-\d+", package):
+                resolved = expand(version, defaults)
+                if gcc and not resolved.startswith(gcc[0]):
+                    problems.append(f"{name}: {package}={resolved} is not GCC {gcc[0]} (ARG GCC_VERSION)")
         for arg, want in expected[backend].items():
             have = defaults.get(arg)
             if not have:
@@ -274,10 +318,13 @@ FROM ${{BASE_IMAGE}}
 ARG PYTHON_VERSION=3.11
 ARG BAZEL_VERSION=4.2.3
 ARG PYTHON_DEB_VERSION=3.11.2-6
+ARG GCC_VERSION=12.2.0
+ARG GCC_DEB_VERSION=12.2.0-14+deb12u1
 # a comment: apt-get install anything
 RUN apt-get update; \\
     apt-get install -y --no-install-recommends \\
       "python${{PYTHON_VERSION}}=${{PYTHON_DEB_VERSION}}" \\
+      "g++-12=${{GCC_DEB_VERSION}}" \\
       bazel-bootstrap=${{BAZEL_VERSION}}+ds-*
 COPY requirements_lock.txt /opt/jaxcore/requirements_lock.txt
 """.format(digest="a" * 64)
@@ -285,6 +332,7 @@ COPY requirements_lock.txt /opt/jaxcore/requirements_lock.txt
 BUILD_VERSIONS = {
     "PYTHON_VERSION": "3.11", "BAZEL_VERSION": "4.2.3", "DEFAULT_CUDA_MAJOR_VERSION": 12,
     "CUDA_VERSIONS": {12: "12.8.1"}, "CUDNN_VERSION": "9.8.0", "ROCM_VERSION": "6.4.4",
+    "CXX_COMPILER_VERSION": "12.2.0",
 }
 BAZELRC = {"JAXCORE_CUDA_VERSION": "12.8.1", "JAXCORE_CUDNN_VERSION": "9.8.0",
            "JAXCORE_ROCM_VERSION": "6.4.4"}
@@ -373,11 +421,16 @@ def test_bazelrc_mismatch_is_reported():
         assert len(problems) == 1 and problems[0].startswith(f".bazelrc: {name}=0.0.1 but build/build.py says")
 
 
+# What a GPU image needs for the native kernels: noble's GCC, any version, pinned.
+GPU_COMPILER = 'ARG GCC_VERSION=13.3.0\nRUN apt-get install -y "g++-13=${GCC_VERSION}-*"\n'
+
+
 def test_gpu_base_image_tag_must_carry_the_versions():
     digest = "c" * 64
     cuda = (f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_CUDA_VERSION=12.8.1\n"
-            f"ARG JAXCORE_CUDNN_VERSION=9.8.0\nFROM docker.io/nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04@sha256:{digest}\n")
-    rocm = (f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_ROCM_VERSION=6.4.4\n"
+            f"ARG JAXCORE_CUDNN_VERSION=9.8.0\nFROM docker.io/nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04@sha256:{digest}\n"
+            + GPU_COMPILER)
+    rocm = (GPU_COMPILER + f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_ROCM_VERSION=6.4.4\n"
             f"FROM docker.io/rocm/dev-ubuntu-24.04:6.4.1-complete@sha256:{digest}\n")
     problems = version_problems({"cuda": cuda, "rocm": rocm}, BUILD_VERSIONS, BAZELRC)
     assert len(problems) == 2
@@ -387,7 +440,7 @@ def test_gpu_base_image_tag_must_carry_the_versions():
 
 def test_gpu_arg_mismatch_is_reported():
     digest = "d" * 64
-    cuda = (f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_CUDA_VERSION=12.9.0\n"
+    cuda = (GPU_COMPILER + f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_CUDA_VERSION=12.9.0\n"
             f"ARG JAXCORE_CUDNN_VERSION=9.10.0\nARG PYTHON_STANDALONE_VERSION=3.12.1\n"
             f"FROM docker.io/nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04@sha256:{digest}\n")
     problems = version_problems({"cuda": cuda}, BUILD_VERSIONS, BAZELRC)
@@ -412,4 +465,38 @@ def test_build_py_reader_reports_missing_constants():
     with pytest.raises(ValueError, match=r"does not define \['ROCM_VERSION'\]"):
         build_py_versions('PYTHON_VERSION = "3.11"\nBAZEL_VERSION = "4.2.3"\n'
                           'DEFAULT_CUDA_MAJOR_VERSION = 12\nCUDA_VERSIONS = {12: "12.8.1"}\n'
-                          'CUDNN_VERSION = "9.8.0"\n')
+                          'CUDNN_VERSION = "9.8.0"\nCXX_COMPILER_VERSION = "12.2.0"\n')
+
+
+def test_cpu_image_compiler_must_be_build_pys():
+    text = GOOD.replace("ARG GCC_VERSION=12.2.0", "ARG GCC_VERSION=12.3.0")
+    text = text.replace("ARG GCC_DEB_VERSION=12.2.0-14+deb12u1", "ARG GCC_DEB_VERSION=12.3.0-1")
+    problems = version_problems({"cpu": text}, BUILD_VERSIONS, BAZELRC)
+    assert problems == [
+        "docker/Dockerfile.cpu: ARG GCC_VERSION defaults to 12.3.0 but build/build.py's CXX_COMPILER_VERSION says 12.2.0",
+        "docker/Dockerfile.cpu: GCC package version 12.3.0-1 is not GCC 12.2.0",
+    ]
+
+
+def test_image_without_a_cxx_compiler_is_reported():
+    text = GOOD.replace('      "g++-12=${GCC_DEB_VERSION}" \\\n', "").replace("ARG GCC_VERSION=12.2.0\n", "")
+    problems = version_problems({"cpu": text}, BUILD_VERSIONS, BAZELRC)
+    assert problems == [
+        "docker/Dockerfile.cpu: no `ARG GCC_VERSION=<default>` for the C++ compiler",
+        "docker/Dockerfile.cpu: installs no g++ (the native CPU kernels need a C++ compiler)",
+    ]
+
+
+def test_compiler_package_must_match_gcc_version():
+    text = GOOD.replace('"g++-12=${GCC_DEB_VERSION}"', '"g++-12=12.3.0-1"')
+    problems = version_problems({"cpu": text}, BUILD_VERSIONS, BAZELRC)
+    assert problems == ["docker/Dockerfile.cpu: g++-12=12.3.0-1 is not GCC 12.2.0 (ARG GCC_VERSION)"]
+
+
+def test_repository_images_pin_their_compiler():
+    for backend, text in read_dockerfiles().items():
+        installed = apt_installs(instructions(text))
+        assert any(p.startswith("g++") for p in installed), backend
+    cpu = arg_defaults(instructions(read_dockerfiles()["cpu"]))
+    build_versions = build_py_versions((REPO / "build" / "build.py").read_text())
+    assert cpu["GCC_VERSION"] == [build_versions["CXX_COMPILER_VERSION"]]

@@ -1,4 +1,8 @@
-"""The four wheels: PEP 427 layout, metadata, RECORD hashes, reproducibility, and a real install.
+"""The five wheels: PEP 427 layout, metadata, RECORD hashes, reproducibility, and a real install.
+
+jaxcore-cpu is the one wheel with native code: it carries libjaxcore_cpu_kernels.so and the
+manylinux platform tag of jaxcore/tools/platform_tags.bzl, which the wheel builder checks
+against the library's glibc needs (tested here on the built library and on made-up ones).
 
 Under Bazel the wheels are this test's data (`//:wheels`); under pytest they are read from
 `bazel-bin/` (the README's test command runs Bazel first), or the test is skipped with a
@@ -11,6 +15,9 @@ import hashlib
 import io
 import json
 import os
+import platform
+import re
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -25,8 +32,19 @@ sys.path.insert(0, str(REPO / "build" / "wheel"))
 import build_wheel  # noqa: E402
 
 VERSION = "0.1.0"
+
+
+def _native_tag():
+    text = (REPO / "jaxcore" / "tools" / "platform_tags.bzl").read_text()
+    tags = dict(re.findall(r'"(\w+)": "(\w+)"', text))
+    return tags.get(platform.machine(), "unknown")
+
+
+NATIVE_TAG = _native_tag()
+NATIVE_LIB = "jaxcore_cpu/libjaxcore_cpu_kernels.so"
 WHEELS = {
     "jaxcore": ("jaxcore-0.1.0-py3-none-any.whl", "jaxcore", None),
+    "jaxcore-cpu": (f"jaxcore_cpu-0.1.0-py3-none-{NATIVE_TAG}.whl", "jaxcore_cpu", "cpu"),
     "jaxcore-cuda12": ("jaxcore_cuda12-0.1.0-py3-none-any.whl", "jaxcore_cuda12", "cuda"),
     "jaxcore-rocm6": ("jaxcore_rocm6-0.1.0-py3-none-any.whl", "jaxcore_rocm6", "rocm"),
     "jaxcore-tpu": ("jaxcore_tpu-0.1.0-py3-none-any.whl", "jaxcore_tpu", "tpu"),
@@ -79,8 +97,11 @@ def test_wheel_layout_metadata_and_record(wheel_dir, dist):
 
     wheel_meta = Parser().parsestr(entries[f"{dist_info}/WHEEL"][1].decode())
     assert wheel_meta["Wheel-Version"] == "1.0"
-    assert wheel_meta["Root-Is-Purelib"] == "true"
-    assert wheel_meta["Tag"] == "py3-none-any"
+    native = dist == "jaxcore-cpu"
+    assert wheel_meta["Root-Is-Purelib"] == ("false" if native else "true")
+    assert wheel_meta["Tag"] == f"py3-none-{NATIVE_TAG if native else 'any'}"
+    binaries = sorted(n for n, (_, d) in entries.items() if build_wheel.is_elf(d))
+    assert binaries == ([NATIVE_LIB] if native else [])
 
     # RECORD: every other file, with its urlsafe-base64 sha256 and size; itself unhashed.
     record = list(csv.reader(io.StringIO(entries[f"{dist_info}/RECORD"][1].decode())))
@@ -107,6 +128,107 @@ def test_wheel_layout_metadata_and_record(wheel_dir, dist):
         assert namespace["PLATFORMS"] == (platform,)
         assert namespace["VERSION"] == VERSION
         assert namespace["DIST_NAME"] == dist
+
+
+def test_cpu_wheel_ships_the_native_library_for_its_tag(wheel_dir):
+    entries = _read(wheel_dir / WHEELS["jaxcore-cpu"][0])
+    lib = entries[NATIVE_LIB][1]
+    cpu, needed, versions = build_wheel.elf_dependencies(lib, NATIVE_LIB)
+    assert cpu == platform.machine()
+    # libstdc++ and libgcc are linked in: glibc is all it needs, as manylinux requires.
+    assert set(needed) <= {"libc.so.6", "libm.so.6", "libpthread.so.0", "ld-linux-x86-64.so.2",
+                           "ld-linux-aarch64.so.1"}, needed
+    glibc = [tuple(map(int, v[6:].split(".")[:2])) for vs in versions.values() for v in vs
+             if v.startswith("GLIBC_")]
+    major, minor = map(int, re.match(r"manylinux_(\d+)_(\d+)_", NATIVE_TAG).groups())
+    assert max(glibc) <= (major, minor)
+    # Exactly the FFI handler and the ISA helpers are exported, and the build directory
+    # (sandbox or checkout path) appears nowhere in the library.
+    assert b"JaxcoreCpuQuantizedMatmul" in lib and b"JaxcoreCpuSetIsa" in lib
+    for marker in (b"execroot", b"bazel-out", b"/proc/self/cwd", str(REPO).encode()):
+        assert marker not in lib, marker
+    # The Python sources beside it are the package's own.
+    source = {p.name for p in (REPO / "jaxcore_cpu").glob("*.py")}
+    shipped = {n.split("/", 1)[1] for n in entries if n.startswith("jaxcore_cpu/")}
+    assert source | {"_build_config.py", "py.typed", "libjaxcore_cpu_kernels.so"} == shipped
+
+
+def _fake_elf(machine=62, needed=("libc.so.6",), versions=(("libc.so.6", "GLIBC_2.17"),)):
+    """A minimal little-endian ELF64 with a dynamic section and version needs."""
+    strtab = b"\0"
+    offsets = {}
+    for name in [*needed, *[l for l, _ in versions], *[v for _, v in versions]]:
+        if name not in offsets:
+            offsets[name] = len(strtab)
+            strtab += name.encode() + b"\0"
+    dynamic = b"".join(struct.pack("<qQ", 1, offsets[n]) for n in needed) + struct.pack("<qQ", 0, 0)
+    verneed = b""
+    libs = list(dict.fromkeys(l for l, _ in versions))
+    for i, lib in enumerate(libs):
+        names = [v for l, v in versions if l == lib]
+        nxt = 0 if i == len(libs) - 1 else 16 + 16 * len(names)
+        verneed += struct.pack("<HHIII", 1, len(names), offsets[lib], 16, nxt)
+        for j, v in enumerate(names):
+            verneed += struct.pack("<IHHII", 0, 0, 0, offsets[v], 16 if j < len(names) - 1 else 0)
+    body = strtab + dynamic + verneed
+    shoff = 64 + len(body)
+    header = _elf_header(machine, shoff, 4)
+    sections = [
+        struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, 64, len(strtab), 0, 0, 1, 0),
+        struct.pack("<IIQQQQIIQQ", 0, 6, 0, 0, 64 + len(strtab), len(dynamic), 1, 0, 8, 16),
+        struct.pack("<IIQQQQIIQQ", 0, 0x6FFFFFFE, 0, 0, 64 + len(strtab) + len(dynamic),
+                    len(verneed), 1, len(libs), 8, 0),
+    ]
+    return header + body + b"".join(sections)
+
+
+def _elf_header(machine, shoff, shnum):
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    return ident + struct.pack("<HHIQQQIHHHHHH", 3, machine, 1, 0, 0, shoff, 0, 64, 0, 0, 64,
+                               shnum, 1)
+
+
+@pytest.mark.parametrize("tag, binary, message", [
+    ("any", _fake_elf(), "cannot be tagged 'any'"),
+    ("manylinux_2_17_x86_64", _fake_elf(versions=(("libc.so.6", "GLIBC_2.34"),)),
+     "needs GLIBC_2.34, newer than manylinux_2_17_x86_64 allows; tag the wheel manylinux_2_34_x86_64"),
+    ("manylinux_2_35_x86_64", _fake_elf(needed=("libc.so.6", "libstdc++.so.6")),
+     "needs libstdc++.so.6, which manylinux_2_35_x86_64 does not allow"),
+    ("manylinux_2_35_aarch64", _fake_elf(), "is x86_64 code but the wheel is tagged manylinux_2_35_aarch64"),
+    ("linux_aarch64", _fake_elf(), "is x86_64 code"),
+    ("win_amd64", _fake_elf(), "unsupported platform tag 'win_amd64'"),
+    ("manylinux_2_35_x86_64", b"\x7fELF" + bytes([1, 1]) + bytes(58), "only little-endian 64-bit"),
+    ("manylinux_2_35_x86_64", b"\x7fELF" + bytes([2, 1]) + bytes(20), "truncated or malformed"),
+])
+def test_wheel_builder_refuses_a_dishonest_platform_tag(tmp_path, tag, binary, message):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "__init__.py").write_text("")
+    (src / "lib.so").write_bytes(binary)
+    manifest = _manifest(tmp_path, src, ["__init__.py", "lib.so"])
+    manifest["platform_tag"] = tag
+    with pytest.raises(build_wheel.WheelError, match=re.escape(message)):
+        build_wheel.write_wheel(manifest, tmp_path / "out.whl")
+    assert list(tmp_path.glob("*.whl")) == [] and list(tmp_path.glob(".wheel-*")) == []
+
+
+def test_wheel_builder_accepts_an_honest_platform_tag(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "__init__.py").write_text("")
+    (src / "lib.so").write_bytes(_fake_elf(needed=("libc.so.6", "libm.so.6"), versions=(
+        ("libc.so.6", "GLIBC_2.2.5"), ("libc.so.6", "GLIBC_2.17"), ("libm.so.6", "GLIBC_2.2.5"))))
+    assert build_wheel.elf_dependencies((src / "lib.so").read_bytes()) == (
+        "x86_64", ["libc.so.6", "libm.so.6"],
+        {"libc.so.6": ["GLIBC_2.2.5", "GLIBC_2.17"], "libm.so.6": ["GLIBC_2.2.5"]})
+    manifest = _manifest(tmp_path, src, ["__init__.py", "lib.so"])
+    for tag in ("manylinux_2_17_x86_64", "linux_x86_64"):
+        manifest["platform_tag"] = tag
+        build_wheel.write_wheel(manifest, tmp_path / "out.whl")
+        with zipfile.ZipFile(tmp_path / "out.whl") as zf:
+            wheel = zf.read("demo_pkg-1.2.3.dist-info/WHEEL").decode()
+        assert f"Tag: py3-none-{tag}\n" in wheel and "Root-Is-Purelib: false\n" in wheel
 
 
 def test_gpu_wheels_share_one_source_tree(wheel_dir):
@@ -213,7 +335,7 @@ def test_wheels_install_into_a_fresh_venv_and_run(wheel_dir, tmp_path):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["jaxcore_file"].startswith(site)
     assert result["max_err"] < 1e-3
-    assert {"cuda", "rocm", "tpu"} <= set(result["platforms"]), result["report"]
+    assert {"cpu", "cuda", "rocm", "tpu"} <= set(result["platforms"]), result["report"]
     # `python -m jaxcore` lists the installed plugins, from their wheels.
     listing = subprocess.run([str(python), "-m", "jaxcore"], capture_output=True, text=True,
                              env=env, cwd=tmp_path, timeout=300)

@@ -7,6 +7,13 @@ metadata. The same inputs always give the same bytes: entries are sorted, every 
 is SOURCE_DATE_EPOCH (default 1980-01-01, the earliest a zip can hold), permissions are
 fixed, and the compression level is pinned.
 
+A wheel with native code (ELF files) must carry an honest platform tag, and this builder
+checks it the way `auditwheel show` would for the parts that decide a manylinux tag: every
+ELF file is for the tag's CPU, needs no shared library beyond glibc's (libstdc++ and libgcc
+linked statically), and no glibc symbol version newer than `manylinux_X_Y` allows. A
+`linux_<arch>` tag only checks the CPU; `any` admits no ELF file at all. Such a wheel is not
+pure Python, so its WHEEL file says `Root-Is-Purelib: false`.
+
 Usage: build_wheel.py MANIFEST_JSON OUTPUT_WHL
 """
 
@@ -16,6 +23,7 @@ import json
 import os
 import re
 import stat
+import struct
 import sys
 import tempfile
 import time
@@ -30,6 +38,127 @@ _WHEEL_PATH_RE = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 
 class WheelError(Exception):
     """A problem with the manifest or its inputs; the message names it."""
+
+
+# --- Native code: ELF files against the platform tag -----------------------------------------
+
+_ELF_MAGIC = b"\x7fELF"
+_ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+_SHT_DYNAMIC = 6
+_SHT_GNU_VERNEED = 0x6FFFFFFE
+_DT_NEEDED = 1
+# Shared libraries every manylinux system has: glibc's own (PEP 600).
+_MANYLINUX_LIBS = frozenset({
+    "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+    "libresolv.so.2", "libutil.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1",
+})
+_MANYLINUX_TAG_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
+_LINUX_TAG_RE = re.compile(r"^linux_(\w+)$")
+
+
+def is_elf(data):
+    return data[:4] == _ELF_MAGIC
+
+
+def elf_dependencies(data, name="ELF file"):
+    """Returns (cpu, needed shared libraries, {library: [symbol versions]}) of an ELF file.
+
+    Reads the section headers of a little-endian 64-bit ELF file: DT_NEEDED entries of the
+    dynamic section and the version needs (.gnu.version_r), with names from their string
+    tables. Raises WheelError for anything else.
+    """
+    def fail(what):
+        raise WheelError(f"{name}: {what}")
+
+    if not is_elf(data):
+        fail("not an ELF file")
+    if data[4] != 2 or data[5] != 1:
+        fail("only little-endian 64-bit ELF files are supported")
+    try:
+        (machine,) = struct.unpack_from("<H", data, 18)
+        shoff, = struct.unpack_from("<Q", data, 40)
+        shentsize, shnum = struct.unpack_from("<HH", data, 58)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+
+        def section_bytes(sec):
+            return data[sec[4]:sec[4] + sec[5]]
+
+        def string(strtab, offset):
+            end = strtab.index(b"\0", offset)
+            return strtab[offset:end].decode("ascii")
+
+        needed, versions = [], {}
+        for sec in sections:
+            kind, link = sec[1], sec[6]
+            if kind not in (_SHT_DYNAMIC, _SHT_GNU_VERNEED):
+                continue
+            strtab = section_bytes(sections[link])
+            body = section_bytes(sec)
+            if kind == _SHT_DYNAMIC:
+                for off in range(0, len(body) - 15, 16):
+                    tag, value = struct.unpack_from("<qQ", body, off)
+                    if tag == 0:
+                        break
+                    if tag == _DT_NEEDED:
+                        needed.append(string(strtab, value))
+                continue
+            off = 0
+            while True:
+                _, count, file_off, aux, nxt = struct.unpack_from("<HHIII", body, off)
+                library = string(strtab, file_off)
+                aux_off = off + aux
+                for _ in range(count):
+                    _, _, _, name_off, aux_next = struct.unpack_from("<IHHII", body, aux_off)
+                    versions.setdefault(library, []).append(string(strtab, name_off))
+                    aux_off += aux_next
+                if not nxt:
+                    break
+                off += nxt
+    except (struct.error, ValueError, IndexError):
+        fail("truncated or malformed ELF file")
+    return _ELF_MACHINES.get(machine, f"machine {machine}"), needed, versions
+
+
+def _glibc_version(version):
+    found = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def check_platform_tag(platform_tag, binaries):
+    """Checks {path in wheel: ELF bytes} against `platform_tag`; raises WheelError if wrong."""
+    if platform_tag == "any":
+        if binaries:
+            raise WheelError(
+                f"{', '.join(sorted(binaries))} is native code; a wheel holding it cannot be "
+                "tagged 'any' (give the rule a manylinux or linux platform_tag)"
+            )
+        return
+    manylinux = _MANYLINUX_TAG_RE.match(platform_tag)
+    linux = _LINUX_TAG_RE.match(platform_tag)
+    if not manylinux and not linux:
+        raise WheelError(f"unsupported platform tag {platform_tag!r}: use manylinux_X_Y_<arch>, linux_<arch> or any")
+    arch = (manylinux or linux).groups()[-1]
+    for path, data in sorted(binaries.items()):
+        cpu, needed, versions = elf_dependencies(data, path)
+        if cpu != arch:
+            raise WheelError(f"{path} is {cpu} code but the wheel is tagged {platform_tag}")
+        if not manylinux:
+            continue
+        extra = [lib for lib in needed if lib not in _MANYLINUX_LIBS]
+        if extra:
+            raise WheelError(
+                f"{path} needs {', '.join(extra)}, which {platform_tag} does not allow a wheel "
+                "to assume (link it statically, or tag the wheel linux_" + arch + ")"
+            )
+        glibc = [v for vs in versions.values() for v in vs if _glibc_version(v)]
+        newest = max(glibc, key=_glibc_version, default=None)
+        allowed = (int(manylinux.group(1)), int(manylinux.group(2)))
+        if newest and _glibc_version(newest) > allowed:
+            need = "%d_%d" % _glibc_version(newest)
+            raise WheelError(
+                f"{path} needs {newest}, newer than {platform_tag} allows; tag the wheel "
+                f"manylinux_{need}_{arch} (jaxcore/tools/platform_tags.bzl) or build on an older glibc"
+            )
 
 
 def _timestamp():
@@ -74,10 +203,11 @@ def _metadata(m, description):
 
 def _wheel_file(m):
     tag = f"{m['python_tag']}-{m['abi_tag']}-{m['platform_tag']}"
+    purelib = "true" if m["platform_tag"] == "any" else "false"
     return (
         "Wheel-Version: 1.0\n"
         "Generator: jaxcore build_wheel\n"
-        "Root-Is-Purelib: true\n"
+        f"Root-Is-Purelib: {purelib}\n"
         f"Tag: {tag}\n"
     )
 
@@ -107,6 +237,7 @@ def collect_entries(m):
         entries[dst] = text.encode("utf-8")
     if not entries:
         raise WheelError(f"wheel {m['dist_name']} would contain no files")
+    check_platform_tag(m["platform_tag"], {p: d for p, d in entries.items() if is_elf(d)})
 
     version_file = m.get("version_file")
     if version_file:

@@ -30,7 +30,17 @@ def _pick(default, cases, field):
     branches["//conditions:default"] = getattr(default, field)
     return select(branches)
 
-def plugin_wheel(name, dist_name, src, package, platform, summary, classifiers = [], variants = None):
+def plugin_wheel(
+        name,
+        dist_name,
+        src,
+        package,
+        platform,
+        summary,
+        classifiers = [],
+        variants = None,
+        data = [],
+        platform_tag = "any"):
     """A wheel of plugin sources `src` shipped as `package`, registered for `platform`.
 
     Args:
@@ -43,6 +53,9 @@ def plugin_wheel(name, dist_name, src, package, platform, summary, classifiers =
       classifiers: trove classifiers.
       variants: optional {config_setting label: (dist_name, package)} chosen by select(),
         e.g. the CUDA major version; the default case uses dist_name/package.
+      data: extra files under `src` to ship, e.g. a native library built from it.
+      platform_tag: the wheel's platform tag; "any" for pure Python, a manylinux/linux tag
+        for a wheel with native code (the builder checks the binaries against it).
     """
     default = _attrs(dist_name, src, package, platform)
     cases = {k: _attrs(v[0], src, v[1], platform) for k, v in (variants or {}).items()}
@@ -53,6 +66,8 @@ def plugin_wheel(name, dist_name, src, package, platform, summary, classifiers =
         summary = summary,
         classifiers = classifiers,
         deps = ["//" + src],
+        data = data,
+        platform_tag = platform_tag,
         packages = _pick(default, cases, "packages"),
         generated_files = _pick(default, cases, "generated_files"),
         requires = ["jaxcore=={version}"],

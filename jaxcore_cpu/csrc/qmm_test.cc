@@ -1,0 +1,481 @@
+// Native test of the quantized matmul kernels through the C++ API of qmm.h (no Python, no
+// XLA): every format x path x activation/output dtype x instruction set up to DetectIsa(),
+// on odd sizes (M, K, N that are not multiples of the SIMD width or the tiles), per-channel
+// and blocked scales, run serially and on a small work-claiming thread pool, against a
+// double-precision reference that dequantises the weight exactly as qmm.h documents it.
+// Also: Validate() rejects every malformed problem with a message, the kernels never write
+// outside the output (canaries here, AddressSanitizer under `--config=asan`), and SetIsa()
+// refuses instruction sets the CPU lacks.
+//
+// Plain main(): prints every failure (the first few in full) and returns 1 if there was any.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qmm.h"
+
+namespace jaxcore_cpu {
+namespace {
+
+// jaxcore/kernels/_nf4.py's NF4_CODE, copied independently of the kernels' own table.
+constexpr double kNf4[16] = {
+    -1.0,
+    -0.6961928009986877,
+    -0.5250730514526367,
+    -0.39491748809814453,
+    -0.28444138169288635,
+    -0.18477343022823334,
+    -0.09105003625154495,
+    0.0,
+    0.07958029955625534,
+    0.16093020141124725,
+    0.24611230194568634,
+    0.33791524171829224,
+    0.44070982933044434,
+    0.5626170039176941,
+    0.7229568362236023,
+    1.0,
+};
+
+// Errors are measured relative to sum_k |x[m, k]| |W[k, n]| of each output (for int4 plus
+// sum_k |x[m, k]| 8 scale[k, n]: the kernels may subtract the zero point 8 once per block,
+// scale * (sum x v - 8 sum x), whose float32 rounding is relative to both sums): float32
+// accumulation stays well inside 1e-5 of it at these K; a bfloat16 output adds its
+// rounding (2^-9 of the value).
+constexpr double kTolF32 = 1e-5;
+constexpr double kTolBf16 = 1e-2;
+constexpr int kShownFailures = 20;
+constexpr float kCanary = -12345.625f;
+constexpr uint16_t kCanaryBf16 = 0xDEAD;
+constexpr int64_t kGuard = 16;  // canary elements on each side of the output
+
+int failures = 0;
+
+void Fail(const std::string& what) {
+  if (++failures <= kShownFailures) std::fprintf(stderr, "FAIL: %s\n", what.c_str());
+}
+
+// float32 -> bfloat16, round to nearest even (finite values only, as generated here).
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float FromBf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+const char* FormatName(Format f) {
+  switch (f) {
+    case Format::kInt8:
+      return "int8";
+    case Format::kInt4:
+      return "int4";
+    case Format::kNf4:
+      return "nf4";
+  }
+  return "?";
+}
+
+const char* PathName(Path p) {
+  switch (p) {
+    case Path::kAuto:
+      return "auto";
+    case Path::kGemv:
+      return "gemv";
+    case Path::kGemm:
+      return "gemm";
+  }
+  return "?";
+}
+
+const char* DTypeName(DType d) { return d == DType::kF32 ? "f32" : "bf16"; }
+
+// A pool of `workers` threads (the caller is worker 0) that claim tasks from one atomic
+// counter, so a slow thread never holds up the others' share. Checks the Runner contract
+// from the caller's side: every task index in range and run exactly once.
+class ThreadRunner final : public Runner {
+ public:
+  explicit ThreadRunner(int workers) : workers_(workers) {}
+  int max_workers() const override { return workers_; }
+
+  void Parallel(int64_t num_tasks,
+                const std::function<void(int64_t, int)>& body) override {
+    if (num_tasks < 0) {
+      Fail("Runner::Parallel called with num_tasks = " + std::to_string(num_tasks));
+      return;
+    }
+    ++calls_;
+    std::atomic<int64_t> next{0};
+    std::unique_ptr<std::atomic<int>[]> runs(new std::atomic<int>[num_tasks]);
+    for (int64_t t = 0; t < num_tasks; ++t) runs[t].store(0);
+    auto work = [&](int worker) {
+      for (;;) {
+        const int64_t task = next.fetch_add(1);
+        if (task >= num_tasks) return;
+        runs[task].fetch_add(1);
+        body(task, worker);
+      }
+    };
+    std::vector<std::thread> threads;
+    const int64_t extra = std::min<int64_t>(workers_ - 1, std::max<int64_t>(num_tasks - 1, 0));
+    for (int w = 1; w <= extra; ++w) threads.emplace_back(work, w);
+    work(0);
+    for (auto& t : threads) t.join();
+    for (int64_t t = 0; t < num_tasks; ++t) {
+      if (runs[t].load() != 1) {
+        Fail("task " + std::to_string(t) + " ran " + std::to_string(runs[t].load()) + " times");
+      }
+    }
+  }
+
+  int64_t calls() const { return calls_; }
+
+ private:
+  int workers_;
+  int64_t calls_ = 0;
+};
+
+struct Case {
+  int64_t m, k, n;
+  bool per_channel;
+  int64_t block_int8;  // blocked layouts: the block size for int8 ...
+  int64_t block_4bit;  // ... and for the 4-bit formats (even)
+};
+
+// M in {1, 3, 5, 7, 17, 33}, N in {1, 5, 17, 63, 130}, K from 2 to 520; every one of them
+// misaligned to 8/16-wide SIMD and to the GEMM tiles somewhere.
+const Case kCases[] = {
+    {1, 2, 1, true, 0, 0},        {3, 6, 5, false, 3, 2},      {7, 64, 17, false, 16, 16},
+    {17, 130, 63, true, 0, 0},    {33, 130, 130, false, 65, 26}, {1, 130, 63, false, 13, 10},
+    {33, 64, 5, true, 0, 0},      {7, 6, 130, true, 0, 0},     {17, 2, 17, false, 1, 2},
+    {3, 256, 130, false, 64, 64}, {33, 520, 63, false, 8, 8},  {5, 64, 1, false, 32, 32},
+};
+
+struct Operands {
+  Format fmt;
+  int64_t m, k, n, block;
+  std::vector<float> x;          // the activations as float (bf16-exact for bf16 runs)
+  std::vector<uint16_t> x_bf16;  // the same, as bfloat16 bits
+  std::vector<uint8_t> qvalue;   // exactly (k, n) int8 or (k / 2, n) packed bytes
+  std::vector<float> scale;      // exactly (k / block, n)
+  std::vector<double> w;         // dequantised (k, n), from the documented layout
+  std::vector<double> w_mag;     // |W[k, n]|, plus 8 scale[k, n] for int4 (see kTolF32)
+};
+
+Operands MakeOperands(Format fmt, const Case& c, bool bf16_x, std::mt19937& rng) {
+  Operands o;
+  o.fmt = fmt;
+  o.m = c.m;
+  o.k = c.k;
+  o.n = c.n;
+  o.block = c.per_channel ? c.k : (fmt == Format::kInt8 ? c.block_int8 : c.block_4bit);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_real_distribution<float> positive(0.01f, 0.2f);
+  o.x.resize(c.m * c.k);
+  o.x_bf16.resize(c.m * c.k);
+  for (size_t i = 0; i < o.x.size(); ++i) {
+    float v = unit(rng) * 2.0f;
+    if (bf16_x) v = FromBf16(ToBf16(v));
+    o.x[i] = v;
+    o.x_bf16[i] = ToBf16(v);
+  }
+  const int64_t blocks = c.k / o.block;
+  o.scale.resize(blocks * c.n);
+  for (auto& s : o.scale) s = positive(rng);
+  std::vector<int> q(c.k * c.n);  // the stored integer of every logical element
+  if (fmt == Format::kInt8) {
+    std::uniform_int_distribution<int> dist(-128, 127);
+    for (auto& v : q) v = dist(rng);
+    o.qvalue.resize(c.k * c.n);
+    for (int64_t i = 0; i < c.k * c.n; ++i) o.qvalue[i] = static_cast<uint8_t>(static_cast<int8_t>(q[i]));
+  } else {
+    std::uniform_int_distribution<int> dist(0, 15);
+    for (auto& v : q) v = dist(rng);
+    o.qvalue.assign((c.k / 2) * c.n, 0);
+    for (int64_t r = 0; r < c.k; ++r) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        const uint8_t nibble = static_cast<uint8_t>(q[r * c.n + j]);
+        o.qvalue[(r / 2) * c.n + j] |= (r % 2 == 0) ? nibble : static_cast<uint8_t>(nibble << 4);
+      }
+    }
+  }
+  o.w.resize(c.k * c.n);
+  o.w_mag.resize(c.k * c.n);
+  for (int64_t r = 0; r < c.k; ++r) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      const double s = o.scale[(r / o.block) * c.n + j];
+      const int v = q[r * c.n + j];
+      double u = 0.0;
+      switch (fmt) {
+        case Format::kInt8:
+          u = v;
+          break;
+        case Format::kInt4:
+          u = v - 8;
+          break;
+        case Format::kNf4:
+          u = kNf4[v];
+          break;
+      }
+      o.w[r * c.n + j] = u * s;
+      o.w_mag[r * c.n + j] = std::fabs(u * s) + (fmt == Format::kInt4 ? 8.0 * s : 0.0);
+    }
+  }
+  return o;
+}
+
+// One Run() of `o` with the given dtypes and path on `runner`, checked against the
+// reference. `workspace`: use the explicit-workspace overload with exactly the bytes
+// WorkspaceBytes() asks for.
+void CheckRun(const Operands& o, DType x_dtype, DType out_dtype, Path path, Runner& runner,
+              bool workspace, const std::string& label, double* worst) {
+  const int64_t count = o.m * o.n;
+  std::vector<float> out_f32;
+  std::vector<uint16_t> out_bf16;
+  void* out = nullptr;
+  if (out_dtype == DType::kF32) {
+    out_f32.assign(count + 2 * kGuard, kCanary);
+    out = out_f32.data() + kGuard;
+  } else {
+    out_bf16.assign(count + 2 * kGuard, kCanaryBf16);
+    out = out_bf16.data() + kGuard;
+  }
+  // Inputs copied into buffers of exactly their size, so an over-read is a heap overflow.
+  std::unique_ptr<float[]> x_f32;
+  std::unique_ptr<uint16_t[]> x_bf16;
+  const void* x = nullptr;
+  if (x_dtype == DType::kF32) {
+    x_f32.reset(new float[o.x.size()]);
+    std::copy(o.x.begin(), o.x.end(), x_f32.get());
+    x = x_f32.get();
+  } else {
+    x_bf16.reset(new uint16_t[o.x_bf16.size()]);
+    std::copy(o.x_bf16.begin(), o.x_bf16.end(), x_bf16.get());
+    x = x_bf16.get();
+  }
+  std::unique_ptr<uint8_t[]> qvalue(new uint8_t[o.qvalue.size()]);
+  std::copy(o.qvalue.begin(), o.qvalue.end(), qvalue.get());
+  std::unique_ptr<float[]> scale(new float[o.scale.size()]);
+  std::copy(o.scale.begin(), o.scale.end(), scale.get());
+
+  Problem p;
+  p.fmt = o.fmt;
+  p.m = o.m;
+  p.k = o.k;
+  p.n = o.n;
+  p.block_size = o.block;
+  p.x = x;
+  p.x_dtype = x_dtype;
+  p.qvalue = qvalue.get();
+  p.scale = scale.get();
+  p.out = out;
+  p.out_dtype = out_dtype;
+  const std::string invalid = Validate(p);
+  if (!invalid.empty()) {
+    Fail(label + ": Validate rejected a valid problem: " + invalid);
+    return;
+  }
+  if (workspace) {
+    const size_t bytes = WorkspaceBytes(p, path, runner.max_workers());
+    const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    void* ws = std::aligned_alloc(64, rounded);
+    if (ws == nullptr) {
+      Fail(label + ": cannot allocate " + std::to_string(rounded) + " workspace bytes");
+      return;
+    }
+    Run(p, path, runner, ws);
+    std::free(ws);
+  } else {
+    Run(p, path, runner);
+  }
+
+  for (int64_t g = 0; g < kGuard; ++g) {
+    const bool intact = out_dtype == DType::kF32
+                            ? out_f32[g] == kCanary && out_f32[kGuard + count + g] == kCanary
+                            : out_bf16[g] == kCanaryBf16 && out_bf16[kGuard + count + g] == kCanaryBf16;
+    if (!intact) {
+      Fail(label + ": wrote outside the output");
+      break;
+    }
+  }
+  const double tol = out_dtype == DType::kF32 ? kTolF32 : kTolBf16;
+  int reported = 0;
+  for (int64_t i = 0; i < o.m; ++i) {
+    for (int64_t j = 0; j < o.n; ++j) {
+      double ref = 0.0, mag = 0.0;
+      for (int64_t r = 0; r < o.k; ++r) {
+        const double xv = o.x[i * o.k + r];
+        const double wv = o.w[r * o.n + j];
+        ref += xv * wv;
+        mag += std::fabs(xv) * o.w_mag[r * o.n + j];
+      }
+      const double got = out_dtype == DType::kF32
+                             ? static_cast<double>(out_f32[kGuard + i * o.n + j])
+                             : static_cast<double>(FromBf16(out_bf16[kGuard + i * o.n + j]));
+      const double err = std::fabs(got - ref) / std::max(mag, 1e-30);
+      if (std::isnan(got) || err > tol) {
+        if (reported++ < 3) {
+          Fail(label + ": out[" + std::to_string(i) + "," + std::to_string(j) + "] = " +
+               std::to_string(got) + ", reference " + std::to_string(ref) + " (relative error " +
+               std::to_string(err) + " > " + std::to_string(tol) + ")");
+        } else {
+          ++failures;
+        }
+      } else if (err > *worst) {
+        *worst = err;
+      }
+    }
+  }
+}
+
+int RunMatmulChecks() {
+  std::mt19937 rng(20240611);
+  const Isa best = DetectIsa();
+  const Format formats[] = {Format::kInt8, Format::kInt4, Format::kNf4};
+  const Path paths[] = {Path::kAuto, Path::kGemv, Path::kGemm};
+  const DType dtypes[] = {DType::kF32, DType::kBF16};
+  SerialRunner serial;
+  ThreadRunner threads(4);
+  int runs = 0;
+  double worst[2] = {0.0, 0.0};
+  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+    if (!SetIsa(static_cast<Isa>(isa)) || ActiveIsa() != static_cast<Isa>(isa)) {
+      Fail(std::string("SetIsa(") + IsaName(static_cast<Isa>(isa)) + ") did not take effect");
+      continue;
+    }
+    for (Format fmt : formats) {
+      for (const Case& c : kCases) {
+        for (DType x_dtype : dtypes) {
+          const Operands o = MakeOperands(fmt, c, x_dtype == DType::kBF16, rng);
+          for (DType out_dtype : dtypes) {
+            for (Path path : paths) {
+              const std::string label =
+                  std::string(IsaName(static_cast<Isa>(isa))) + " " + FormatName(fmt) + " " +
+                  PathName(path) + " x=" + DTypeName(x_dtype) + " out=" + DTypeName(out_dtype) +
+                  " m=" + std::to_string(o.m) + " k=" + std::to_string(o.k) +
+                  " n=" + std::to_string(o.n) + " block=" + std::to_string(o.block);
+              const int w = out_dtype == DType::kF32 ? 0 : 1;
+              CheckRun(o, x_dtype, out_dtype, path, serial, false, label + " serial", &worst[w]);
+              CheckRun(o, x_dtype, out_dtype, path, threads, true, label + " 4 threads", &worst[w]);
+              runs += 2;
+            }
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+  if (threads.calls() == 0) Fail("Run() never used the runner it was given");
+  std::printf("%d runs over ISAs portable..%s; worst relative error f32 out %.3g, bf16 out %.3g\n",
+              runs, IsaName(best), worst[0], worst[1]);
+  return runs;
+}
+
+void CheckIsaControls() {
+  const Isa best = DetectIsa();
+  for (int isa = 0; isa <= static_cast<int>(Isa::kAvx512); ++isa) {
+    const char* name = IsaName(static_cast<Isa>(isa));
+    if (name == nullptr || std::strlen(name) == 0) Fail("IsaName(" + std::to_string(isa) + ") is empty");
+  }
+  for (int isa = static_cast<int>(best) + 1; isa <= static_cast<int>(Isa::kAvx512); ++isa) {
+    if (SetIsa(static_cast<Isa>(isa))) {
+      Fail(std::string("SetIsa accepted ") + IsaName(static_cast<Isa>(isa)) +
+           ", which this CPU lacks (best: " + IsaName(best) + ")");
+    }
+  }
+  if (SetIsa(static_cast<Isa>(-1)) || SetIsa(static_cast<Isa>(99))) {
+    Fail("SetIsa accepted an instruction set outside the enum");
+  }
+  if (ActiveIsa() != best) Fail("a refused SetIsa changed the active instruction set");
+}
+
+void CheckValidate() {
+  static const float x[64] = {};
+  static const uint8_t q[64 * 64] = {};
+  static const float scale[64 * 64] = {};
+  static float out[64 * 64];
+  auto valid = [&](Format fmt) {
+    Problem p;
+    p.fmt = fmt;
+    p.m = 1;
+    p.k = 8;
+    p.n = 4;
+    p.block_size = 4;
+    p.x = x;
+    p.qvalue = q;
+    p.scale = scale;
+    p.out = out;
+    return p;
+  };
+  for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+    const std::string ok = Validate(valid(fmt));
+    if (!ok.empty()) Fail(std::string("Validate rejected a valid ") + FormatName(fmt) + " problem: " + ok);
+  }
+  struct Bad {
+    const char* what;
+    std::function<void(Problem&)> edit;
+    Format fmt;
+  };
+  const Bad bad[] = {
+      {"k not divisible by block_size", [](Problem& p) { p.k = 6; }, Format::kInt8},
+      {"k not divisible by block_size (4-bit)", [](Problem& p) { p.k = 10; }, Format::kInt4},
+      {"odd block_size for 4-bit", [](Problem& p) { p.k = 6; p.block_size = 3; }, Format::kInt4},
+      {"odd block_size for nf4", [](Problem& p) { p.k = 9; p.block_size = 3; }, Format::kNf4},
+      {"odd k for 4-bit", [](Problem& p) { p.k = 5; p.block_size = 5; }, Format::kNf4},
+      {"m < 0", [](Problem& p) { p.m = -1; }, Format::kInt8},
+      {"n < 0", [](Problem& p) { p.n = -3; }, Format::kInt8},
+      {"k < 0", [](Problem& p) { p.k = -8; }, Format::kInt8},
+      {"block_size = 0", [](Problem& p) { p.block_size = 0; }, Format::kInt8},
+      {"block_size < 0", [](Problem& p) { p.block_size = -4; }, Format::kInt4},
+      {"block_size > k", [](Problem& p) { p.block_size = 16; }, Format::kInt8},
+      {"null x", [](Problem& p) { p.x = nullptr; }, Format::kInt8},
+      {"null qvalue", [](Problem& p) { p.qvalue = nullptr; }, Format::kInt4},
+      {"null scale", [](Problem& p) { p.scale = nullptr; }, Format::kNf4},
+      {"null out", [](Problem& p) { p.out = nullptr; }, Format::kInt8},
+      {"unknown format", [](Problem& p) { p.fmt = static_cast<Format>(7); }, Format::kInt8},
+      {"unknown x dtype", [](Problem& p) { p.x_dtype = static_cast<DType>(5); }, Format::kInt8},
+      {"unknown out dtype", [](Problem& p) { p.out_dtype = static_cast<DType>(-2); }, Format::kInt8},
+      {"m * k overflows int64",
+       [](Problem& p) { p.m = int64_t{1} << 40; p.k = int64_t{1} << 40; p.block_size = p.k; },
+       Format::kInt8},
+  };
+  for (const Bad& b : bad) {
+    Problem p = valid(b.fmt);
+    b.edit(p);
+    if (Validate(p).empty()) Fail(std::string("Validate accepted a problem with ") + b.what);
+  }
+}
+
+}  // namespace
+}  // namespace jaxcore_cpu
+
+int main() {
+  using namespace jaxcore_cpu;
+  std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
+  CheckIsaControls();
+  CheckValidate();
+  const int runs = RunMatmulChecks();
+  if (failures > 0) {
+    std::fprintf(stderr, "%d check(s) failed (%d runs)\n", failures, runs);
+    return 1;
+  }
+  std::printf("all checks passed\n");
+  return 0;
+}
