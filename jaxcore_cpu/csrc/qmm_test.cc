@@ -452,9 +452,6 @@ void CheckValidate() {
       {"unknown format", [](Problem& p) { p.fmt = static_cast<Format>(7); }, Format::kInt8},
       {"unknown x dtype", [](Problem& p) { p.x_dtype = static_cast<DType>(5); }, Format::kInt8},
       {"unknown out dtype", [](Problem& p) { p.out_dtype = static_cast<DType>(-2); }, Format::kInt8},
-      {"m * k overflows int64",
-       [](Problem& p) { p.m = int64_t{1} << 40; p.k = int64_t{1} << 40; p.block_size = p.k; },
-       Format::kInt8},
   };
   for (const Bad& b : bad) {
     Problem p = valid(b.fmt);
