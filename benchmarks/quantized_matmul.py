@@ -1,27 +1,44 @@
 """Weight-only quantized matmul: what the fused kernels buy, measured side by side.
 
-For each format (int8 per-channel, int4 / NF4 in 64-row blocks, NF4 with double-quantised
-absmax) and each M in --m it prints, all measured in the same run on the same device:
+On a GPU / TPU, for each format (int8 per-channel, int4 / NF4 in 64-row blocks, NF4 with
+double-quantised absmax) and each M in --m it prints, all measured in the same run:
 
 * bytes per weight of the stored format (codes + scales, from the arrays themselves);
-* on CPU: the portable reference kernel (what ``jaxcore.kernels.quantized_matmul`` runs on
-  CPU) against a dense float32 matmul of the same shape, as a time ratio;
-* on a GPU / TPU: the plugin kernel (Pallas Triton / Mosaic, via the same registry call)
-  against XLA's dequantise-then-matmul and against a dense bf16 matmul, as time ratios,
-  plus the achieved HBM bandwidth (weight + activation + output bytes / time) as a
-  fraction of the device's peak (H100 SXM 3.35 TB/s, H200 4.8 TB/s; others: --peak-tbps).
+* the plugin kernel (Pallas Triton / Mosaic, via the registry call) against XLA's
+  dequantise-then-matmul and against a dense bf16 matmul, as time ratios, plus the
+  achieved HBM bandwidth (weight + activation + output bytes / time) as a fraction of the
+  device's peak (H100 SXM 3.35 TB/s, H200 4.8 TB/s; others: --peak-tbps).
   Goal at M <= 16: >= 80 % of peak for int8 and >= 75 % for int4 / NF4.
+
+On CPU (float32 activations, K = N = 4096 by default, --model-shape for (4096, 14336)) it
+prints the machine (CPU model, cores, the native kernels' instruction set) and, for int8
+per-channel and in 32-row blocks, int4 and NF4 in 64-row blocks and NF4 double-quant:
+
+* the native kernel of the ``jaxcore-cpu`` plugin (``jaxcore_cpu``, via XLA's FFI), the
+  portable reference kernel (what runs without the plugin) and XLA's dense float32 matmul,
+  each as milliseconds, ratio to dense and weight GB/s (stored bytes / time);
+* ONNX Runtime's 4-bit ``MatMulNBits`` (com.microsoft, --ort-block rows per block; with
+  float32 and with int8 activation compute) when ``onnxruntime`` and ``onnx`` import.
+
+Every CPU contender rotates over enough distinct copies of its weight that each call reads
+the weight from memory: at least --rotate-mb (default: 128 MB or 4x the L3 cache, the
+larger) per contender, dense float32 included. One matrix would sit in a 32 MB L3 in its
+quantized form and flatter the quantized side.
 
 Timings are medians of --reps interleaved repetitions (each repetition times every
 contender once, so drift hits all of them alike) after a compile-and-warm-up call.
 
 Usage: python3 benchmarks/quantized_matmul.py [--k 4096] [--n 4096] [--m 1 16 256]
+       python3 benchmarks/quantized_matmul.py --model-shape          # CPU: K=4096, N=14336
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import pathlib
+import platform
 import statistics
 import sys
 import time
@@ -31,13 +48,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import jaxcore
 from jaxcore import kernels, quant
 
 # Peak HBM bandwidth (bytes/s) by device kind substring.
 _PEAK_HBM = {"H100": 3.35e12, "H200": 4.8e12}
-
 
 def _formats(w):
     k = w.shape[0]
@@ -73,19 +90,36 @@ def _peak(device, override_tbps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--k", type=int, default=None, help="contracted size (default 4096 on "
-                        "accelerators, 2048 on CPU)")
-    parser.add_argument("--n", type=int, default=None, help="output columns (same defaults)")
+    parser.add_argument("--k", type=int, default=None, help="contracted size (default 4096)")
+    parser.add_argument("--n", type=int, default=None, help="output columns (default 4096)")
+    parser.add_argument("--model-shape", action="store_true",
+                        help="K=4096, N=14336 (an MLP up-projection of a 7B-class model)")
     parser.add_argument("--m", type=int, nargs="+", default=[1, 16, 256])
-    parser.add_argument("--reps", type=int, default=None, help="default 50 (accelerator), 9 (CPU)")
+    parser.add_argument("--reps", type=int, default=None, help="default 50 (accelerator), 15 (CPU)")
     parser.add_argument("--peak-tbps", type=float, default=None)
+    parser.add_argument("--rotate-mb", type=float, default=None,
+                        help="CPU: weight bytes each contender rotates over (default: "
+                             "max(128, 4 x L3) MB)")
+    parser.add_argument("--path", choices=["auto", "gemv", "gemm"], default="auto",
+                        help="CPU: the native kernel's path")
+    parser.add_argument("--ort-block", type=int, default=32,
+                        help="CPU: rows per block of ONNX Runtime's MatMulNBits (16..256)")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="CPU: skip the (slow) portable reference kernel")
     args = parser.parse_args()
-
+    if args.model_shape:
+        args.k, args.n = args.k or 4096, args.n or 14336
     device = jax.devices()[0]
-    on_cpu = device.platform == "cpu"
-    k = args.k or (2048 if on_cpu else 4096)
-    n = args.n or (2048 if on_cpu else 4096)
-    reps = args.reps or (9 if on_cpu else 50)
+    if device.platform == "cpu":
+        _cpu_main(args)
+    else:
+        _accelerator_main(args, device)
+
+
+def _accelerator_main(args, device):
+    k = args.k or 4096
+    n = args.n or 4096
+    reps = args.reps or 50
     info = jaxcore.plugins.info()
     print(f"device: {device.device_kind} ({device.platform}); K={k} N={n}; "
           f"plugins for {', '.join(info.platforms) or 'none'}; median of {reps}")
@@ -96,7 +130,7 @@ def main():
     for name, q in weights.items():
         print(f"  {name:7s} {q.storage_nbytes / (k * n):.4f}   (bf16 dense: 2, f32 dense: 4)")
 
-    act_dtype = jnp.float32 if on_cpu else jnp.bfloat16
+    act_dtype = jnp.bfloat16
     fused = jax.jit(lambda x, q: kernels.quantized_matmul(x, q))
     xla_dequant = jax.jit(lambda x, q: jnp.dot(x, q.materialize().astype(x.dtype),
                                                preferred_element_type=jnp.float32).astype(x.dtype))
@@ -110,21 +144,248 @@ def main():
         fns, call_args = {"dense": dense}, {"dense": (x, w_dense)}
         for name, q in weights.items():
             fns[name], call_args[name] = fused, (x, q)
-            if not on_cpu:
-                fns[f"{name}/xla"], call_args[f"{name}/xla"] = xla_dequant, (x, q)
+            fns[f"{name}/xla"], call_args[f"{name}/xla"] = xla_dequant, (x, q)
         t = _time(fns, call_args, reps)
         print(f"\nM = {m}: dense {act_dtype.__name__} matmul {t['dense'] * 1e3:.3f} ms")
         for name, q in weights.items():
             line = (f"  {name:7s} kernel {t[name] * 1e3:8.3f} ms   "
                     f"kernel/dense {t[name] / t['dense']:6.2f}")
-            if not on_cpu:
-                moved = q.storage_nbytes + x.nbytes + m * n * x.dtype.itemsize
-                bw = moved / t[name]
-                line += (f"   kernel/xla_dequant {t[name] / t[name + '/xla']:5.2f}"
-                         f"   {bw / 1e12:5.2f} TB/s")
-                if peak:
-                    line += f" = {100 * bw / peak:5.1f} % of peak HBM"
+            moved = q.storage_nbytes + x.nbytes + m * n * x.dtype.itemsize
+            bw = moved / t[name]
+            line += (f"   kernel/xla_dequant {t[name] / t[name + '/xla']:5.2f}"
+                     f"   {bw / 1e12:5.2f} TB/s")
+            if peak:
+                line += f" = {100 * bw / peak:5.1f} % of peak HBM"
             print(line)
+
+
+# ----------------------------------------------------------------------------- CPU
+
+
+def _cpu_formats(w):
+    k = w.shape[0]
+    return {
+        "int8": quant.ArrayInt8.quantize(w, block_size=k),
+        "int8-b32": quant.ArrayInt8.quantize(w, block_size=32),
+        "int4": quant.ArrayInt4.quantize(w, 64),
+        "nf4": quant.ArrayNF4.quantize(w, 64),
+        "nf4-dq": quant.ArrayNF4.quantize(w, 64, double_quant=True),
+    }
+
+
+def _l3_bytes() -> int | None:
+    try:
+        text = pathlib.Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+    except OSError:
+        return None
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def _cpu_model() -> tuple[str, list[str]]:
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile")
+                flags = [f for f in wanted if f in value.split()]
+    except OSError:
+        pass
+    return model, flags
+
+
+def _native():
+    """The jaxcore_cpu module with its library loaded, or (None, why not)."""
+    try:
+        import jaxcore_cpu
+    except ImportError as e:
+        return None, f"jaxcore_cpu is not importable ({e})"
+    try:
+        jaxcore_cpu.isa()
+    except Exception as e:  # noqa: BLE001 - reported, then the benchmark goes on without it
+        return None, str(e)
+    return jaxcore_cpu, None
+
+
+def _copies(tree, count):
+    """``count`` copies of a pytree of arrays, each in its own buffers."""
+    return [tree] + [jax.tree_util.tree_map(lambda a: jnp.array(a, copy=True), tree)
+                     for _ in range(count - 1)]
+
+
+def _nbytes(tree) -> int:
+    return sum(a.nbytes for a in jax.tree_util.tree_leaves(tree))
+
+
+def _time_rotating(contenders: dict, reps: int) -> dict:
+    """Median seconds per call; contender = (fn, [args for copy 0, copy 1, ...]).
+
+    Each repetition calls every contender once, on its next weight copy.
+    """
+    for fn, arg_sets in contenders.values():
+        for args in arg_sets:  # compiles, and touches every copy once
+            jax.block_until_ready(fn(*args))
+    samples = {name: [] for name in contenders}
+    for rep in range(reps):
+        for name, (fn, arg_sets) in contenders.items():
+            args = arg_sets[rep % len(arg_sets)]
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def _ort_sessions(k, n, block, count, accuracy_level):
+    """``count`` ONNX Runtime sessions of a 4-bit MatMulNBits (distinct weights each), and
+    the stored bytes of one weight; or (None, reason)."""
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError as e:
+        return None, f"ONNX Runtime MatMulNBits skipped: {e} (pip install onnxruntime onnx)"
+    blocks = k // block
+    rng = np.random.default_rng(0)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count() or 1
+    options.inter_op_num_threads = 1
+    # ORT's workers otherwise spin after each run, taking the cores from the next contender.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sessions, check = [], None
+    for i in range(count):
+        packed = rng.integers(0, 256, (n, blocks, block // 2), dtype=np.uint8)
+        scales = rng.uniform(0.001, 0.01, (n, blocks)).astype(np.float32)
+        node = helper.make_node(
+            "MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft",
+            K=k, N=n, bits=4, block_size=block, accuracy_level=accuracy_level,
+        )
+        graph = helper.make_graph(
+            [node], "matmul_nbits",
+            [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", k])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", n])],
+            initializer=[numpy_helper.from_array(packed, "B"),
+                         numpy_helper.from_array(scales.reshape(-1), "scales")],
+        )
+        model = helper.make_model(graph, opset_imports=[
+            helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+        sessions.append(ort.InferenceSession(model.SerializeToString(), options,
+                                             providers=["CPUExecutionProvider"]))
+        if i == 0:
+            check = (packed, scales)
+    # One correctness check: q = nibble - 8 (no zero points given), element 2j in the low
+    # nibble of byte j of its block.
+    packed, scales = check
+    nibbles = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(n, k).astype(np.float64) - 8
+    w = (nibbles * np.repeat(scales.astype(np.float64), block, axis=1)).T  # (K, N)
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    got = sessions[0].run(None, {"A": x})[0]
+    want = x.astype(np.float64) @ w
+    err = np.max(np.abs(got - want)) / np.max(np.abs(x) @ np.abs(w))
+    if err > 1e-2:
+        return None, f"ONNX Runtime MatMulNBits skipped: its result is off by {err:.2g}"
+    version = f"onnxruntime {ort.__version__} (onnx {onnx.__version__})"
+    return (sessions, packed.nbytes + scales.nbytes, version), None
+
+
+def _cpu_main(args):
+    k, n = args.k or 4096, args.n or 4096
+    reps = args.reps or 15
+    l3 = _l3_bytes()
+    rotate = int((args.rotate_mb or max(128, 4 * (l3 or 0) / 2**20)) * 2**20)
+    model, flags = _cpu_model()
+    native, why_not = _native()
+    info = jaxcore.plugins.info()
+    print(f"machine: {model}; {os.cpu_count()} logical CPUs; {', '.join(flags) or 'no AVX2'}; "
+          f"L3 {l3 / 2**20:.0f} MB" if l3 else f"machine: {model}; {os.cpu_count()} logical CPUs")
+    if native is not None:
+        serves = kernels.registered_kernels("quantized_matmul").get("cpu") is native.IMPLS["cpu"]
+        print(f"native kernels: ISA {native.isa()} (CPU supports {native.detected_isa()}), "
+              f"path {args.path}; {native.library_path()}"
+              f"{'' if serves else ' (loaded here; jaxcore itself is not using it)'}")
+    else:
+        print(f"native kernels: unavailable ({why_not})")
+    print(f"jax {jax.__version__}, plugins for {', '.join(info.platforms) or 'none'}; "
+          f"K={k} N={n}, float32 activations; each contender rotates over >= "
+          f"{rotate / 2**20:.0f} MB of weights; median of {reps} interleaved repetitions")
+
+    w = jax.random.normal(jax.random.key(0), (k, n), jnp.float32) * 0.02
+    weights = _cpu_formats(w)
+    dense_copies = _copies(w, max(2, math.ceil(rotate / w.nbytes)))
+    copies = {name: _copies(q, max(2, math.ceil(rotate / q.storage_nbytes)))
+              for name, q in weights.items()}
+    print("\nweights (codes + scales): bytes per weight, copies rotated")
+    print(f"  {'dense f32':10s} 4.0000  x{len(dense_copies)}")
+    for name, q in weights.items():
+        print(f"  {name:10s} {q.storage_nbytes / (k * n):.4f}  x{len(copies[name])}")
+
+    ort_runs, ort_note = {}, None
+    ort_copies = max(2, math.ceil(rotate / (k * n // 2 + k // args.ort_block * n * 4)))
+    for level, suffix in [(0, ""), (4, "-i8")]:
+        made, ort_note = _ort_sessions(k, n, args.ort_block, ort_copies, level)
+        if made is None:
+            break
+        sessions, nbytes, version = made
+        ort_runs[f"ort-q4-b{args.ort_block}{suffix}"] = (sessions, nbytes)
+    if ort_runs:
+        print(f"  ONNX Runtime MatMulNBits ({version}; -i8: accuracy_level=4, int8 activations)")
+    elif ort_note:
+        print(f"  {ort_note}")
+
+    dense = jax.jit(lambda x, wd: jnp.dot(x, wd))
+    ref = jax.jit(lambda x, q: kernels.reference_quantized_matmul(
+        x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size))
+    if native is not None:
+        nat = jax.jit(lambda x, q: native.quantized_matmul(
+            x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size, path=args.path))
+
+    summary = {}
+    for m in args.m:
+        x = jax.random.normal(jax.random.key(m), (m, k), jnp.float32)
+        x_np = np.asarray(x)
+        contenders = {"dense": (dense, [(x, wd) for wd in dense_copies])}
+        for name in weights:
+            if native is not None:
+                contenders[name] = (nat, [(x, q) for q in copies[name]])
+            if not args.no_reference:
+                contenders[f"{name}/ref"] = (ref, [(x, q) for q in copies[name]])
+        for name, (sessions, _) in ort_runs.items():
+            contenders[name] = (lambda s, a: s.run(None, {"A": a})[0],
+                                [(s, x_np) for s in sessions])
+        t = _time_rotating(contenders, reps)
+        base = t["dense"]
+        print(f"\nM = {m}: dense f32 {base * 1e3:.3f} ms, {w.nbytes / base / 1e9:.1f} GB/s of weight")
+        print(f"  {'format':10s} {'native ms':>10s} {'x dense':>8s} {'GB/s':>6s}"
+              f"   {'reference ms':>12s} {'x dense':>8s} {'GB/s':>6s}")
+        for name, q in weights.items():
+            cells = []
+            for key in (name, f"{name}/ref"):
+                if key in t:
+                    cells.append(f"{t[key] * 1e3:10.3f} {t[key] / base:8.3f} "
+                                 f"{q.storage_nbytes / t[key] / 1e9:6.1f}")
+                else:
+                    cells.append(f"{'-':>10s} {'-':>8s} {'-':>6s}")
+            print(f"  {name:10s} {cells[0]}   {cells[1]:>29s}")
+            summary.setdefault(m, {})[name] = t.get(name)
+        for name, (_, nbytes) in ort_runs.items():
+            print(f"  {name:13s} {t[name] * 1e3:7.3f} {t[name] / base:8.3f} "
+                  f"{nbytes / t[name] / 1e9:6.1f}   (ONNX Runtime)")
+            summary.setdefault(m, {})[name] = t[name]
+        for name in summary.get(m, {}):
+            if summary[m][name] is not None:
+                summary[m][name] /= base
+
+    if native is not None or ort_runs:
+        names = [c for c in list(weights) + list(ort_runs) if any(
+            summary[m].get(c) is not None for m in summary)]
+        print(f"\nratio to dense f32 (native kernel; ONNX Runtime where named), K={k} N={n}:")
+        print("  | M | " + " | ".join(names) + " |")
+        print("  |---|" + "---|" * len(names))
+        for m in args.m:
+            print(f"  | {m} | " + " | ".join(
+                f"{summary[m][c]:.2f}x" if summary[m].get(c) is not None else "-" for c in names) + " |")
 
 
 if __name__ == "__main__":

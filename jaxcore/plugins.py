@@ -9,7 +9,8 @@ places:
   (entry-point name = the platform, value = the module, e.g. ``cuda = jaxcore_cuda12``);
 * when running from the repository (Bazel or pytest, no wheels installed) the source
   packages ``jaxcore_gpu``, ``jaxcore_tpu`` and ``jaxcore_cpu`` are picked up if
-  importable, for the platforms no entry-point plugin already serves.
+  importable, for the platforms no entry-point plugin already serves (a wheel that
+  installs the same package, like ``jaxcore-cpu``, is listed once, as the wheel).
 
 A plugin whose version differs from jaxcore's, or that fails to import or initialise,
 produces one :class:`PluginWarning` naming the package and the versions, and is skipped:
