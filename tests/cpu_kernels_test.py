@@ -299,7 +299,7 @@ def test_registry_path_and_matmul_operator(native_cpu_kernel, x_name):
     for name, q in quantized_arrays(w).items():
         dense = dense_of(q)
         lowered = jax.jit(kernels.quantized_matmul).lower(x, q).as_text()
-        assert re.search(rf"custom_call @{TARGET}\b", lowered) or TARGET in lowered, name
+        assert re.search(rf"custom_call @{TARGET}\b", lowered), name  # the native kernel runs
         got = jax.jit(kernels.quantized_matmul)(x, q)
         assert got.dtype == x.dtype
         assert_matches(np.asarray(got).reshape(15, 65), x.reshape(15, 192), dense, x.dtype, name)
