@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "qmm.h"
@@ -88,9 +89,38 @@ ffi::Error Invalid(const std::string& msg) {
   return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jaxcore_cpu quantized_matmul: " + msg);
 }
 
+// Reads attribute `name` as T; `fallback` when absent (nullptr: required).
+template <typename T>
+ffi::Error ReadAttr(const ffi::Dictionary& attrs, const char* name, const T* fallback, T* out) {
+  if (!attrs.contains(name)) {
+    if (fallback == nullptr) return Invalid(std::string("missing attribute '") + name + "'");
+    *out = *fallback;
+    return ffi::Error::Success();
+  }
+  auto value = attrs.get<T>(name);
+  if (value.has_error()) {
+    return Invalid(std::string("attribute '") + name + "' has the wrong type (" +
+                   (std::is_same_v<T, int64_t> ? "want int64" : "want int32") + ")");
+  }
+  *out = *value;
+  return ffi::Error::Success();
+}
+
 ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
-                ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> out, int32_t fmt,
-                int64_t block_size, int32_t path) {
+                ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
+  // fmt and block_size are required; path (0 = auto) and precision (0 = float32) optional.
+  int32_t fmt = 0, path = 0, precision = 0;
+  int64_t block_size = 0;
+  const int32_t zero = 0;
+  for (ffi::Error err : {ReadAttr<int32_t>(attrs, "fmt", nullptr, &fmt),
+                         ReadAttr<int64_t>(attrs, "block_size", nullptr, &block_size),
+                         ReadAttr<int32_t>(attrs, "path", &zero, &path),
+                         ReadAttr<int32_t>(attrs, "precision", &zero, &precision)}) {
+    if (err.failure()) return err;
+  }
+  if (precision < 0 || precision > 1) {
+    return Invalid("unknown precision " + std::to_string(precision) + " (0=float32, 1=int8)");
+  }
   if (fmt < 0 || fmt > 2) {
     return Invalid("unknown fmt " + std::to_string(fmt) + " (0=int8, 1=int4, 2=nf4)");
   }
@@ -155,6 +185,7 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
   p.scale = static_cast<const float*>(scale.untyped_data());
   p.out = out->untyped_data();
   p.out_dtype = ot == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
+  p.precision = static_cast<Precision>(precision);
   if (std::string err = Validate(p); !err.empty()) return Invalid(err);
   if (m == 0 || n == 0) return ffi::Error::Success();
 
@@ -184,9 +215,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcoreCpuQuantizedMatmul, jaxcore_cpu::Impl,
                                   .Arg<ffi::AnyBuffer>()  // qvalue
                                   .Arg<ffi::AnyBuffer>()  // scale (K / block_size, N)
                                   .Ret<ffi::AnyBuffer>()  // (M, N)
-                                  .Attr<int32_t>("fmt")
-                                  .Attr<int64_t>("block_size")
-                                  .Attr<int32_t>("path"));
+                                  .Attrs<ffi::Dictionary>());
 
 extern "C" {
 

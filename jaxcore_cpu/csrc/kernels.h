@@ -64,15 +64,60 @@ struct DecodePanel {
 using MicroKernel = void (*)(int mr, int64_t kc, const float* a, const float* b, float* c,
                              int64_t ldc, bool accumulate, int cols);
 
+// --- int8 activations (Precision::kInt8) ---------------------------------------------
+//
+// Each activation row is quantized in groups of kQ8Group along K: d = max|x| / 127 and
+// xq = round(x / d), so x ~ d * xq. Products are then sums of int8 x int8 (int4: uint4 x
+// int8) products in int32, one group at a time, scaled into float32 once per group:
+//   y[m][n] += d[m][g] * wscale[n] * (sum_k xq[m][k] * wq[k][n] - zero_point * sum_k xq[m][k])
+// where wq is the weight's integer code (int8: q; int4: v; nf4: kNf4Int8[v], whose scale
+// carries the extra 1/127).
+constexpr int kQ8Group = 32;
+extern const int8_t kNf4Int8[16];
+
+struct Q8Activations {
+  const int8_t* q;      // (m, k) codes
+  const float* d;       // (m, k / kQ8Group) group scales
+  const int32_t* sum;   // (m, k / kQ8Group) sums of the codes of each group
+  int64_t k;
+};
+
+// One segment of the int8-activation product: rows [r0, r1) of K (multiples of kQ8Group,
+// inside one scale block) and columns [n0, n0 + cols), for rows [0, m) of `x`.
+//   y[mi][c] += sum over the segment's groups of the group's scaled integer dot product.
+struct Q8Segment {
+  Format fmt;
+  int64_t m;
+  Q8Activations x;
+  const uint8_t* q;
+  int64_t ldq;
+  int64_t r0, r1;
+  int64_t n0, cols;
+  const float* scale;   // scale row of the block, indexed by absolute column
+  float* acc;           // scratch: m rows of `cols` floats
+  float* y;             // y[mi][c] at y[mi * ldy + c]
+  int64_t ldy;
+};
+
 struct KernelTable {
   void (*gemv_segment)(const GemvSegment&);
   void (*decode_panel)(const DecodePanel&);
   MicroKernel microkernel;
+  // Quantizes one activation row of length k (a multiple of kQ8Group).
+  void (*q8_quantize)(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum);
+  void (*q8_segment)(const Q8Segment&);
 };
+
+// The portable int8-activation pieces; the SIMD tables reuse them for ragged edges.
+void Q8QuantizePortable(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum);
+void Q8SegmentPortable(const Q8Segment& s);
+// Columns [c0, c1) of a segment, element by element.
+void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1);
 
 const KernelTable& PortableKernels();
 #if defined(__x86_64__) || defined(_M_X64)
 const KernelTable& Avx2Kernels();
+void Q8SegmentAvx2(const Q8Segment& s);
 #endif
 
 }  // namespace internal

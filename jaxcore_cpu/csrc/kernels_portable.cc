@@ -103,7 +103,8 @@ void MicroKernelPortable(int mr, int64_t kc, const float* a, const float* b, flo
 
 const KernelTable& PortableKernels() {
   static const KernelTable table = {GemvSegmentPortable, DecodePanelPortable,
-                                    MicroKernelPortable};
+                                    MicroKernelPortable, Q8QuantizePortable,
+                                    Q8SegmentPortable};
   return table;
 }
 

@@ -53,9 +53,28 @@ inline uint16_t F32ToBf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// Path::kGemv doubles as the int8-activation path: both split K into segments that sum
+// into per-worker partial results.
+bool UsesInt8(const Problem& p) {
+  return p.precision == Precision::kInt8 && p.m <= kInt8MaxM &&
+         p.block_size % internal::kQ8Group == 0;
+}
+
 Path Resolve(const Problem& p, Path path) {
+  if (UsesInt8(p)) return Path::kGemv;
   if (path != Path::kAuto) return path;
   return p.m <= internal::kGemvMaxM ? Path::kGemv : Path::kGemm;
+}
+
+// Activation rows one pass of the split-K path handles.
+int64_t SplitRows(const Problem& p) {
+  return UsesInt8(p) ? p.m : std::min<int64_t>(p.m, internal::kGemvMaxM);
+}
+
+// Columns per split-K task: each activation row's partial sums of a task stay in L1.
+int64_t SplitCols(const Problem& p) {
+  if (!UsesInt8(p)) return std::min(p.n, kGemvCols);
+  return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 32)));
 }
 
 // Carves the workspace into 64-byte aligned pieces; with a null base it only measures.
@@ -84,19 +103,25 @@ struct Buffers {
   float* acc = nullptr;     // GEMV: per worker, m x kGemvCols segment sums
   float* panel = nullptr;   // GEMM: per worker, one decoded panel
   uint8_t* touched = nullptr;  // GEMV: which workers' partial sums are live
+  int8_t* xq = nullptr;       // int8 precision: quantized activations and their groups'
+  float* xd = nullptr;        //   scales and code sums
+  int32_t* xsum = nullptr;
 };
-
-int64_t GemvRows(const Problem& p) { return std::min<int64_t>(p.m, internal::kGemvMaxM); }
 
 Buffers Layout(const Problem& p, Path path, int workers, void* base, size_t* bytes) {
   Carver carve(base);
   Buffers b;
   if (path == Path::kGemv) {
     if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
-    const int64_t rows = GemvRows(p);
+    const int64_t rows = SplitRows(p);
     b.partial = carve.Take<float>(workers * rows * p.n);
-    b.acc = carve.Take<float>(workers * rows * std::min(p.n, kGemvCols));
+    b.acc = carve.Take<float>(workers * rows * SplitCols(p));
     b.touched = carve.Take<uint8_t>(workers);
+    if (UsesInt8(p)) {
+      b.xq = carve.Take<int8_t>(p.m * p.k);
+      b.xd = carve.Take<float>(p.m * p.k / internal::kQ8Group);
+      b.xsum = carve.Take<int32_t>(p.m * p.k / internal::kQ8Group);
+    }
   } else {
     if (p.out_dtype != DType::kF32) b.out32 = carve.Take<float>(p.m * p.n);
     b.apack = carve.Take<float>(RoundUp(p.m, internal::kMr) * p.k);
@@ -119,9 +144,10 @@ void Store(DType dtype, void* out, int64_t index, float v) {
 void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const Buffers& b,
              Runner& runner, const KernelTable& kt) {
   const int workers = runner.max_workers();
-  const int64_t ncols = std::min(p.n, kGemvCols);
+  const bool int8 = UsesInt8(p);
+  const int64_t ncols = SplitCols(p);
   const int64_t col_tasks = CeilDiv(p.n, ncols);
-  const int64_t step = kGemvRowStep;
+  const int64_t step = int8 ? internal::kQ8Group : kGemvRowStep;
   const int64_t wanted = CeilDiv(kTasksPerWorker * workers, col_tasks);
   const int64_t k_tasks = std::max<int64_t>(1, std::min(wanted, CeilDiv(p.k, 4 * step)));
   const int64_t k_len = std::max(step, RoundUp(CeilDiv(p.k, k_tasks), step));
@@ -152,13 +178,34 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     s.ldacc = ncols;
     s.y = partial + n0;
     s.ldy = p.n;
+    internal::Q8Segment q;
+    if (int8) {
+      q.fmt = p.fmt;
+      q.m = rows;
+      q.x = {b.xq + m0 * p.k, b.xd + m0 * (p.k / internal::kQ8Group),
+             b.xsum + m0 * (p.k / internal::kQ8Group), p.k};
+      q.q = s.q;
+      q.ldq = p.n;
+      q.n0 = n0;
+      q.cols = cols;
+      q.acc = s.acc;
+      q.y = s.y;
+      q.ldy = p.n;
+    }
     for (int64_t r0 = k0; r0 < k1;) {
       const int64_t block = r0 / p.block_size;
       const int64_t r1 = std::min(k1, (block + 1) * p.block_size);
-      s.r0 = r0;
-      s.r1 = r1;
-      s.scale = p.scale + block * p.n;
-      kt.gemv_segment(s);
+      if (int8) {
+        q.r0 = r0;
+        q.r1 = r1;
+        q.scale = p.scale + block * p.n;
+        kt.q8_segment(q);
+      } else {
+        s.r0 = r0;
+        s.r1 = r1;
+        s.scale = p.scale + block * p.n;
+        kt.gemv_segment(s);
+      }
       r0 = r1;
     }
   });
@@ -255,6 +302,8 @@ std::string Validate(const Problem& p) {
     err << "x must be float32 or bfloat16";
   } else if (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) {
     err << "the result must be float32 or bfloat16";
+  } else if (p.precision != Precision::kFloat32 && p.precision != Precision::kInt8) {
+    err << "unknown precision code " << static_cast<int>(p.precision) << " (0=float32, 1=int8)";
   } else if (p.m < 0 || p.k < 0 || p.n < 0) {
     err << "negative size: M=" << p.m << ", K=" << p.k << ", N=" << p.n;
   } else if (p.block_size <= 0) {
@@ -292,8 +341,15 @@ void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
     });
     x = b.x32;
   }
-  for (int64_t m0 = 0; m0 < p.m; m0 += internal::kGemvMaxM) {
-    RunGemv(p, x, m0, std::min<int64_t>(internal::kGemvMaxM, p.m - m0), b, runner, kt);
+  if (UsesInt8(p)) {
+    const int64_t groups = p.k / internal::kQ8Group;
+    runner.Parallel(p.m, [&](int64_t mi, int) {
+      kt.q8_quantize(x + mi * p.k, p.k, b.xq + mi * p.k, b.xd + mi * groups, b.xsum + mi * groups);
+    });
+  }
+  const int64_t rows = SplitRows(p);
+  for (int64_t m0 = 0; m0 < p.m; m0 += rows) {
+    RunGemv(p, x, m0, std::min<int64_t>(rows, p.m - m0), b, runner, kt);
   }
 }
 

@@ -55,6 +55,8 @@ constexpr double kNf4[16] = {
 // rounding (2^-9 of the value).
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolBf16 = 1e-2;
+// Precision::kInt8 rounds activations (and NF4 codes) to int8: ~1e-3 typical, 4e-3 worst seen.
+constexpr double kTolInt8 = 2e-2;
 constexpr int kShownFailures = 20;
 constexpr float kCanary = -12345.625f;
 constexpr uint16_t kCanaryBf16 = 0xDEAD;
@@ -166,6 +168,8 @@ const Case kCases[] = {
     {17, 130, 63, true, 0, 0},    {33, 130, 130, false, 65, 26}, {1, 130, 63, false, 13, 10},
     {33, 64, 5, true, 0, 0},      {7, 6, 130, true, 0, 0},     {17, 2, 17, false, 1, 2},
     {3, 256, 130, false, 64, 64}, {33, 520, 63, false, 8, 8},  {5, 64, 1, false, 32, 32},
+    // Blocks that are multiples of 32, where Precision::kInt8 takes its own kernels.
+    {16, 512, 100, false, 128, 64}, {2, 1024, 70, true, 0, 0},  {64, 96, 33, false, 96, 32},
 };
 
 struct Operands {
@@ -245,7 +249,8 @@ Operands MakeOperands(Format fmt, const Case& c, bool bf16_x, std::mt19937& rng)
 // reference. `workspace`: use the explicit-workspace overload with exactly the bytes
 // WorkspaceBytes() asks for.
 void CheckRun(const Operands& o, DType x_dtype, DType out_dtype, Path path, Runner& runner,
-              bool workspace, const std::string& label, double* worst) {
+              bool workspace, const std::string& label, double* worst,
+              Precision precision = Precision::kFloat32) {
   const int64_t count = o.m * o.n;
   std::vector<float> out_f32;
   std::vector<uint16_t> out_bf16;
@@ -287,6 +292,7 @@ void CheckRun(const Operands& o, DType x_dtype, DType out_dtype, Path path, Runn
   p.scale = scale.get();
   p.out = out;
   p.out_dtype = out_dtype;
+  p.precision = precision;
   const std::string invalid = Validate(p);
   if (!invalid.empty()) {
     Fail(label + ": Validate rejected a valid problem: " + invalid);
@@ -315,7 +321,9 @@ void CheckRun(const Operands& o, DType x_dtype, DType out_dtype, Path path, Runn
       break;
     }
   }
-  const double tol = out_dtype == DType::kF32 ? kTolF32 : kTolBf16;
+  const double tol = precision == Precision::kInt8 ? kTolInt8
+                     : out_dtype == DType::kF32    ? kTolF32
+                                                   : kTolBf16;
   int reported = 0;
   for (int64_t i = 0; i < o.m; ++i) {
     for (int64_t j = 0; j < o.n; ++j) {
@@ -354,7 +362,7 @@ int RunMatmulChecks() {
   SerialRunner serial;
   ThreadRunner threads(4);
   int runs = 0;
-  double worst[2] = {0.0, 0.0};
+  double worst[3] = {0.0, 0.0, 0.0};
   for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
     if (!SetIsa(static_cast<Isa>(isa)) || ActiveIsa() != static_cast<Isa>(isa)) {
       Fail(std::string("SetIsa(") + IsaName(static_cast<Isa>(isa)) + ") did not take effect");
@@ -375,6 +383,11 @@ int RunMatmulChecks() {
               CheckRun(o, x_dtype, out_dtype, path, serial, false, label + " serial", &worst[w]);
               CheckRun(o, x_dtype, out_dtype, path, threads, true, label + " 4 threads", &worst[w]);
               runs += 2;
+              if (path == Path::kAuto) {
+                CheckRun(o, x_dtype, out_dtype, path, threads, true, label + " int8 activations",
+                         &worst[2], Precision::kInt8);
+                ++runs;
+              }
             }
           }
         }
@@ -383,8 +396,8 @@ int RunMatmulChecks() {
   }
   SetIsa(best);
   if (threads.calls() == 0) Fail("Run() never used the runner it was given");
-  std::printf("%d runs over ISAs portable..%s; worst relative error f32 out %.3g, bf16 out %.3g\n",
-              runs, IsaName(best), worst[0], worst[1]);
+  std::printf("%d runs over ISAs portable..%s; worst relative error f32 out %.3g, bf16 out %.3g, "
+              "int8 activations %.3g\n", runs, IsaName(best), worst[0], worst[1], worst[2]);
   return runs;
 }
 
@@ -463,8 +476,55 @@ void CheckValidate() {
 }  // namespace
 }  // namespace jaxcore_cpu
 
+namespace jaxcore_cpu {
+namespace {
+
+// Precision::kInt8 sums integers exactly, so every instruction set must agree with the
+// portable kernels to float32 rounding: a stricter check than the int8 tolerance.
+void CheckInt8AcrossIsas() {
+  std::mt19937 rng(7);
+  const Isa best = DetectIsa();
+  const Case c = {9, 256, 200, false, 64, 64};
+  for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+    const Operands o = MakeOperands(fmt, c, false, rng);
+    std::vector<float> out[2];
+    for (int i = 0; i < 2; ++i) {
+      SetIsa(i == 0 ? Isa::kPortable : best);
+      out[i].assign(o.m * o.n, 0.0f);
+      Problem p;
+      p.fmt = fmt;
+      p.m = o.m;
+      p.k = o.k;
+      p.n = o.n;
+      p.block_size = o.block;
+      p.x = o.x.data();
+      p.qvalue = o.qvalue.data();
+      p.scale = o.scale.data();
+      p.out = out[i].data();
+      p.precision = Precision::kInt8;
+      SerialRunner serial;
+      Run(p, Path::kAuto, serial);
+    }
+    double scale = 1e-30;
+    for (float v : out[0]) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    for (int64_t i = 0; i < o.m * o.n; ++i) {
+      if (std::fabs(out[0][i] - out[1][i]) > 1e-6 * scale) {
+        Fail(std::string("int8 activations: ") + FormatName(fmt) + " " + IsaName(best) +
+             " differs from portable at " + std::to_string(i) + ": " + std::to_string(out[1][i]) +
+             " vs " + std::to_string(out[0][i]));
+        break;
+      }
+    }
+  }
+  SetIsa(best);
+}
+
+}  // namespace
+}  // namespace jaxcore_cpu
+
 int main() {
   using namespace jaxcore_cpu;
+  CheckInt8AcrossIsas();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   CheckIsaControls();
   CheckValidate();

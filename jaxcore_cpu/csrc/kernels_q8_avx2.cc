@@ -1,0 +1,221 @@
+// AVX2 int8-activation kernel (Precision::kInt8), compiled with -mavx2 -mfma.
+//
+// Per group of 32 rows of K and 32 columns, the weight codes are re-laid in registers as
+// eight "quads": 32-byte vectors holding 4 consecutive rows of 8 columns, so vpmaddubsw
+// (unsigned x signed bytes, adjacent pairs summed) followed by vpmaddwd against ones sums 4
+// products per column into int32 lanes. int4 codes are unsigned nibbles, so they multiply
+// the signed activations directly (and 8 pairs still fit int16 before widening); int8 and
+// NF4 codes are signed, so their magnitudes multiply activations carrying their signs.
+// The unpacking leaves columns in the order {0-3,16-19}, {4-7,20-23}, {8-11,24-27},
+// {12-15,28-31}; sums stay in that order until the segment ends.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+namespace {
+
+constexpr int kQuads = kQ8Group / 4;
+constexpr int64_t kPrefetchAhead = 512;
+
+inline __m256i Load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Interleaves two vectors of row pairs (16-bit units) into quads.
+inline void PairsToQuads(__m256i lo_a, __m256i hi_a, __m256i lo_b, __m256i hi_b, __m256i* quad) {
+  quad[0] = _mm256_unpacklo_epi16(lo_a, lo_b);
+  quad[1] = _mm256_unpackhi_epi16(lo_a, lo_b);
+  quad[2] = _mm256_unpacklo_epi16(hi_a, hi_b);
+  quad[3] = _mm256_unpackhi_epi16(hi_a, hi_b);
+}
+
+// Quads of one group and 32 columns, in memory (registers cannot hold all 32 and GCC spills
+// arrays of vectors badly): quad j of row-quad qd at [qd][j]. For int8 and NF4 `mag`
+// holds |code| and `sgn` the codes (their signs); for int4 `mag` holds the codes.
+struct alignas(32) GroupQuads {
+  uint8_t mag[kQuads][4][32];
+  uint8_t sgn[kQuads][4][32];
+};
+
+inline void Store32(uint8_t* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
+inline __m256i LoadA32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Decodes kHalves 32-column halves (columns [n, n + 32 * kHalves)) of one group. Each
+// stored row's halves are read back to back: rows a page apart share one L1 set, so a line
+// must be used whole before the group's other rows evict it.
+template <Format kFmt, int kHalves>
+inline void DecodeGroup(const Q8Segment& s, int64_t g0, int64_t n, GroupQuads* out) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i nf4 = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kNf4Int8)));
+  for (int qd = 0; qd < kQuads; ++qd) {
+    __m256i quad[kHalves][4];
+    if (kFmt == Format::kInt8) {
+      const uint8_t* row = s.q + (g0 + 4 * qd) * s.ldq + n;
+      __m256i r[4][kHalves];
+      for (int i = 0; i < 4; ++i) {
+        for (int h = 0; h < kHalves; ++h) r[i][h] = Load32(row + i * s.ldq + 32 * h);
+      }
+      for (int h = 0; h < kHalves; ++h) {
+        PairsToQuads(_mm256_unpacklo_epi8(r[0][h], r[1][h]), _mm256_unpackhi_epi8(r[0][h], r[1][h]),
+                     _mm256_unpacklo_epi8(r[2][h], r[3][h]), _mm256_unpackhi_epi8(r[2][h], r[3][h]),
+                     quad[h]);
+      }
+    } else {
+      const uint8_t* row = s.q + ((g0 >> 1) + 2 * qd) * s.ldq + n;
+      __m256i b[2][kHalves];
+      for (int i = 0; i < 2; ++i) {
+        for (int h = 0; h < kHalves; ++h) b[i][h] = Load32(row + i * s.ldq + 32 * h);
+      }
+      for (int h = 0; h < kHalves; ++h) {
+        __m256i lo0 = _mm256_and_si256(b[0][h], nibble);
+        __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(b[0][h], 4), nibble);
+        __m256i lo1 = _mm256_and_si256(b[1][h], nibble);
+        __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(b[1][h], 4), nibble);
+        if (kFmt == Format::kNf4) {
+          lo0 = _mm256_shuffle_epi8(nf4, lo0);
+          hi0 = _mm256_shuffle_epi8(nf4, hi0);
+          lo1 = _mm256_shuffle_epi8(nf4, lo1);
+          hi1 = _mm256_shuffle_epi8(nf4, hi1);
+        }
+        PairsToQuads(_mm256_unpacklo_epi8(lo0, hi0), _mm256_unpackhi_epi8(lo0, hi0),
+                     _mm256_unpacklo_epi8(lo1, hi1), _mm256_unpackhi_epi8(lo1, hi1), quad[h]);
+      }
+    }
+    for (int h = 0; h < kHalves; ++h) {
+      for (int j = 0; j < 4; ++j) {
+        if (kFmt == Format::kInt4) {
+          Store32(out[h].mag[qd][j], quad[h][j]);
+        } else {
+          Store32(out[h].mag[qd][j], _mm256_abs_epi8(quad[h][j]));
+          Store32(out[h].sgn[qd][j], quad[h][j]);
+        }
+      }
+    }
+  }
+}
+
+// Integer dot products of one activation row's group with the decoded quads (int32 lanes,
+// decoder order), minus the zero point's share. Named accumulators keep them in registers.
+template <Format kFmt>
+inline void DotGroup(const int8_t* xq, int32_t xsum, const GroupQuads& w, __m256i dot[4]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  if (kFmt == Format::kInt4) {
+    // |v * x| <= 15 * 127 per product: the 8 quads' pairs stay below 2^15 in int16.
+#pragma GCC unroll 8
+    for (int qd = 0; qd < kQuads; ++qd) {
+      int32_t four;
+      std::memcpy(&four, xq + 4 * qd, sizeof(four));
+      const __m256i xb = _mm256_set1_epi32(four);
+      a0 = _mm256_add_epi16(a0, _mm256_maddubs_epi16(LoadA32(w.mag[qd][0]), xb));
+      a1 = _mm256_add_epi16(a1, _mm256_maddubs_epi16(LoadA32(w.mag[qd][1]), xb));
+      a2 = _mm256_add_epi16(a2, _mm256_maddubs_epi16(LoadA32(w.mag[qd][2]), xb));
+      a3 = _mm256_add_epi16(a3, _mm256_maddubs_epi16(LoadA32(w.mag[qd][3]), xb));
+    }
+    const __m256i shift = _mm256_set1_epi32(8 * xsum);
+    dot[0] = _mm256_sub_epi32(_mm256_madd_epi16(a0, ones), shift);
+    dot[1] = _mm256_sub_epi32(_mm256_madd_epi16(a1, ones), shift);
+    dot[2] = _mm256_sub_epi32(_mm256_madd_epi16(a2, ones), shift);
+    dot[3] = _mm256_sub_epi32(_mm256_madd_epi16(a3, ones), shift);
+    return;
+  }
+#define JAXCORE_DOT(j)                                                                 \
+  a##j = _mm256_add_epi32(                                                             \
+      a##j, _mm256_madd_epi16(_mm256_maddubs_epi16(LoadA32(w.mag[qd][j]),              \
+                                                   _mm256_sign_epi8(xb, LoadA32(w.sgn[qd][j]))), \
+                              ones));
+#pragma GCC unroll 8
+  for (int qd = 0; qd < kQuads; ++qd) {
+    int32_t four;
+    std::memcpy(&four, xq + 4 * qd, sizeof(four));
+    const __m256i xb = _mm256_set1_epi32(four);
+    JAXCORE_DOT(0)
+    JAXCORE_DOT(1)
+    JAXCORE_DOT(2)
+    JAXCORE_DOT(3)
+  }
+#undef JAXCORE_DOT
+  dot[0] = a0;
+  dot[1] = a1;
+  dot[2] = a2;
+  dot[3] = a3;
+}
+
+template <Format kFmt>
+void Q8SegmentT(const Q8Segment& s) {
+  const int64_t wide = s.cols / 32 * 32;
+  const int64_t groups_per_row = s.x.k / kQ8Group;
+  std::fill(s.acc, s.acc + s.m * wide, 0.0f);
+  constexpr int64_t kRowsPerGroup = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+  GroupQuads quads[2];
+  for (int64_t g0 = s.r0; g0 < s.r1; g0 += kQ8Group) {
+    const int64_t g = g0 / kQ8Group;
+    const uint8_t* rows = s.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * s.ldq + s.n0;
+    for (int64_t c = 0; c < wide;) {
+      // Into L2: the rows would evict each other from their shared L1 set.
+      for (int64_t r = 0; r < kRowsPerGroup; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows + r * s.ldq + c + kPrefetchAhead),
+                     _MM_HINT_T1);
+      }
+      int halves = 1;
+      if (c + 64 <= wide) {
+        DecodeGroup<kFmt, 2>(s, g0, s.n0 + c, quads);
+        halves = 2;
+      } else {
+        DecodeGroup<kFmt, 1>(s, g0, s.n0 + c, quads);
+      }
+      for (int64_t mi = 0; mi < s.m; ++mi) {
+        const int8_t* xq = s.x.q + mi * s.x.k + g0;
+        const int32_t xsum = s.x.sum[mi * groups_per_row + g];
+        const __m256 d = _mm256_set1_ps(s.x.d[mi * groups_per_row + g]);
+        for (int h = 0; h < halves; ++h) {
+          __m256i dot[4];
+          DotGroup<kFmt>(xq, xsum, quads[h], dot);
+          float* acc = s.acc + mi * wide + c + 32 * h;
+          for (int j = 0; j < 4; ++j) {
+            _mm256_storeu_ps(acc + 8 * j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[j]), d,
+                                                          _mm256_loadu_ps(acc + 8 * j)));
+          }
+        }
+      }
+      c += 32 * halves;
+    }
+  }
+  // Back to column order, scaled into y.
+  const __m256 unit = _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
+  for (int64_t mi = 0; mi < s.m; ++mi) {
+    for (int64_t c = 0; c < wide; c += 32) {
+      const float* acc = s.acc + mi * wide + c;
+      const __m256 f0 = _mm256_loadu_ps(acc), f1 = _mm256_loadu_ps(acc + 8);
+      const __m256 f2 = _mm256_loadu_ps(acc + 16), f3 = _mm256_loadu_ps(acc + 24);
+      const __m256 v[4] = {_mm256_permute2f128_ps(f0, f1, 0x20), _mm256_permute2f128_ps(f2, f3, 0x20),
+                           _mm256_permute2f128_ps(f0, f1, 0x31), _mm256_permute2f128_ps(f2, f3, 0x31)};
+      float* y = s.y + mi * s.ldy + c;
+      const float* scale = s.scale + s.n0 + c;
+      for (int j = 0; j < 4; ++j) {
+        const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(scale + 8 * j), unit);
+        _mm256_storeu_ps(y + 8 * j, _mm256_fmadd_ps(w, v[j], _mm256_loadu_ps(y + 8 * j)));
+      }
+    }
+  }
+  if (wide < s.cols) Q8SegmentColumns(s, wide, s.cols);
+}
+
+}  // namespace
+
+void Q8SegmentAvx2(const Q8Segment& s) {
+  switch (s.fmt) {
+    case Format::kInt8: return Q8SegmentT<Format::kInt8>(s);
+    case Format::kInt4: return Q8SegmentT<Format::kInt4>(s);
+    case Format::kNf4: return Q8SegmentT<Format::kNf4>(s);
+  }
+}
+
+}  // namespace internal
+}  // namespace jaxcore_cpu

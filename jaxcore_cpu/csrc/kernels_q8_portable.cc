@@ -1,0 +1,69 @@
+// Portable int8-activation kernels (Precision::kInt8): the integer arithmetic every SIMD
+// variant reproduces exactly (integer sums are exact, so only the float32 flush order can
+// differ between instruction sets).
+#include <cmath>
+#include <cstdlib>
+
+#include "kernels.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+
+// round(127 * kNf4Code): NF4's code book on the int8 grid.
+const int8_t kNf4Int8[16] = {-127, -88, -67, -50, -36, -23, -12, 0,
+                             10,   20,  31,  43,  56,  71,  92,  127};
+
+namespace {
+
+inline int32_t WeightCode(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
+  if (fmt == Format::kInt8) return static_cast<int8_t>(q[r * ldq + n]);
+  const uint8_t byte = q[(r >> 1) * ldq + n];
+  const uint8_t v = (r & 1) ? (byte >> 4) : (byte & 0x0F);
+  return fmt == Format::kNf4 ? kNf4Int8[v] : v;
+}
+
+}  // namespace
+
+void Q8QuantizePortable(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
+  for (int64_t g = 0; g < k / kQ8Group; ++g) {
+    const float* xg = x + g * kQ8Group;
+    float amax = 0.0f;
+    for (int i = 0; i < kQ8Group; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
+    const float dg = amax / 127.0f;
+    const float inv = dg > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t s = 0;
+    for (int i = 0; i < kQ8Group; ++i) {
+      const int32_t v = static_cast<int32_t>(std::nearbyint(xg[i] * inv));
+      q[g * kQ8Group + i] = static_cast<int8_t>(v);
+      s += v;
+    }
+    d[g] = dg;
+    sum[g] = s;
+  }
+}
+
+// Columns [c0, c1) of one segment, element by element (also the SIMD kernels' tail).
+void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1) {
+  const int32_t zp = s.fmt == Format::kInt4 ? 8 : 0;
+  const float unit = s.fmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f;
+  for (int64_t mi = 0; mi < s.m; ++mi) {
+    const int8_t* xq = s.x.q + mi * s.x.k;
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t n = s.n0 + c;
+      float total = 0.0f;
+      for (int64_t g0 = s.r0; g0 < s.r1; g0 += kQ8Group) {
+        const int64_t g = g0 / kQ8Group;
+        int32_t dot = 0;
+        for (int64_t r = g0; r < g0 + kQ8Group; ++r) dot += xq[r] * WeightCode(s.fmt, s.q, s.ldq, r, n);
+        dot -= zp * s.x.sum[mi * (s.x.k / kQ8Group) + g];
+        total += s.x.d[mi * (s.x.k / kQ8Group) + g] * static_cast<float>(dot);
+      }
+      s.y[mi * s.ldy + c] += s.scale[n] * unit * total;
+    }
+  }
+}
+
+void Q8SegmentPortable(const Q8Segment& s) { Q8SegmentColumns(s, 0, s.cols); }
+
+}  // namespace internal
+}  // namespace jaxcore_cpu
