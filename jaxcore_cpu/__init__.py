@@ -38,7 +38,8 @@ from ._library import (
     library_path,
     set_isa,
 )
-from ._matmul import PATHS, quantized_matmul
+from ._matmul import PATHS, PRECISIONS, quantized_matmul
+from ._precision import PRECISION_ENV_VAR, PrecisionSetting, precision, set_precision
 
 __all__ = [
     "DIST_NAME",
@@ -49,21 +50,26 @@ __all__ = [
     "LibraryNotFoundError",
     "PATHS",
     "PLATFORMS",
+    "PRECISIONS",
+    "PRECISION_ENV_VAR",
+    "PrecisionSetting",
     "available_isas",
     "describe",
     "detected_isa",
     "initialize",
     "isa",
     "library_path",
+    "precision",
     "quantized_matmul",
     "set_isa",
+    "set_precision",
 ]
 
 __version__: str = _build_config.VERSION
 PLATFORMS: tuple[str, ...] = tuple(_build_config.PLATFORMS)
 DIST_NAME: str | None = _build_config.DIST_NAME
 
-IMPLS = {"cpu": _matmul.quantized_matmul_impl}
+IMPLS = {"cpu": _matmul.IMPLS_BY_PRECISION[precision()]}
 """The implementation registered for each platform served."""
 
 _register = _plugin_api.plugin_initializer(__name__, PLATFORMS, IMPLS)
@@ -97,7 +103,7 @@ def describe() -> str:
     """One line for ``python -m jaxcore``: the instruction set in use and the library."""
     active, detected = isa(), detected_isa()
     note = "" if active == detected else f", CPU supports {detected}"
-    return f"native kernels, ISA {active}{note}; {library_path()}"
+    return f"native kernels, ISA {active}{note}, {precision()} activations; {library_path()}"
 
 
 # Last: if user code imported this package before jaxcore, jaxcore's plugin discovery

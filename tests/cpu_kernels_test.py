@@ -440,3 +440,91 @@ def test_ffi_rejects_malformed_calls(name):
     # The process is fine afterwards: a good call still works.
     got = raw_call(F32, I8, S * 0.5, (2, 8))
     np.testing.assert_allclose(np.asarray(got), np.full((2, 8), 32.0))
+
+
+# ----------------------------------------------------------------- int8 activations
+
+
+def assert_int8_close(got, x, w64, what):
+    """int8 activations: within 2e-2 of sum |x||w| per entry (about 1e-3 typical)."""
+    x64 = as64(x)
+    err = np.abs(as64(got) - x64 @ w64)
+    bound = 2e-2 * (np.abs(x64) @ np.abs(w64)) + 1e-30
+    assert (err <= bound).all(), (what, float(np.max(err / bound)))
+
+
+@pytest.mark.parametrize("case", ["int8-channel", "int8-b32", "int4-b64", "nf4-b64", "nf4-dq"])
+def test_int8_precision_is_close_and_not_float32(case):
+    make, _ = CASES[case]
+    rng = np.random.default_rng(23)
+    for (m, n), k in [((1, 130), 192), ((5, 65), 128), ((17, 33), 192), ((33, 2100), 64)]:
+        w = make(rng, k, n)
+        x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+        exact = jaxcore_cpu.quantized_matmul(x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size)
+        outs = {}
+        for isa in ISAS:
+            with jaxcore_cpu.set_isa(isa):
+                outs[isa] = jaxcore_cpu.quantized_matmul(
+                    x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size, precision="int8"
+                )
+            assert_int8_close(outs[isa], x, w.dense, f"{case} {isa} m={m} k={k} n={n}")
+        # Integer sums are exact: instruction sets agree to float32 rounding.
+        first = as64(outs[ISAS[0]])
+        for isa in ISAS[1:]:
+            np.testing.assert_allclose(as64(outs[isa]), first, rtol=1e-5, atol=1e-5 * np.abs(first).max())
+        # ... and the int8 path really ran: it is not the exact result.
+        assert np.abs(as64(exact) - first).max() > 1e-6 * np.abs(first).max(), case
+
+
+def test_int8_precision_falls_back_to_float32_where_blocks_do_not_fit():
+    rng = np.random.default_rng(29)
+    for case in ("int8-b13", "int4-b26", "nf4-b10"):
+        w = CASES[case][0](rng, 130, 33)
+        x = jnp.asarray(rng.standard_normal((3, 130)), jnp.float32)
+        got = [
+            jaxcore_cpu.quantized_matmul(x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size, precision=p)
+            for p in ("float32", "int8")
+        ]
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(got[1]))
+    w = CASES["int4-b64"][0](rng, 128, 33)  # M > 64 also stays float32
+    x = jnp.asarray(rng.standard_normal((65, 128)), jnp.float32)
+    got = [
+        jaxcore_cpu.quantized_matmul(x, w.qvalue, w.scale, fmt="int4", block_size=64, precision=p)
+        for p in ("float32", "int8")
+    ]
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(got[1]))
+
+
+def test_set_precision_swaps_the_registered_kernel(native_cpu_kernel):
+    rng = np.random.default_rng(31)
+    w = jnp.asarray(rng.standard_normal((128, 40)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)
+    q = quant.ArrayInt4.quantize(w, 64)
+    dense = dense_of(q)
+    assert jaxcore_cpu.precision() == "float32"
+    exact = jax.jit(lambda x, q: x @ q)(x, q)
+    assert_matches(exact, x, dense, jnp.float32, "float32 default")
+    with jaxcore_cpu.set_precision("int8") as setting:
+        assert (setting.previous, setting.current) == ("float32", "int8")
+        assert jaxcore_cpu.precision() == "int8"
+        assert kernels.registered_kernels("quantized_matmul")["cpu"].__name__.endswith("int8")
+        fast = jax.jit(lambda x, q: x @ q)(x, q)  # a new trace picks the int8 kernel
+        grad = jax.grad(lambda x: (x @ q).sum())(x)  # derivatives keep working
+    assert jaxcore_cpu.precision() == "float32"
+    assert kernels.registered_kernels("quantized_matmul")["cpu"] is jaxcore_cpu.IMPLS["cpu"]
+    assert_int8_close(fast, x, dense, "int8 through x @ q")
+    assert np.abs(as64(fast) - as64(exact)).max() > 0
+    np.testing.assert_allclose(as64(grad), np.ones((2, 40)) @ dense.T, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="unknown precision 'int4'"):
+        jaxcore_cpu.set_precision("int4")
+    with pytest.raises(ValueError, match="unknown precision 'fp16'"):
+        jaxcore_cpu.quantized_matmul(x, q.qvalue, q.block_scales(), fmt="int4", block_size=64, precision="fp16")
+
+
+def test_ffi_rejects_an_unknown_precision_code():
+    rng = np.random.default_rng(37)
+    w = random_weight(rng, "int8", 64, 8, 32)
+    call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((2, 8), jnp.float32))
+    with pytest.raises(Exception, match=re.escape("unknown precision 7 (0=float32, 1=int8)")):
+        call(np.ones((2, 64), np.float32), w.qvalue, w.scale, fmt=np.int32(0),
+             block_size=np.int64(32), precision=np.int32(7)).block_until_ready()

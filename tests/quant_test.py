@@ -368,7 +368,9 @@ def test_forward_mode_and_second_order_match_materialised(name, no_materialize):
     rng = np.random.default_rng(12)
     q = QUANTISERS[name](weight(128, 16, seed=13))
     w = jnp.asarray(q.materialize())
-    x = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)
+    # Small activations keep tanh off saturation, where float32's 1 - tanh^2 has few
+    # correct digits and any two summation orders disagree.
+    x = jnp.asarray(0.1 * rng.standard_normal((2, 128)), jnp.float32)
     v = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)
     y = jnp.asarray(rng.standard_normal((16, 3)), jnp.float32)
 

@@ -1,0 +1,95 @@
+"""The activation precision of the kernel jaxcore.kernels runs on CPU.
+
+``float32`` (exact) is the default; ``int8`` trades about 1e-3 relative error for integer
+arithmetic (see :data:`jaxcore_cpu.PRECISIONS`). The choice is the implementation
+registered with ``jaxcore.kernels``, so it applies to programs traced after it is made; a
+function ``jax.jit`` already traced for the same shapes keeps the precision it was traced
+with.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jaxcore import kernels as _kernels
+
+from ._matmul import IMPLS_BY_PRECISION, PRECISIONS
+
+PRECISION_ENV_VAR = "JAXCORE_CPU_PRECISION"
+"""Environment variable with the initial precision (``float32`` or ``int8``)."""
+
+_KERNEL = "quantized_matmul"
+
+
+def _initial() -> str:
+    value = os.environ.get(PRECISION_ENV_VAR, "").strip() or "float32"
+    if value not in PRECISIONS:
+        raise ValueError(
+            f"{PRECISION_ENV_VAR}={value!r} is not a precision; expected one of {tuple(PRECISIONS)}"
+        )
+    return value
+
+
+_current = _initial()
+
+
+def precision() -> str:
+    """The precision the registered CPU kernel uses (``"float32"`` or ``"int8"``)."""
+    return _current
+
+
+class PrecisionSetting:
+    """What :func:`set_precision` returns: as a context manager it restores the previous one.
+
+    Attributes:
+      previous: the precision in force before the call.
+      current: the precision the call selected.
+    """
+
+    def __init__(self, previous: str, current: str):
+        self.previous = previous
+        self.current = current
+
+    def __enter__(self) -> PrecisionSetting:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _apply(self.previous)
+
+    def __repr__(self) -> str:
+        return f"PrecisionSetting(previous={self.previous!r}, current={self.current!r})"
+
+
+def _apply(name: str) -> None:
+    global _current
+    _current = name
+    # Swap the registered implementation only where this plugin's is the one registered.
+    registered = _kernels.registered_kernels(_KERNEL).get("cpu")
+    if registered is not None and registered in IMPLS_BY_PRECISION.values():
+        if registered is not IMPLS_BY_PRECISION[name]:
+            _kernels.register_kernel(_KERNEL, "cpu", IMPLS_BY_PRECISION[name])
+
+
+def set_precision(name: str) -> PrecisionSetting:
+    """Selects how activations enter the CPU kernel that ``jaxcore.kernels`` dispatches to.
+
+    Plainly (``set_precision("int8")``) or as a context manager that restores the previous
+    choice::
+
+        with jaxcore_cpu.set_precision("int8"):
+            y = jax.jit(model)(x, params)   # traced here: int8 activations
+
+    Args:
+      name: ``"float32"`` (exact, the default) or ``"int8"``.
+
+    Returns:
+      A :class:`PrecisionSetting`.
+
+    Raises:
+      ValueError: an unknown name.
+    """
+    if name not in PRECISIONS:
+        raise ValueError(f"unknown precision {name!r}; expected one of {tuple(PRECISIONS)}")
+    previous = _current
+    _apply(name)
+    return PrecisionSetting(previous, name)
