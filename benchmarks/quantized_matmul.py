@@ -35,6 +35,7 @@ Usage: python3 benchmarks/quantized_matmul.py [--k 4096] [--n 4096] [--m 1 16 25
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import pathlib
@@ -102,6 +103,9 @@ def main():
                              "max(128, 4 x L3) MB)")
     parser.add_argument("--path", choices=["auto", "gemv", "gemm"], default="auto",
                         help="CPU: the native kernel's path")
+    parser.add_argument("--precision", choices=["float32", "int8", "both"], default="both",
+                        help="CPU: the native kernel's activation precision(s) to time "
+                             "(int8 = jaxcore_cpu's llama.cpp-style int8 activations)")
     parser.add_argument("--ort-block", type=int, default=32,
                         help="CPU: rows per block of ONNX Runtime's MatMulNBits (16..256)")
     parser.add_argument("--no-reference", action="store_true",
@@ -337,9 +341,15 @@ def _cpu_main(args):
     dense = jax.jit(lambda x, wd: jnp.dot(x, wd))
     ref = jax.jit(lambda x, q: kernels.reference_quantized_matmul(
         x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size))
+    precisions = ["float32", "int8"] if args.precision == "both" else [args.precision]
+    nat = {}
     if native is not None:
-        nat = jax.jit(lambda x, q: native.quantized_matmul(
-            x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size, path=args.path))
+        for prec in precisions:
+            nat[prec] = jax.jit(functools.partial(
+                lambda x, q, prec: native.quantized_matmul(
+                    x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size,
+                    path=args.path, precision=prec), prec=prec))
+    suffix = {"float32": "", "int8": " i8"}
 
     summary = {}
     for m in args.m:
@@ -347,8 +357,8 @@ def _cpu_main(args):
         x_np = np.asarray(x)
         contenders = {"dense": (dense, [(x, wd) for wd in dense_copies])}
         for name in weights:
-            if native is not None:
-                contenders[name] = (nat, [(x, q) for q in copies[name]])
+            for prec, fn in nat.items():
+                contenders[name + suffix[prec]] = (fn, [(x, q) for q in copies[name]])
             if not args.no_reference:
                 contenders[f"{name}/ref"] = (ref, [(x, q) for q in copies[name]])
         for name, (sessions, _) in ort_runs.items():
@@ -358,17 +368,19 @@ def _cpu_main(args):
         base = t["dense"]
         print(f"\nM = {m}: dense f32 {base * 1e3:.3f} ms, {w.nbytes / base / 1e9:.1f} GB/s of weight")
         print(f"  {'format':10s} {'native ms':>10s} {'x dense':>8s} {'GB/s':>6s}"
+              f"   {'int8-act ms':>11s} {'x dense':>8s} {'GB/s':>6s}"
               f"   {'reference ms':>12s} {'x dense':>8s} {'GB/s':>6s}")
         for name, q in weights.items():
             cells = []
-            for key in (name, f"{name}/ref"):
+            for key in (name, f"{name} i8", f"{name}/ref"):
                 if key in t:
                     cells.append(f"{t[key] * 1e3:10.3f} {t[key] / base:8.3f} "
                                  f"{q.storage_nbytes / t[key] / 1e9:6.1f}")
                 else:
                     cells.append(f"{'-':>10s} {'-':>8s} {'-':>6s}")
-            print(f"  {name:10s} {cells[0]}   {cells[1]:>29s}")
-            summary.setdefault(m, {})[name] = t.get(name)
+            print(f"  {name:10s} {cells[0]}   {cells[1]}   {cells[2]:>29s}")
+            for prec in precisions:
+                summary.setdefault(m, {})[name + suffix[prec]] = t.get(name + suffix[prec])
         for name, (_, nbytes) in ort_runs.items():
             print(f"  {name:13s} {t[name] * 1e3:7.3f} {t[name] / base:8.3f} "
                   f"{nbytes / t[name] / 1e9:6.1f}   (ONNX Runtime)")
@@ -378,9 +390,10 @@ def _cpu_main(args):
                 summary[m][name] /= base
 
     if native is not None or ort_runs:
-        names = [c for c in list(weights) + list(ort_runs) if any(
-            summary[m].get(c) is not None for m in summary)]
-        print(f"\nratio to dense f32 (native kernel; ONNX Runtime where named), K={k} N={n}:")
+        names = [c + suffix[p] for p in precisions for c in weights] + list(ort_runs)
+        names = [c for c in names if any(summary[m].get(c) is not None for m in summary)]
+        print(f"\nratio to dense f32 (native kernel, float32 activations; 'i8': int8 "
+              f"activations; ONNX Runtime where named), K={k} N={n}:")
         print("  | M | " + " | ".join(names) + " |")
         print("  |---|" + "---|" * len(names))
         for m in args.m:

@@ -1,6 +1,7 @@
 // The XLA FFI handler `JaxcoreCpuQuantizedMatmul` and the C entry points the Python
 // package loads with ctypes. Operand checks here turn bad input into an FFI error (a
 // Python exception naming the problem), never an out-of-bounds read.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,10 @@ class PoolRunner final : public Runner {
  public:
   explicit PoolRunner(ffi::ThreadPool* pool)
       : pool_(pool), helpers_(pool ? static_cast<int>(pool->num_threads()) : 0) {
+    // The calling thread works too: more helpers than the other cores only preempt each
+    // other, and a preempted worker holding a task delays the whole call by a time slice.
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    if (cores > 0) helpers_ = std::min(helpers_, cores - 1);
     if (helpers_ < 0) helpers_ = 0;
   }
 

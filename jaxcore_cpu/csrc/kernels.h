@@ -75,11 +75,14 @@ using MicroKernel = void (*)(int mr, int64_t kc, const float* a, const float* b,
 constexpr int kQ8Group = 32;
 extern const int8_t kNf4Int8[16];
 
+// Group-major, so a group's codes for every activation row are adjacent (rows a page apart
+// would share one L1 set): row mi's codes of group g are q[(g * rows + mi) * kQ8Group ...],
+// its scale d[g * rows + mi] and its code sum sum[g * rows + mi].
 struct Q8Activations {
-  const int8_t* q;      // (m, k) codes
-  const float* d;       // (m, k / kQ8Group) group scales
-  const int32_t* sum;   // (m, k / kQ8Group) sums of the codes of each group
-  int64_t k;
+  const int8_t* q;
+  const float* d;
+  const int32_t* sum;
+  int64_t rows;
 };
 
 // One segment of the int8-activation product: rows [r0, r1) of K (multiples of kQ8Group,
@@ -94,7 +97,7 @@ struct Q8Segment {
   int64_t r0, r1;
   int64_t n0, cols;
   const float* scale;   // scale row of the block, indexed by absolute column
-  float* acc;           // scratch: m rows of `cols` floats
+  float* acc;           // scratch: m rows of `cols + 16` floats
   float* y;             // y[mi][c] at y[mi * ldy + c]
   int64_t ldy;
 };
@@ -103,13 +106,15 @@ struct KernelTable {
   void (*gemv_segment)(const GemvSegment&);
   void (*decode_panel)(const DecodePanel&);
   MicroKernel microkernel;
-  // Quantizes one activation row of length k (a multiple of kQ8Group).
-  void (*q8_quantize)(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum);
+  // Quantizes one activation row of length k (a multiple of kQ8Group) into the
+  // group-major layout of Q8Activations with `rows` rows (q, d, sum point at its row).
+  void (*q8_quantize)(const float* x, int64_t k, int64_t rows, int8_t* q, float* d, int32_t* sum);
   void (*q8_segment)(const Q8Segment&);
 };
 
 // The portable int8-activation pieces; the SIMD tables reuse them for ragged edges.
-void Q8QuantizePortable(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum);
+void Q8QuantizePortable(const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
+                        int32_t* sum);
 void Q8SegmentPortable(const Q8Segment& s);
 // Columns [c0, c1) of a segment, element by element.
 void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1);

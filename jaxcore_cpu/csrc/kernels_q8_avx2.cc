@@ -150,8 +150,8 @@ inline void DotGroup(const int8_t* xq, int32_t xsum, const GroupQuads& w, __m256
 template <Format kFmt>
 void Q8SegmentT(const Q8Segment& s) {
   const int64_t wide = s.cols / 32 * 32;
-  const int64_t groups_per_row = s.x.k / kQ8Group;
-  std::fill(s.acc, s.acc + s.m * wide, 0.0f);
+  const int64_t lda = wide + 16;  // padded: rows 4 KiB apart would share L1 sets
+  for (int64_t mi = 0; mi < s.m; ++mi) std::fill(s.acc + mi * lda, s.acc + mi * lda + wide, 0.0f);
   constexpr int64_t kRowsPerGroup = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
   GroupQuads quads[2];
   for (int64_t g0 = s.r0; g0 < s.r1; g0 += kQ8Group) {
@@ -171,13 +171,14 @@ void Q8SegmentT(const Q8Segment& s) {
         DecodeGroup<kFmt, 1>(s, g0, s.n0 + c, quads);
       }
       for (int64_t mi = 0; mi < s.m; ++mi) {
-        const int8_t* xq = s.x.q + mi * s.x.k + g0;
-        const int32_t xsum = s.x.sum[mi * groups_per_row + g];
-        const __m256 d = _mm256_set1_ps(s.x.d[mi * groups_per_row + g]);
+        const int64_t at = g * s.x.rows + mi;
+        const int8_t* xq = s.x.q + at * kQ8Group;
+        const int32_t xsum = s.x.sum[at];
+        const __m256 d = _mm256_set1_ps(s.x.d[at]);
         for (int h = 0; h < halves; ++h) {
           __m256i dot[4];
           DotGroup<kFmt>(xq, xsum, quads[h], dot);
-          float* acc = s.acc + mi * wide + c + 32 * h;
+          float* acc = s.acc + mi * lda + c + 32 * h;
           for (int j = 0; j < 4; ++j) {
             _mm256_storeu_ps(acc + 8 * j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[j]), d,
                                                           _mm256_loadu_ps(acc + 8 * j)));
@@ -191,7 +192,7 @@ void Q8SegmentT(const Q8Segment& s) {
   const __m256 unit = _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
   for (int64_t mi = 0; mi < s.m; ++mi) {
     for (int64_t c = 0; c < wide; c += 32) {
-      const float* acc = s.acc + mi * wide + c;
+      const float* acc = s.acc + mi * lda + c;
       const __m256 f0 = _mm256_loadu_ps(acc), f1 = _mm256_loadu_ps(acc + 8);
       const __m256 f2 = _mm256_loadu_ps(acc + 16), f3 = _mm256_loadu_ps(acc + 24);
       const __m256 v[4] = {_mm256_permute2f128_ps(f0, f1, 0x20), _mm256_permute2f128_ps(f2, f3, 0x20),

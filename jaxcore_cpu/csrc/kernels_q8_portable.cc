@@ -24,21 +24,25 @@ inline int32_t WeightCode(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, 
 
 }  // namespace
 
-void Q8QuantizePortable(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
+void Q8QuantizePortable(const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
+                        int32_t* sum) {
   for (int64_t g = 0; g < k / kQ8Group; ++g) {
     const float* xg = x + g * kQ8Group;
     float amax = 0.0f;
-    for (int i = 0; i < kQ8Group; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
+    for (int i = 0; i < kQ8Group; ++i) {
+      const float a = std::fabs(xg[i]);
+      amax = a > amax ? a : amax;
+    }
     const float dg = amax / 127.0f;
     const float inv = dg > 0.0f ? 127.0f / amax : 0.0f;
     int32_t s = 0;
     for (int i = 0; i < kQ8Group; ++i) {
       const int32_t v = static_cast<int32_t>(std::nearbyint(xg[i] * inv));
-      q[g * kQ8Group + i] = static_cast<int8_t>(v);
+      q[g * rows * kQ8Group + i] = static_cast<int8_t>(v);
       s += v;
     }
-    d[g] = dg;
-    sum[g] = s;
+    d[g * rows] = dg;
+    sum[g * rows] = s;
   }
 }
 
@@ -47,16 +51,17 @@ void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1) {
   const int32_t zp = s.fmt == Format::kInt4 ? 8 : 0;
   const float unit = s.fmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f;
   for (int64_t mi = 0; mi < s.m; ++mi) {
-    const int8_t* xq = s.x.q + mi * s.x.k;
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t n = s.n0 + c;
       float total = 0.0f;
       for (int64_t g0 = s.r0; g0 < s.r1; g0 += kQ8Group) {
         const int64_t g = g0 / kQ8Group;
+        const int64_t at = g * s.x.rows + mi;
+        const int8_t* xq = s.x.q + at * kQ8Group;
         int32_t dot = 0;
-        for (int64_t r = g0; r < g0 + kQ8Group; ++r) dot += xq[r] * WeightCode(s.fmt, s.q, s.ldq, r, n);
-        dot -= zp * s.x.sum[mi * (s.x.k / kQ8Group) + g];
-        total += s.x.d[mi * (s.x.k / kQ8Group) + g] * static_cast<float>(dot);
+        for (int64_t r = 0; r < kQ8Group; ++r) dot += xq[r] * WeightCode(s.fmt, s.q, s.ldq, g0 + r, n);
+        dot -= zp * s.x.sum[at];
+        total += s.x.d[at] * static_cast<float>(dot);
       }
       s.y[mi * s.ldy + c] += s.scale[n] * unit * total;
     }

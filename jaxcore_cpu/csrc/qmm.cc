@@ -23,6 +23,9 @@ constexpr int64_t kGemvRowStep = 4;
 // GEMM: columns per task and rows of K per decoded panel.
 constexpr int64_t kGemmCols = 256;
 constexpr int64_t kGemmDepth = 128;
+// Floats of padding per row of a split-K task's scratch sums (rows a multiple of 4 KiB
+// apart would share L1 sets).
+constexpr int64_t kAccPad = 16;
 // Tasks per worker the planners aim for, so a busy core simply claims fewer of them.
 constexpr int64_t kTasksPerWorker = 4;
 
@@ -115,7 +118,7 @@ Buffers Layout(const Problem& p, Path path, int workers, void* base, size_t* byt
     if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
     const int64_t rows = SplitRows(p);
     b.partial = carve.Take<float>(workers * rows * p.n);
-    b.acc = carve.Take<float>(workers * rows * SplitCols(p));
+    b.acc = carve.Take<float>(workers * rows * (SplitCols(p) + kAccPad));
     b.touched = carve.Take<uint8_t>(workers);
     if (UsesInt8(p)) {
       b.xq = carve.Take<int8_t>(p.m * p.k);
@@ -174,7 +177,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     s.ldq = p.n;
     s.n0 = n0;
     s.cols = cols;
-    s.acc = b.acc + worker * rows * ncols;
+    s.acc = b.acc + worker * rows * (ncols + kAccPad);
     s.ldacc = ncols;
     s.y = partial + n0;
     s.ldy = p.n;
@@ -182,8 +185,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     if (int8) {
       q.fmt = p.fmt;
       q.m = rows;
-      q.x = {b.xq + m0 * p.k, b.xd + m0 * (p.k / internal::kQ8Group),
-             b.xsum + m0 * (p.k / internal::kQ8Group), p.k};
+      q.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m};
       q.q = s.q;
       q.ldq = p.n;
       q.n0 = n0;
@@ -342,9 +344,9 @@ void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
     x = b.x32;
   }
   if (UsesInt8(p)) {
-    const int64_t groups = p.k / internal::kQ8Group;
     runner.Parallel(p.m, [&](int64_t mi, int) {
-      kt.q8_quantize(x + mi * p.k, p.k, b.xq + mi * p.k, b.xd + mi * groups, b.xsum + mi * groups);
+      kt.q8_quantize(x + mi * p.k, p.k, p.m, b.xq + mi * internal::kQ8Group, b.xd + mi,
+                     b.xsum + mi);
     });
   }
   const int64_t rows = SplitRows(p);
