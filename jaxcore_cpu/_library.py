@@ -26,6 +26,7 @@ import threading
 import jax
 
 from . import _build_config
+from ._setting import Setting
 
 LIBRARY_NAME = "libjaxcore_cpu_kernels.so"
 """File name of the native library."""
@@ -207,26 +208,8 @@ def available_isas() -> tuple[str, ...]:
     return ISAS[: ISAS.index(detected_isa()) + 1]
 
 
-class IsaSetting:
-    """What :func:`set_isa` returns: used as a context manager, it restores the previous ISA.
-
-    Attributes:
-      previous: the instruction set in force before the call.
-      current: the instruction set the call selected.
-    """
-
-    def __init__(self, previous: str, current: str):
-        self.previous = previous
-        self.current = current
-
-    def __enter__(self) -> IsaSetting:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _set(self.previous)
-
-    def __repr__(self) -> str:
-        return f"IsaSetting(previous={self.previous!r}, current={self.current!r})"
+class IsaSetting(Setting):
+    """What :func:`set_isa` returns: used as a context manager, it restores the previous ISA."""
 
 
 def _set(name: str) -> None:
@@ -261,4 +244,4 @@ def set_isa(name: str) -> IsaSetting:
     """
     previous = isa()
     _set(name)
-    return IsaSetting(previous, name)
+    return IsaSetting(previous, name, _set)

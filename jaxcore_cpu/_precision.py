@@ -14,6 +14,7 @@ import os
 from jaxcore import kernels as _kernels
 
 from ._matmul import IMPLS_BY_PRECISION, PRECISIONS
+from ._setting import Setting
 
 PRECISION_ENV_VAR = "JAXCORE_CPU_PRECISION"
 """Environment variable with the initial precision (``float32`` or ``int8``)."""
@@ -38,26 +39,8 @@ def precision() -> str:
     return _current
 
 
-class PrecisionSetting:
-    """What :func:`set_precision` returns: as a context manager it restores the previous one.
-
-    Attributes:
-      previous: the precision in force before the call.
-      current: the precision the call selected.
-    """
-
-    def __init__(self, previous: str, current: str):
-        self.previous = previous
-        self.current = current
-
-    def __enter__(self) -> PrecisionSetting:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _apply(self.previous)
-
-    def __repr__(self) -> str:
-        return f"PrecisionSetting(previous={self.previous!r}, current={self.current!r})"
+class PrecisionSetting(Setting):
+    """What :func:`set_precision` returns: as a context manager it restores the previous one."""
 
 
 def _apply(name: str) -> None:
@@ -92,4 +75,4 @@ def set_precision(name: str) -> PrecisionSetting:
         raise ValueError(f"unknown precision {name!r}; expected one of {tuple(PRECISIONS)}")
     previous = _current
     _apply(name)
-    return PrecisionSetting(previous, name)
+    return PrecisionSetting(previous, name, _apply)

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import jaxcore_cpu
+import kernel_test_util
 from jaxcore import implicit, kernels, plugins, quant
 
 try:
@@ -43,19 +44,7 @@ DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 # ----------------------------------------------------------------------------- helpers
 
 
-def np_dequant(fmt, qvalue, scale, block_size):
-    """Independent NumPy decoding of the documented layout, in float64."""
-    qvalue = np.asarray(qvalue)
-    if fmt == "int8":
-        values = qvalue.astype(np.float64)
-    else:
-        nibbles = np.empty((2 * qvalue.shape[0], qvalue.shape[1]), np.uint8)
-        nibbles[0::2], nibbles[1::2] = qvalue & 0x0F, qvalue >> 4
-        if fmt == "int4":
-            values = nibbles.astype(np.float64) - 8
-        else:
-            values = np.asarray(kernels.NF4_CODE, np.float64)[nibbles]
-    return values * np.repeat(np.asarray(scale, np.float64), block_size, axis=0)
+np_dequant = kernel_test_util.numpy_dense  # independent float64 decoding of the layout
 
 
 def as64(a):
