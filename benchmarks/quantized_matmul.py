@@ -35,12 +35,14 @@ Usage: python3 benchmarks/quantized_matmul.py [--k 4096] [--n 4096] [--m 1 16 25
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import math
 import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -110,14 +112,33 @@ def main():
                         help="CPU: rows per block of ONNX Runtime's MatMulNBits (16..256)")
     parser.add_argument("--no-reference", action="store_true",
                         help="CPU: skip the (slow) portable reference kernel")
+    parser.add_argument("--busy-core", action="store_true",
+                        help="CPU: keep one core busy with another process while timing, to "
+                             "see how each contender copes with a core it cannot have")
     args = parser.parse_args()
     if args.model_shape:
         args.k, args.n = args.k or 4096, args.n or 14336
     device = jax.devices()[0]
     if device.platform == "cpu":
-        _cpu_main(args)
+        with _busy_core(args.busy_core):
+            _cpu_main(args)
     else:
         _accelerator_main(args, device)
+
+
+@contextlib.contextmanager
+def _busy_core(enabled: bool):
+    """Runs a process that spins on one core for the duration (when ``enabled``)."""
+    if not enabled:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    print(f"one core kept busy by process {spinner.pid} while timing")
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def _accelerator_main(args, device):

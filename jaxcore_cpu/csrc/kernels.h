@@ -23,10 +23,10 @@ constexpr int kMr = 6;
 constexpr int kGemvMaxM = 4;
 
 // One GEMV segment: rows [r0, r1) of K, all inside one scale block, and columns
-// [n0, n0 + cols) of N. With u = the unscaled decoded weights (q for int8, v for int4,
-// NF4 code for nf4):
+// [n0, n0 + cols) of N. With u = the unscaled decoded weights (q for int8, v - 8 for int4,
+// the NF4 code for nf4):
 //   acc[m][c] = sum_{r0 <= r < r1} x[m][r] * u[r][n0 + c]
-//   y[m][c]  += scale[n0 + c] * (acc[m][c] - zero_point * sum_r x[m][r])
+//   y[m][c]  += scale[n0 + c] * acc[m][c]
 // acc is the kernel's scratch; y holds the running (scaled) sums.
 struct GemvSegment {
   Format fmt;

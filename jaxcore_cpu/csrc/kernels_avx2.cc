@@ -117,8 +117,10 @@ inline void DecodePair(const Nf4Table& t, __m256i u, __m256* even, __m256* odd) 
     *even = Nf4Lookup<0>(t, u);
     *odd = Nf4Lookup<4>(t, u);
   } else {
-    *even = _mm256_cvtepi32_ps(_mm256_and_si256(u, _mm256_set1_epi32(0x0F)));
-    *odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(u, 4));
+    // v - 8 per element, exactly (subtracting 8 * sum(x) afterwards would cancel).
+    const __m256 zp = _mm256_set1_ps(kInt4ZeroPoint);
+    *even = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(u, _mm256_set1_epi32(0x0F))), zp);
+    *odd = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(u, 4)), zp);
   }
 }
 
@@ -126,7 +128,7 @@ inline float ScalarUnscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r
   if (fmt == Format::kInt8) return static_cast<float>(static_cast<int8_t>(q[r * ldq + n]));
   const uint8_t byte = q[(r >> 1) * ldq + n];
   const uint8_t v = (r & 1) ? (byte >> 4) : (byte & 0x0F);
-  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v);
+  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v) - kInt4ZeroPoint;
 }
 
 // --- GEMV ----------------------------------------------------------------------------
@@ -252,28 +254,22 @@ void GemvSegmentT(const GemvSegment& s) {
     }
   }
   // Columns past the last multiple of eight, and the flush into y.
-  const float zp = kFmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f;
   for (int mi = 0; mi < M; ++mi) {
     const float* x = s.x + mi * s.ldx;
-    float xsum = 0.0f;
-    if (kFmt == Format::kInt4) {
-      for (int64_t r = s.r0; r < s.r1; ++r) xsum += x[r];
-    }
     float* acc = s.acc + mi * s.ldacc;
     for (int64_t c = vec_cols; c < s.cols; ++c) {
       float v = 0.0f;
       for (int64_t r = s.r0; r < s.r1; ++r) v += x[r] * ScalarUnscaled(kFmt, s.q, s.ldq, r, s.n0 + c);
       acc[c] = v;
     }
-    const __m256 shift = _mm256_set1_ps(zp * xsum);
     float* y = s.y + mi * s.ldy;
     const float* scale = s.scale + s.n0;
     int64_t c = 0;
     for (; c < vec_cols; c += 8) {
-      const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(acc + c), shift);
-      _mm256_storeu_ps(y + c, _mm256_fmadd_ps(_mm256_loadu_ps(scale + c), v, _mm256_loadu_ps(y + c)));
+      _mm256_storeu_ps(y + c, _mm256_fmadd_ps(_mm256_loadu_ps(scale + c), _mm256_loadu_ps(acc + c),
+                                              _mm256_loadu_ps(y + c)));
     }
-    for (; c < s.cols; ++c) y[c] += scale[c] * (acc[c] - zp * xsum);
+    for (; c < s.cols; ++c) y[c] += scale[c] * acc[c];
   }
 }
 
@@ -303,7 +299,6 @@ template <Format kFmt>
 void DecodeFullSlivers(const DecodePanel& d, int64_t slivers) {
   const Nf4Table t = LoadNf4();
   const Nf4Planes planes = LoadNf4Planes();
-  const __m256 zp = _mm256_set1_ps(kFmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f);
   const int64_t rows = d.r1 - d.r0;
   constexpr int kStep = kFmt == Format::kInt8 ? 1 : 2;  // logical rows per stored row
   for (int64_t r = d.r0; r < d.r1; r += kStep) {
@@ -339,10 +334,10 @@ void DecodeFullSlivers(const DecodePanel& d, int64_t slivers) {
         __m256 e0, o0, e1, o1;
         DecodePair<kFmt>(t, Load8Bytes(q, false), &e0, &o0);
         DecodePair<kFmt>(t, Load8Bytes(q + 8, false), &e1, &o1);
-        _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_sub_ps(e0, zp), s0));
-        _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_sub_ps(e1, zp), s1));
-        _mm256_storeu_ps(out + kNr, _mm256_mul_ps(_mm256_sub_ps(o0, zp), s0));
-        _mm256_storeu_ps(out + kNr + 8, _mm256_mul_ps(_mm256_sub_ps(o1, zp), s1));
+        _mm256_storeu_ps(out, _mm256_mul_ps(e0, s0));
+        _mm256_storeu_ps(out + 8, _mm256_mul_ps(e1, s1));
+        _mm256_storeu_ps(out + kNr, _mm256_mul_ps(o0, s0));
+        _mm256_storeu_ps(out + kNr + 8, _mm256_mul_ps(o1, s1));
       }
     }
   }
@@ -359,13 +354,12 @@ void DecodePanelAvx2(const DecodePanel& d) {
   if (full * kNr < d.cols) {
     // The ragged last sliver, element by element: vector loads could run past the row.
     float* out = d.panel + full * rows * kNr;
-    const float zp = d.fmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f;
     for (int64_t r = d.r0; r < d.r1; ++r) {
       const float* srow = d.scale + (r / d.block_size) * d.lds;
       for (int i = 0; i < kNr; ++i) {
         const int64_t c = full * kNr + i;
         float w = 0.0f;
-        if (c < d.cols) w = (ScalarUnscaled(d.fmt, d.q, d.ldq, r, d.n0 + c) - zp) * srow[d.n0 + c];
+        if (c < d.cols) w = ScalarUnscaled(d.fmt, d.q, d.ldq, r, d.n0 + c) * srow[d.n0 + c];
         out[(r - d.r0) * kNr + i] = w;
       }
     }

@@ -28,14 +28,14 @@ const float kNf4Code[16] = {
 
 namespace {
 
-// Unscaled decoded value of logical row r, column n (int4 without its zero point).
+// Unscaled decoded value of logical row r, column n: q, v - 8 or the NF4 code.
 inline float Unscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
   if (fmt == Format::kInt8) {
     return static_cast<float>(static_cast<int8_t>(q[r * ldq + n]));
   }
   const uint8_t byte = q[(r >> 1) * ldq + n];
   const uint8_t v = (r & 1) ? (byte >> 4) : (byte & 0x0F);
-  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v);
+  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v) - kInt4ZeroPoint;
 }
 
 void GemvSegmentPortable(const GemvSegment& s) {
@@ -51,19 +51,14 @@ void GemvSegmentPortable(const GemvSegment& s) {
       }
     }
   }
-  const float zp = s.fmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f;
   for (int mi = 0; mi < s.m; ++mi) {
-    float xsum = 0.0f;
-    for (int64_t r = s.r0; r < s.r1; ++r) xsum += s.x[mi * s.ldx + r];
-    const float shift = zp * xsum;
     const float* acc = s.acc + mi * s.ldacc;
     float* y = s.y + mi * s.ldy;
-    for (int64_t c = 0; c < s.cols; ++c) y[c] += s.scale[s.n0 + c] * (acc[c] - shift);
+    for (int64_t c = 0; c < s.cols; ++c) y[c] += s.scale[s.n0 + c] * acc[c];
   }
 }
 
 void DecodePanelPortable(const DecodePanel& d) {
-  const float zp = d.fmt == Format::kInt4 ? kInt4ZeroPoint : 0.0f;
   const int64_t rows = d.r1 - d.r0;
   const int64_t slivers = (d.cols + kNr - 1) / kNr;
   for (int64_t j = 0; j < slivers; ++j) {
@@ -75,7 +70,7 @@ void DecodePanelPortable(const DecodePanel& d) {
         float w = 0.0f;
         if (c < d.cols) {
           const int64_t n = d.n0 + c;
-          w = (Unscaled(d.fmt, d.q, d.ldq, r, n) - zp) * srow[n];
+          w = Unscaled(d.fmt, d.q, d.ldq, r, n) * srow[n];
         }
         out[(r - d.r0) * kNr + i] = w;
       }
