@@ -118,9 +118,10 @@ inline void DecodePair(const Nf4Table& t, __m256i u, __m256* even, __m256* odd) 
     *odd = Nf4Lookup<4>(t, u);
   } else {
     // v - 8 per element, exactly (subtracting 8 * sum(x) afterwards would cancel).
-    const __m256 zp = _mm256_set1_ps(kInt4ZeroPoint);
-    *even = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(u, _mm256_set1_epi32(0x0F))), zp);
-    *odd = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(u, 4)), zp);
+    // (integer subtraction: it issues on more ports than a float one)
+    const __m256i zp = _mm256_set1_epi32(static_cast<int>(kInt4ZeroPoint));
+    *even = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x0F)), zp));
+    *odd = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(u, 4), zp));
   }
 }
 
