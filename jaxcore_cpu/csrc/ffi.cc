@@ -3,9 +3,12 @@
 // Python exception naming the problem), never an out-of-bounds read.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -53,18 +56,31 @@ class PoolRunner final : public Runner {
       pool_->Schedule([state] { Work(*state); });
     }
     Work(*state);
-    while (state->done.load(std::memory_order_acquire) < num_tasks) {
+    // The last tasks are in flight on other threads. Spin briefly (they usually end within
+    // microseconds), then sleep: on an oversubscribed machine a spinning caller would take
+    // the time slices the stragglers need.
+    const auto give_up = std::chrono::steady_clock::now() + kSpin;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (state->done.load(std::memory_order_acquire) >= num_tasks) return;
       std::this_thread::yield();
     }
+    std::unique_lock<std::mutex> lock(state->mu);
+    state->finished.wait(lock, [&] { return state->done.load(std::memory_order_acquire) >= num_tasks; });
   }
 
  private:
+  // How long a caller with no tasks left polls before it sleeps: long enough to cover the
+  // usual imbalance of the last tasks, short against a time slice.
+  static constexpr std::chrono::microseconds kSpin{200};
+
   struct State {
     int64_t num_tasks = 0;
     const std::function<void(int64_t, int)>* body = nullptr;
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
     std::atomic<int> slots{0};
+    std::mutex mu;
+    std::condition_variable finished;
   };
 
   static void Work(State& s) {
@@ -74,7 +90,10 @@ class PoolRunner final : public Runner {
       if (t >= s.num_tasks) return;
       if (slot < 0) slot = s.slots.fetch_add(1, std::memory_order_relaxed);
       (*s.body)(t, slot);
-      s.done.fetch_add(1, std::memory_order_acq_rel);
+      if (s.done.fetch_add(1, std::memory_order_acq_rel) + 1 == s.num_tasks) {
+        std::lock_guard<std::mutex> lock(s.mu);  // so the caller cannot miss the wake-up
+        s.finished.notify_all();
+      }
     }
   }
 

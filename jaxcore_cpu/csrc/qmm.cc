@@ -21,7 +21,7 @@ constexpr int64_t kAlign = 64;
 constexpr int64_t kGemvCols = 2048;
 constexpr int64_t kGemvRowStep = 4;
 // GEMM: columns per task and rows of K per decoded panel.
-constexpr int64_t kGemmCols = 256;
+constexpr int64_t kGemmCols = 128;
 constexpr int64_t kGemmDepth = 256;
 // Floats of padding per row of a split-K task's scratch sums (rows a multiple of 4 KiB
 // apart would share L1 sets).
