@@ -14,6 +14,8 @@ bfloat16; other dtypes are converted around the call.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -119,12 +121,21 @@ def quantized_matmul(
     _library.load()  # registers the FFI target before anything is compiled
     if 0 in (problem.m, problem.n, problem.k):  # nothing to read, or nothing to sum
         return jnp.zeros((problem.m, problem.n), out_dtype)
-    x2d = jnp.asarray(x2d)
+    return _call(
+        x2d, qvalue, scale, fmt=fmt, block_size=int(block_size), out_dtype=np.dtype(out_dtype),
+        path=path, precision=precision,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "block_size", "out_dtype", "path", "precision"))
+def _call(x2d, qvalue, scale, *, fmt, block_size, out_dtype, path, precision):
+    # A jit boundary: eager calls compile once per shape and settings instead of tracing
+    # the custom call every time; under an outer jit it is inlined.
     if x2d.dtype not in _NATIVE_DTYPES:
         x2d = x2d.astype(jnp.float32)
     native_out = out_dtype if out_dtype in _NATIVE_DTYPES else np.dtype(jnp.float32)
     out = _bind(
-        x2d, qvalue, scale, fmt=fmt, block_size=int(block_size), out_dtype=native_out,
+        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=native_out,
         path=path, precision=precision,
     )
     return out.astype(out_dtype)

@@ -293,6 +293,14 @@ void RunGemm(const Problem& p, const Buffers& b, Runner& runner, const KernelTab
   }
 }
 
+// Sizes past these would overflow the int64 index arithmetic (and no machine holds them).
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+
+bool Overflows(int64_t a, int64_t b) {
+  int64_t product;
+  return __builtin_mul_overflow(a, b, &product) || product > (int64_t{1} << 62);
+}
+
 }  // namespace
 
 std::string Validate(const Problem& p) {
@@ -308,6 +316,10 @@ std::string Validate(const Problem& p) {
     err << "unknown precision code " << static_cast<int>(p.precision) << " (0=float32, 1=int8)";
   } else if (p.m < 0 || p.k < 0 || p.n < 0) {
     err << "negative size: M=" << p.m << ", K=" << p.k << ", N=" << p.n;
+  } else if (p.m > kMaxDim || p.k > kMaxDim || p.n > kMaxDim || Overflows(p.m, p.k) ||
+             Overflows(p.k, p.n) || Overflows(p.m, p.n)) {
+    err << "sizes too large: M=" << p.m << ", K=" << p.k << ", N=" << p.n
+        << " (each below 2^40, and their pairwise products below 2^62)";
   } else if (p.block_size <= 0) {
     err << "block_size must be positive, got " << p.block_size;
   } else if (p.k % p.block_size) {

@@ -463,6 +463,9 @@ void CheckValidate() {
       {"null scale", [](Problem& p) { p.scale = nullptr; }, Format::kNf4},
       {"null out", [](Problem& p) { p.out = nullptr; }, Format::kInt8},
       {"unknown format", [](Problem& p) { p.fmt = static_cast<Format>(7); }, Format::kInt8},
+      {"m * k overflowing int64", [](Problem& p) { p.m = p.k = int64_t{1} << 39; p.block_size = p.k; }, Format::kInt8},
+      {"a size past 2^40", [](Problem& p) { p.n = int64_t{1} << 41; }, Format::kInt8},
+      {"unknown precision", [](Problem& p) { p.precision = static_cast<Precision>(3); }, Format::kInt8},
       {"unknown x dtype", [](Problem& p) { p.x_dtype = static_cast<DType>(5); }, Format::kInt8},
       {"unknown out dtype", [](Problem& p) { p.out_dtype = static_cast<DType>(-2); }, Format::kInt8},
   };
