@@ -130,6 +130,11 @@ def trace_context() -> tp.Any:
     return _config.trace_context()
 
 
+def lowering_for_export(ctx: tp.Any) -> bool:
+    """Whether a lowering rule's ``ctx`` lowers the program for ``jax.export``."""
+    return bool(ctx.module_context.lowering_parameters.for_export)
+
+
 def is_staging_trace(trace: object) -> bool:
     """Returns whether ``trace`` stages primitives into a jaxpr (``jit``, ``make_jaxpr``...)."""
     return type(trace) is _pe.DynamicJaxprTrace

@@ -22,6 +22,7 @@ import jax
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
+from jaxcore import _jax_internals
 from jaxcore.kernels import _batching
 
 
@@ -58,7 +59,7 @@ def platform_primitive(
         return jax.jit(functools.partial(prim.bind, **static))(*args)
 
     def lower_kernel(platform, ctx, *args, **static):
-        if fallback_for_export and ctx.module_context.lowering_parameters.for_export:
+        if fallback_for_export and _jax_internals.lowering_for_export(ctx):
             return lower_fallback(ctx, *args, **static)
         fn = functools.partial(kernel, platform=platform, **static)
         return mlir.lower_fun(fn, multiple_results=False)(ctx, *args)

@@ -15,6 +15,20 @@ namespace internal {
 extern const float kNf4Code[16];
 constexpr float kInt4ZeroPoint = 8.0f;
 
+// The stored 4-bit code of logical row r, column n of a nibble-packed weight.
+inline uint8_t Nibble(const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
+  const uint8_t byte = q[(r >> 1) * ldq + n];
+  return (r & 1) ? (byte >> 4) : (byte & 0x0F);
+}
+
+// Unscaled decoded weight of logical row r, column n: q, v - 8 or the NF4 code. Every
+// kernel's element-by-element edge uses it, so the edges agree with the portable kernels.
+inline float Unscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
+  if (fmt == Format::kInt8) return static_cast<float>(static_cast<int8_t>(q[r * ldq + n]));
+  const uint8_t v = Nibble(q, ldq, r, n);
+  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v) - kInt4ZeroPoint;
+}
+
 // Columns of one GEMM micro-tile; decoded weight panels are laid out in slivers this wide.
 constexpr int kNr = 16;
 // Largest row count of one GEMM micro-tile.
@@ -118,6 +132,8 @@ void Q8QuantizePortable(const float* x, int64_t k, int64_t rows, int8_t* q, floa
 void Q8SegmentPortable(const Q8Segment& s);
 // Columns [c0, c1) of a segment, element by element.
 void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1);
+// The portable panel decoder; the SIMD ones reuse it for a ragged last sliver.
+void DecodePanelPortable(const DecodePanel& d);
 
 const KernelTable& PortableKernels();
 #if defined(__x86_64__) || defined(_M_X64)

@@ -125,13 +125,6 @@ inline void DecodePair(const Nf4Table& t, __m256i u, __m256* even, __m256* odd) 
   }
 }
 
-inline float ScalarUnscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
-  if (fmt == Format::kInt8) return static_cast<float>(static_cast<int8_t>(q[r * ldq + n]));
-  const uint8_t byte = q[(r >> 1) * ldq + n];
-  const uint8_t v = (r & 1) ? (byte >> 4) : (byte & 0x0F);
-  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v) - kInt4ZeroPoint;
-}
-
 // --- GEMV ----------------------------------------------------------------------------
 
 // acc[m][c] += sum over kGroup stored rows starting at stored row `sr` (logical rows
@@ -260,7 +253,7 @@ void GemvSegmentT(const GemvSegment& s) {
     float* acc = s.acc + mi * s.ldacc;
     for (int64_t c = vec_cols; c < s.cols; ++c) {
       float v = 0.0f;
-      for (int64_t r = s.r0; r < s.r1; ++r) v += x[r] * ScalarUnscaled(kFmt, s.q, s.ldq, r, s.n0 + c);
+      for (int64_t r = s.r0; r < s.r1; ++r) v += x[r] * Unscaled(kFmt, s.q, s.ldq, r, s.n0 + c);
       acc[c] = v;
     }
     float* y = s.y + mi * s.ldy;
@@ -354,16 +347,11 @@ void DecodePanelAvx2(const DecodePanel& d) {
   }
   if (full * kNr < d.cols) {
     // The ragged last sliver, element by element: vector loads could run past the row.
-    float* out = d.panel + full * rows * kNr;
-    for (int64_t r = d.r0; r < d.r1; ++r) {
-      const float* srow = d.scale + (r / d.block_size) * d.lds;
-      for (int i = 0; i < kNr; ++i) {
-        const int64_t c = full * kNr + i;
-        float w = 0.0f;
-        if (c < d.cols) w = ScalarUnscaled(d.fmt, d.q, d.ldq, r, d.n0 + c) * srow[d.n0 + c];
-        out[(r - d.r0) * kNr + i] = w;
-      }
-    }
+    DecodePanel ragged = d;
+    ragged.n0 = d.n0 + full * kNr;
+    ragged.cols = d.cols - full * kNr;
+    ragged.panel = d.panel + full * rows * kNr;
+    DecodePanelPortable(ragged);
   }
 }
 

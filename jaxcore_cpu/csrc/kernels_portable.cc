@@ -28,16 +28,6 @@ const float kNf4Code[16] = {
 
 namespace {
 
-// Unscaled decoded value of logical row r, column n: q, v - 8 or the NF4 code.
-inline float Unscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
-  if (fmt == Format::kInt8) {
-    return static_cast<float>(static_cast<int8_t>(q[r * ldq + n]));
-  }
-  const uint8_t byte = q[(r >> 1) * ldq + n];
-  const uint8_t v = (r & 1) ? (byte >> 4) : (byte & 0x0F);
-  return fmt == Format::kNf4 ? kNf4Code[v] : static_cast<float>(v) - kInt4ZeroPoint;
-}
-
 void GemvSegmentPortable(const GemvSegment& s) {
   for (int mi = 0; mi < s.m; ++mi) {
     std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * s.cols);
@@ -58,6 +48,24 @@ void GemvSegmentPortable(const GemvSegment& s) {
   }
 }
 
+void MicroKernelPortable(int mr, int64_t kc, const float* a, const float* b, float* c,
+                         int64_t ldc, bool accumulate, int cols) {
+  float tile[kMr][kNr] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int i = 0; i < mr; ++i) {
+      const float av = a[k * kMr + i];
+      for (int j = 0; j < kNr; ++j) tile[i][j] += av * b[k * kNr + j];
+    }
+  }
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i][j] : tile[i][j];
+    }
+  }
+}
+
+}  // namespace
+
 void DecodePanelPortable(const DecodePanel& d) {
   const int64_t rows = d.r1 - d.r0;
   const int64_t slivers = (d.cols + kNr - 1) / kNr;
@@ -77,24 +85,6 @@ void DecodePanelPortable(const DecodePanel& d) {
     }
   }
 }
-
-void MicroKernelPortable(int mr, int64_t kc, const float* a, const float* b, float* c,
-                         int64_t ldc, bool accumulate, int cols) {
-  float tile[kMr][kNr] = {};
-  for (int64_t k = 0; k < kc; ++k) {
-    for (int i = 0; i < mr; ++i) {
-      const float av = a[k * kMr + i];
-      for (int j = 0; j < kNr; ++j) tile[i][j] += av * b[k * kNr + j];
-    }
-  }
-  for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < cols; ++j) {
-      c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i][j] : tile[i][j];
-    }
-  }
-}
-
-}  // namespace
 
 const KernelTable& PortableKernels() {
   static const KernelTable table = {GemvSegmentPortable, DecodePanelPortable,

@@ -17,8 +17,7 @@ namespace {
 
 inline int32_t WeightCode(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {
   if (fmt == Format::kInt8) return static_cast<int8_t>(q[r * ldq + n]);
-  const uint8_t byte = q[(r >> 1) * ldq + n];
-  const uint8_t v = (r & 1) ? (byte >> 4) : (byte & 0x0F);
+  const uint8_t v = Nibble(q, ldq, r, n);
   return fmt == Format::kNf4 ? kNf4Int8[v] : v;
 }
 
