@@ -56,8 +56,8 @@ inline uint16_t F32ToBf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-// Path::kGemv doubles as the int8-activation path: both split K into segments that sum
-// into per-worker partial results.
+// Path::kGemv doubles as the int8-activation path: both split K into ranges that sum
+// into per-range partial results.
 bool UsesInt8(const Problem& p) {
   return p.precision == Precision::kInt8 && p.m <= kInt8MaxM &&
          p.block_size % internal::kQ8Group == 0;
@@ -78,6 +78,28 @@ int64_t SplitRows(const Problem& p) {
 int64_t SplitCols(const Problem& p) {
   if (!UsesInt8(p)) return std::min(p.n, kGemvCols);
   return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 32)));
+}
+
+// How the split-K path divides one pass: column chunks times K ranges. Each K range sums
+// into its own partial buffer and the buffers are added in K order, so the result does not
+// depend on which thread ran which task (bitwise reproducible for a given thread count).
+struct GemvSplit {
+  int64_t ncols;      // columns per task
+  int64_t col_tasks;
+  int64_t k_len;      // rows of K per task, a multiple of the kernel's step
+  int64_t k_tasks;
+};
+
+GemvSplit SplitOf(const Problem& p, int workers) {
+  GemvSplit s;
+  s.ncols = SplitCols(p);
+  s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
+  const int64_t step = UsesInt8(p) ? internal::kQ8Group : kGemvRowStep;
+  const int64_t wanted = CeilDiv(kTasksPerWorker * workers, std::max<int64_t>(s.col_tasks, 1));
+  const int64_t k_tasks = std::max<int64_t>(1, std::min(wanted, CeilDiv(p.k, 4 * step)));
+  s.k_len = std::max(step, RoundUp(CeilDiv(p.k, k_tasks), step));
+  s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
+  return s;
 }
 
 // Carves the workspace into 64-byte aligned pieces; with a null base it only measures.
@@ -102,10 +124,9 @@ struct Buffers {
   float* x32 = nullptr;     // GEMV: activations as float32 (bf16 input only)
   float* apack = nullptr;   // GEMM: activations packed in micro-panels of kMr rows
   float* out32 = nullptr;   // float32 result (bf16 output, GEMM path)
-  float* partial = nullptr; // GEMV: per worker, m x n running sums
+  float* partial = nullptr; // GEMV: per K range, m x n partial sums
   float* acc = nullptr;     // GEMV: per worker, m x kGemvCols segment sums
   float* panel = nullptr;   // GEMM: per worker, one decoded panel
-  uint8_t* touched = nullptr;  // GEMV: which workers' partial sums are live
   int8_t* xq = nullptr;       // int8 precision: quantized activations and their groups'
   float* xd = nullptr;        //   scales and code sums
   int32_t* xsum = nullptr;
@@ -117,9 +138,8 @@ Buffers Layout(const Problem& p, Path path, int workers, void* base, size_t* byt
   if (path == Path::kGemv) {
     if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
     const int64_t rows = SplitRows(p);
-    b.partial = carve.Take<float>(workers * rows * p.n);
+    b.partial = carve.Take<float>(SplitOf(p, workers).k_tasks * rows * p.n);
     b.acc = carve.Take<float>(workers * rows * (SplitCols(p) + kAccPad));
-    b.touched = carve.Take<uint8_t>(workers);
     if (UsesInt8(p)) {
       b.xq = carve.Take<int8_t>(p.m * p.k);
       b.xd = carve.Take<float>(p.m * p.k / internal::kQ8Group);
@@ -143,31 +163,27 @@ void Store(DType dtype, void* out, int64_t index, float v) {
 }
 
 // Rows [m0, m0 + rows) of the product on the GEMV path: tasks are (column chunk, K range);
-// each worker sums into its own partial buffer and a second pass adds them up.
+// each K range sums into its own partial buffer and a second pass adds them in K order.
 void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const Buffers& b,
              Runner& runner, const KernelTable& kt) {
   const int workers = runner.max_workers();
   const bool int8 = UsesInt8(p);
-  const int64_t ncols = SplitCols(p);
-  const int64_t col_tasks = CeilDiv(p.n, ncols);
-  const int64_t step = int8 ? internal::kQ8Group : kGemvRowStep;
-  const int64_t wanted = CeilDiv(kTasksPerWorker * workers, col_tasks);
-  const int64_t k_tasks = std::max<int64_t>(1, std::min(wanted, CeilDiv(p.k, 4 * step)));
-  const int64_t k_len = std::max(step, RoundUp(CeilDiv(p.k, k_tasks), step));
-  const int64_t k_tasks_real = CeilDiv(p.k, k_len);
-  std::memset(b.touched, 0, workers);
+  const GemvSplit split = SplitOf(p, workers);
+  const int64_t ncols = split.ncols;
+  const int64_t col_tasks = split.col_tasks;
+  const int64_t k_len = split.k_len;
   const int64_t plane = rows * p.n;
 
-  runner.Parallel(col_tasks * k_tasks_real, [&](int64_t task, int worker) {
-    float* partial = b.partial + worker * plane;
-    if (!b.touched[worker]) {
-      std::memset(partial, 0, sizeof(float) * plane);
-      b.touched[worker] = 1;
-    }
+  runner.Parallel(col_tasks * split.k_tasks, [&](int64_t task, int worker) {
     const int64_t n0 = (task % col_tasks) * ncols;
     const int64_t cols = std::min(ncols, p.n - n0);
-    const int64_t k0 = (task / col_tasks) * k_len;
+    const int64_t kt_index = task / col_tasks;
+    const int64_t k0 = kt_index * k_len;
     const int64_t k1 = std::min(p.k, k0 + k_len);
+    float* partial = b.partial + kt_index * plane;
+    for (int64_t mi = 0; mi < rows; ++mi) {
+      std::memset(partial + mi * p.n + n0, 0, sizeof(float) * cols);
+    }
     internal::GemvSegment s;
     s.fmt = p.fmt;
     s.m = static_cast<int>(rows);
@@ -212,7 +228,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     }
   });
 
-  // Sum the live partial buffers into the output, in column chunks.
+  // Sum the partial buffers into the output in K order, in column chunks.
   constexpr int64_t kReduceCols = 512;
   runner.Parallel(CeilDiv(p.n, kReduceCols), [&](int64_t task, int) {
     const int64_t n0 = task * kReduceCols;
@@ -220,9 +236,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     for (int64_t mi = 0; mi < rows; ++mi) {
       for (int64_t n = n0; n < n1; ++n) {
         float v = 0.0f;
-        for (int w = 0; w < workers; ++w) {
-          if (b.touched[w]) v += b.partial[w * plane + mi * p.n + n];
-        }
+        for (int64_t t = 0; t < split.k_tasks; ++t) v += b.partial[t * plane + mi * p.n + n];
         Store(p.out_dtype, p.out, (m0 + mi) * p.n + n, v);
       }
     }

@@ -522,12 +522,69 @@ void CheckInt8AcrossIsas() {
   SetIsa(best);
 }
 
+// Runs the tasks one at a time in a shuffled order, each under a random worker id: any
+// schedule a thread pool could produce for `workers` threads.
+class ShuffledRunner final : public Runner {
+ public:
+  ShuffledRunner(int workers, unsigned seed) : workers_(workers), rng_(seed) {}
+  int max_workers() const override { return workers_; }
+  void Parallel(int64_t num_tasks, const std::function<void(int64_t, int)>& body) override {
+    std::vector<int64_t> order(num_tasks);
+    for (int64_t t = 0; t < num_tasks; ++t) order[t] = t;
+    std::shuffle(order.begin(), order.end(), rng_);
+    std::uniform_int_distribution<int> worker(0, workers_ - 1);
+    for (int64_t t : order) body(t, worker(rng_));
+  }
+
+ private:
+  int workers_;
+  std::mt19937 rng_;
+};
+
+// The result must not depend on which thread ran which task: the split-K path sums its
+// partial results in a fixed order, so every schedule gives the same bits.
+void CheckScheduleIndependence() {
+  std::mt19937 rng(11);
+  const Case c = {3, 1024, 300, false, 64, 64};
+  for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+    const Operands o = MakeOperands(fmt, c, false, rng);
+    for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+      std::vector<float> first;
+      for (unsigned seed = 0; seed < 4; ++seed) {
+        std::vector<float> out(o.m * o.n, 0.0f);
+        Problem p;
+        p.fmt = fmt;
+        p.m = o.m;
+        p.k = o.k;
+        p.n = o.n;
+        p.block_size = o.block;
+        p.x = o.x.data();
+        p.qvalue = o.qvalue.data();
+        p.scale = o.scale.data();
+        p.out = out.data();
+        p.precision = precision;
+        ShuffledRunner runner(4, seed);
+        Run(p, Path::kGemv, runner);
+        if (seed == 0) {
+          first = out;
+        } else if (std::memcmp(first.data(), out.data(), sizeof(float) * out.size()) != 0) {
+          Fail(std::string("split-K result depends on the task schedule: ") + FormatName(fmt) +
+               (precision == Precision::kInt8 ? " int8 activations" : " float32") +
+               ", schedule seed " + std::to_string(seed));
+          break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace jaxcore_cpu
 
 int main() {
   using namespace jaxcore_cpu;
   CheckInt8AcrossIsas();
+  CheckScheduleIndependence();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   CheckIsaControls();
   CheckValidate();
