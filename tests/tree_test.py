@@ -134,46 +134,129 @@ def test_grad_and_vmap_through_dataclass():
     np.testing.assert_allclose(out, np.arange(6.0).reshape(3, 2).sum(1))
 
 
-@pytest.mark.parametrize(
-    "bad, pattern",
-    [
-        (jnp.ones(3), r"Point\.tag is a static field .* JAX array of shape \(3,\)"),
-        (np.ones((2, 2)), r"Point\.tag is a static field .* NumPy array of shape \(2, 2\)"),
-        ([1, 2], r"Point\.tag is a static field .* type list is not hashable"),
-        ({"a": 1}, r"type dict is not hashable"),
-    ],
-)
-def test_static_field_rejects_arrays_and_unhashables(bad, pattern):
-    with pytest.raises(TypeError, match=pattern):
-        Point(1.0, 2.0, tag=bad)
+@dataclasses.dataclass(frozen=True)
+class _Frozen:
+    """A frozen (plain) dataclass holding an array: unhashable, == raises on arrays."""
+
+    table: np.ndarray
+    name: str = "t"
+
+
+def _static_values():
+    return {
+        "dict": ({"a": 1, "b": (2, 3)}, {"b": (2, 3), "a": 1}, {"a": 2, "b": (2, 3)}),
+        "list": ([1, 2], [1, 2], [1, 3]),
+        "numpy tuple": (
+            (np.arange(3), np.ones((2, 2))),
+            (np.arange(3), np.ones((2, 2))),
+            (np.arange(3), np.full((2, 2), 2.0)),
+        ),
+        "frozen dataclass": (_Frozen(np.arange(4)), _Frozen(np.arange(4)), _Frozen(np.arange(4) * 2)),
+        "jax array": (jnp.arange(3.0), jnp.arange(3.0), jnp.arange(3.0) + 1),
+        "numpy dtype change": (np.zeros(2, np.float32), np.zeros(2, np.float32), np.zeros(2, np.float64)),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_static_values()))
+def test_static_field_accepts_unhashable_values_and_caches_by_content(kind):
+    value, equal, different = _static_values()[kind]
+    p = Point(jnp.ones(2), jnp.ones(2), tag=value)
+    leaves, treedef = jax.tree_util.tree_flatten(p)
+    back = treedef.unflatten(leaves)
+    assert back.tag is value  # the object itself travels through the treedef
+    traces = []
+
+    @jax.jit
+    def f(q):
+        traces.append(1)
+        return q.x * 2
+
+    f(p)
+    f(Point(jnp.zeros(2), jnp.ones(2), tag=value))
+    f(Point(jnp.zeros(2), jnp.ones(2), tag=equal))  # a new object, equal content: no retrace
+    assert len(traces) == 1
+    f(Point(jnp.zeros(2), jnp.ones(2), tag=different))
+    assert len(traces) == 2
+    assert jax.tree_util.tree_structure(p) == jax.tree_util.tree_structure(
+        Point(1.0, 1.0, tag=equal)
+    )
+    assert jax.tree_util.tree_structure(p) != jax.tree_util.tree_structure(
+        Point(1.0, 1.0, tag=different)
+    )
+
+
+def test_static_value_mutated_in_place_retraces_instead_of_reusing_a_stale_program():
+    table = np.array([1.0, 2.0])
+    seen = []
+
+    @jax.jit
+    def f(q):
+        seen.append(float(q.tag.sum()))  # the static table is baked into the program
+        return q.x * float(q.tag.sum())
+
+    np.testing.assert_allclose(f(Point(jnp.ones(1), jnp.ones(1), tag=table)), [3.0])
+    table[0] = 10.0
+    np.testing.assert_allclose(f(Point(jnp.ones(1), jnp.ones(1), tag=table)), [12.0])
+    assert seen == [3.0, 12.0]
+
+
+def test_unhashable_static_value_without_content_rule_compares_by_identity():
+    class Handle:
+        __hash__ = None  # unhashable, no content rule: identity
+
+    h = Handle()
+    same = jax.tree_util.tree_structure(Point(1.0, 1.0, tag=h))
+    assert same == jax.tree_util.tree_structure(Point(2.0, 2.0, tag=h))
+    assert same != jax.tree_util.tree_structure(Point(1.0, 1.0, tag=Handle()))
+
+
+def test_static_field_holding_a_dict_scatter_args():
+    """jaxcore's own ScatterArgs (a dict) fits in a static field."""
+
+    @jt.dataclass
+    class Buffer:
+        data: jax.Array
+        scatter_args: dict = jt.field(default_factory=lambda: {"mode": "drop"}, static=True)
+
+    b = Buffer(jnp.zeros(3))
+    out = jax.jit(lambda b: jt.tree_scatter_set(b, Buffer(jnp.ones(1)), jnp.array([5]), {}))(b)
+    np.testing.assert_array_equal(out.data, [0.0, 0.0, 0.0])  # index 5 dropped
 
 
 def test_static_field_rejects_tracer_under_jit():
-    with pytest.raises(TypeError, match=r"Point\.tag is a static field .* JAX array"):
+    with pytest.raises(TypeError, match=r"Point\.tag is a static field .* holds a JAX tracer"):
         jax.jit(lambda v: Point(v, v, tag=v))(1.0)
+    with pytest.raises(TypeError, match=r"Point\.tag is a static field .* holds a JAX tracer"):
+        jax.jit(lambda v: jax.tree_util.tree_flatten(Point(v, v, tag=(1, v))))(1.0)
 
 
-def test_static_field_rejects_bad_defaults_early():
-    with pytest.raises(TypeError, match=r"default of this field\(static=True\) is a static field .* JAX array of shape \(2,\)"):
-        jt.field(default=jnp.zeros(2), static=True)
-    with pytest.raises(TypeError, match=r"Bad\.n is a static field .* type tuple is not hashable"):
+def test_static_field_defaults():
+    with pytest.raises(TypeError, match=r"default of this field\(static=True\) is a static field .* tracer"):
+        jax.jit(lambda v: jt.field(default=v, static=True))(1.0)
 
-        @jt.dataclass
-        class Bad:
-            n: tuple = dataclasses.field(default=([1],), metadata={"static": True})
-
-
-def test_static_check_also_covers_values_set_in_post_init():
     @jt.dataclass
-    class Sneaky:
-        x: jax.Array
-        cache: tuple = jt.field(default=(), static=True)
+    class Nested:
+        n: tuple = dataclasses.field(default=([1],), metadata={"static": True})
 
-        def __post_init__(self):
-            object.__setattr__(self, "cache", [1])
+    assert jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(Nested()), []).n == ([1],)
 
-    with pytest.raises(TypeError, match=r"Sneaky\.cache .* not hashable"):
-        Sneaky(1.0)
+
+def test_dataclass_marker_and_idempotence():
+    assert Point._jax_dataclass is True
+    assert jt.dataclass(Point) is Point  # already registered: returned unchanged
+
+    @dataclasses.dataclass
+    class Plain:
+        a: jax.Array
+
+    assert not hasattr(Plain, "_jax_dataclass")
+
+    @jt.dataclass
+    class Sub(Point):
+        z: jax.Array = 0.0
+
+    assert "_jax_dataclass" in Sub.__dict__
+    assert len(jax.tree_util.tree_leaves(Sub(1.0, 2.0, z=3.0))) == 3
 
 
 def test_field_errors_and_metadata():
@@ -292,7 +375,7 @@ def test_no_post_init_does_not_skip_undecorated_post_init_or_static_checks():
         with pytest.raises(ValueError, match="always validated"):
             Strict(1.0)
         with pytest.raises(TypeError, match="static field"):
-            Point(1.0, 1.0, tag=[1])
+            jax.jit(lambda v: Point(v, v, tag=v))(1.0)
 
 
 def test_skip_post_init_if_disabled_rejects_non_callable():
@@ -522,12 +605,73 @@ def test_tree_scatter_set_matches_numpy_and_respects_node_args():
     item = {"plain": jnp.zeros(5), "buf": ClipBuffer(jnp.zeros(5))}
     value = {"plain": jnp.array([1.0, 2.0]), "buf": ClipBuffer(jnp.array([1.0, 2.0]))}
     idxs = jnp.array([1, 10])  # 10 is out of range
-    out = jt.tree_scatter_set(item, value, idxs, {"mode": "drop"})
-    np.testing.assert_array_equal(out["plain"], [0, 1, 0, 0, 0])  # dropped
-    np.testing.assert_array_equal(out["buf"].data, [0, 1, 0, 0, 2])  # clipped to last
+    # No caller mode: the node's own mode="clip" applies to its subtree only.
+    out = jt.tree_scatter_set(item, value, idxs, {})
+    ref = np.zeros(5)
+    ref[[1, 4]] = [1.0, 2.0]  # clipped to the last row
+    np.testing.assert_array_equal(out["buf"].data, ref)
+    np.testing.assert_array_equal(out["plain"], [0, 1, 0, 0, 0])  # default scatter drops
     assert isinstance(out["buf"], ClipBuffer) and isinstance(out["buf"], jt.HasScatterArgs)
-    jitted = jax.jit(lambda i, v, k: jt.tree_scatter_set(i, v, k, {"mode": "drop"}))(item, value, idxs)
+    jitted = jax.jit(lambda i, v, k: jt.tree_scatter_set(i, v, k, {}))(item, value, idxs)
     np.testing.assert_array_equal(jitted["buf"].data, out["buf"].data)
+
+
+def test_tree_scatter_set_caller_args_override_node_scatter_args():
+    item = {"buf": ClipBuffer(jnp.zeros(5))}
+    value = {"buf": ClipBuffer(jnp.array([1.0, 2.0]))}
+    out = jt.tree_scatter_set(item, value, jnp.array([1, 10]), {"mode": "drop"})
+    np.testing.assert_array_equal(out["buf"].data, [0, 1, 0, 0, 0])  # dropped, not clipped
+
+    @jt.dataclass
+    class Outer:
+        inner: ClipBuffer
+
+        @property
+        def scatter_args(self):
+            return {"mode": "drop"}
+
+    # Arguments in force above a node win over the node's own as well.
+    nested = jt.tree_scatter_set(
+        Outer(ClipBuffer(jnp.zeros(3))), Outer(ClipBuffer(jnp.array([7.0]))), jnp.array([5]), {}
+    )
+    np.testing.assert_array_equal(nested.inner.data, [0, 0, 0])
+
+
+def test_tree_scatter_set_accepts_fill_value_and_wrap_negative_indices():
+    item = {"a": jnp.arange(4.0)}
+    value = {"a": jnp.array([10.0, 20.0])}
+    out = jt.tree_scatter_set(item, value, jnp.array([1, 9]), {"mode": "fill", "fill_value": -1})
+    np.testing.assert_array_equal(out["a"], [0, 10, 2, 3])  # fill drops out-of-range updates
+    wrapped = jt.tree_scatter_set(item, value, jnp.array([-1, 0]), {"wrap_negative_indices": True})
+    np.testing.assert_array_equal(wrapped["a"], [20, 1, 2, 10])
+    unwrapped = jt.tree_scatter_set(
+        item, value, jnp.array([-1, 0]), {"wrap_negative_indices": False, "mode": "drop"}
+    )
+    np.testing.assert_array_equal(unwrapped["a"], [20, 1, 2, 3])  # -1 is out of range
+    empty = jt.tree_scatter_set(item, {"a": jnp.zeros((0,))}, jnp.zeros((0,), jnp.int32), {})
+    np.testing.assert_array_equal(empty["a"], np.arange(4.0))
+
+
+@jt.dataclass
+class Tagged:
+    """Rows plus a static vocabulary; aligning merges the vocabularies, keeps the rows."""
+
+    rows: jax.Array
+    vocab: tuple = jt.field(static=True)
+
+    def __tree_match__(self, *others):
+        union = tuple(sorted(set(self.vocab).union(*(o.vocab for o in others))))
+        return tuple(Tagged(n.rows, union) for n in (self, *others))
+
+
+def test_tree_scatter_set_aligns_tree_match_nodes():
+    item = {"t": Tagged(jnp.zeros(3), ("a",))}
+    value = {"t": Tagged(jnp.array([5.0]), ("b",))}
+    with pytest.raises(ValueError):  # raw structures differ (static vocabularies)
+        jax.tree.map(lambda a, b: a, item, value)
+    out = jt.tree_scatter_set(item, value, jnp.array([2]), {})
+    assert out["t"].vocab == ("a", "b")
+    np.testing.assert_array_equal(out["t"].rows, [0.0, 0.0, 5.0])
 
 
 @settings(max_examples=10, deadline=None)
@@ -582,3 +726,26 @@ def test_assert_same_structure():
     with pytest.raises(ValueError, match=r"assert_same_structure: tree #2 .*first difference at \['b'\]: expected list node with children \[\[0\]\], got list node with children \[\[0\], \[1\]\]"):
         jt.assert_same_structure({"a": 1, "b": [2]}, {"a": 1, "b": [2]}, {"a": 1, "b": [2, 3]})
     jt.assert_same_structure([(1, 2)], [3], is_leaf=lambda x: isinstance(x, tuple) or isinstance(x, int))
+
+
+def test_stack_concat_and_where_align_tree_match_nodes_first():
+    a = {"t": Tagged(jnp.zeros(2), ("a",)), "n": jnp.zeros(2)}
+    b = {"t": Tagged(jnp.ones(2), ("b",)), "n": jnp.ones(2)}
+    stacked = jt.tree_stack(a, b)
+    assert stacked["t"].vocab == ("a", "b")
+    np.testing.assert_array_equal(stacked["t"].rows, [[0, 0], [1, 1]])
+    concat = jt.tree_concat(a, b)
+    np.testing.assert_array_equal(concat["t"].rows, [0, 0, 1, 1])
+    assert concat["t"].vocab == ("a", "b")
+    picked = jt.tree_where_broadcast_last(jnp.array([True, False]), a, b)
+    np.testing.assert_array_equal(picked["t"].rows, [0, 1])
+    np.testing.assert_array_equal(picked["n"], [0, 1])
+    # Alignment that re-indexes values (label vocabularies merged into rows).
+    x = Labeled(jnp.array([1.0, 2.0]), ("a", "b"))
+    y = Labeled(jnp.array([3.0]), ("c",))
+    both = jt.tree_stack(x, y)
+    assert both.labels == ("a", "b", "c")
+    np.testing.assert_array_equal(both.values, [[1, 2, 0], [0, 0, 3]])
+    # A structural difference outside aligned nodes is still reported by path.
+    with pytest.raises(ValueError, match=r"tree_stack: tree #1 .*first difference at \['n'\]"):
+        jt.tree_stack(a, {"t": b["t"], "n": (jnp.ones(2),)})

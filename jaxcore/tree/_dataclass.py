@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, TypeVar, overload
 
 import jax
 
-from jaxcore.tree._static_check import check_static_value
+from jaxcore.tree._static_check import StaticData, check_static_value, keyed, needs_key
 
 T = TypeVar("T")
 
@@ -27,6 +27,10 @@ T = TypeVar("T")
 STATIC_KEY = "static"
 # Marks fields created by ``lens_field`` (for ``jaxcore.lens.HasLensFields``).
 LENS_KEY = "jaxcore_lens"
+# Class attribute set on every registered dataclass; kUPS (and JAX's own tooling,
+# jax-ml/jax#24664) check it to recognise pytree dataclasses, and ``dataclass``
+# returns a class that already carries it unchanged.
+MARKER = "_jax_dataclass"
 
 
 def field(
@@ -54,7 +58,10 @@ def field(
         kw_only: make the field keyword-only in ``__init__``.
         static: if True the value goes into the treedef (auxiliary data) instead
             of the leaves, so ``jit``/``grad``/``vmap`` treat it as a compile-time
-            constant. Static values must be hashable and must not be arrays.
+            constant. Hashable values are compared with their own ``==``;
+            unhashable ones (dicts, lists, NumPy arrays, dataclasses holding
+            arrays) are accepted and compared by content (see
+            ``jaxcore/tree/_static_check.py``). Tracers are rejected.
 
     Returns:
         A ``dataclasses.Field`` (typed as ``Any`` so it can default an annotated
@@ -64,7 +71,7 @@ def field(
         ValueError: if both ``default`` and ``default_factory`` are given.
         TypeError: if ``metadata`` already uses the reserved ``"static"`` key with
             a value that disagrees with ``static``, or a static field's default is
-            an array or unhashable.
+            a JAX tracer.
     """
     if default is not dataclasses.MISSING and default_factory is not dataclasses.MISSING:
         raise ValueError("field(): cannot specify both default and default_factory")
@@ -76,8 +83,6 @@ def field(
         )
     meta[STATIC_KEY] = bool(static)
     if static and default is not dataclasses.MISSING:
-        # Checked here too: dataclasses would otherwise reject an array default
-        # with a misleading "mutable default" message.
         check_static_value("the default of this field(static=True)", default)
     return dataclasses.field(
         default=default,
@@ -163,16 +168,22 @@ def _uses_slots(cls: type, names: tuple[str, ...]) -> bool:
 
 def _make_unflatten(
     cls: type, data_names: tuple[str, ...], static_names: tuple[str, ...]
-) -> Callable[[tuple[Any, ...], Any], Any]:
-    """Builds an unflatten that creates ``cls`` without calling ``__init__``."""
+) -> Callable[[Any, Any], Any]:
+    """Builds an unflatten that creates ``cls`` without calling ``__init__``.
+
+    ``static`` is the tuple of static values, or a :class:`StaticData` holding it
+    when some of them are unhashable.
+    """
     new = object.__new__
     if not _uses_slots(cls, data_names + static_names):
 
-        def unflatten(static: tuple[Any, ...], children: Any) -> Any:
+        def unflatten(static: Any, children: Any) -> Any:
             obj = new(cls)
             state = obj.__dict__
             state.update(zip(data_names, children))
             if static_names:
+                if type(static) is StaticData:
+                    static = static.values
                 state.update(zip(static_names, static))
             return obj
 
@@ -180,7 +191,9 @@ def _make_unflatten(
 
     setattr_ = object.__setattr__
 
-    def unflatten_slots(static: tuple[Any, ...], children: Any) -> Any:
+    def unflatten_slots(static: Any, children: Any) -> Any:
+        if type(static) is StaticData:
+            static = static.values
         obj = new(cls)
         for name, value in zip(data_names, children):
             setattr_(obj, name, value)
@@ -192,7 +205,7 @@ def _make_unflatten(
 
 
 def _wrap_init_with_static_checks(cls: type, static_names: tuple[str, ...]) -> None:
-    """Makes ``cls.__init__`` reject arrays and unhashable values in static fields."""
+    """Makes ``cls.__init__`` reject tracers in static fields."""
     original_init = cls.__init__
     owner = cls.__qualname__
     missing = object()
@@ -212,7 +225,9 @@ def register_pytree_dataclass(cls: type[T]) -> type[T]:
     """Registers an existing dataclass as a keyed pytree (``GetAttrKey`` paths).
 
     Fields declared with ``field(static=True)`` become auxiliary data; all other
-    fields (including ``init=False`` ones) are children.
+    fields (including ``init=False`` ones) are children. Static values that are
+    unhashable are compared by content in the treedef (see ``field``). The class
+    gets the ``_jax_dataclass = True`` marker.
 
     Args:
         cls: a class already processed by ``dataclasses.dataclass``.
@@ -222,7 +237,7 @@ def register_pytree_dataclass(cls: type[T]) -> type[T]:
 
     Raises:
         TypeError: if ``cls`` is not a dataclass, or a static field's default is
-            an array or unhashable.
+            a JAX tracer.
     """
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise TypeError(f"register_pytree_dataclass expects a dataclass type, got {cls!r}")
@@ -234,13 +249,27 @@ def register_pytree_dataclass(cls: type[T]) -> type[T]:
             check_static_value(f"{cls.__qualname__}.{f.name}", f.default)
 
     get_children = _tuple_getter(data_names)
-    get_static = _tuple_getter(static_names)
     keys = tuple(jax.tree_util.GetAttrKey(name) for name in data_names)
 
-    def flatten(obj: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    if static_names:
+        get_values = _tuple_getter(static_names)
+        owner = cls.__qualname__
+
+        def get_static(obj: Any) -> Any:
+            values = get_values(obj)
+            if needs_key(values):
+                return keyed(values, static_names, owner)
+            return values
+
+    else:
+
+        def get_static(obj: Any) -> Any:
+            return ()
+
+    def flatten(obj: Any) -> tuple[tuple[Any, ...], Any]:
         return get_children(obj), get_static(obj)
 
-    def flatten_with_keys(obj: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    def flatten_with_keys(obj: Any) -> tuple[tuple[Any, ...], Any]:
         return tuple(zip(keys, get_children(obj))), get_static(obj)
 
     jax.tree_util.register_pytree_with_keys(
@@ -248,6 +277,7 @@ def register_pytree_dataclass(cls: type[T]) -> type[T]:
     )
     if static_names:
         _wrap_init_with_static_checks(cls, static_names)
+    setattr(cls, MARKER, True)
     return cls
 
 
@@ -294,8 +324,11 @@ def dataclass(
     Children are the non-static fields, with ``GetAttrKey`` paths; static fields
     (``field(static=True)``) go into the treedef. Unflattening builds the object
     without calling ``__init__``, so ``__post_init__`` validation does not run on
-    every ``jit``/``tree_map`` round trip. Construction rejects arrays and
-    unhashable values in static fields.
+    every ``jit``/``tree_map`` round trip. Static fields may hold unhashable
+    values (compared by content, see ``field``); construction rejects tracers
+    there. The class gets the ``_jax_dataclass = True`` marker, and a class that
+    already has it in its own ``__dict__`` is returned unchanged (so applying the
+    decorator twice is harmless).
 
     Args:
         cls: the class to convert, or ``None`` when called with arguments.
@@ -319,6 +352,8 @@ def dataclass(
     def wrap(klass: type[T]) -> type[T]:
         if not isinstance(klass, type):
             raise TypeError(f"jaxcore.tree.dataclass expects a class, got {klass!r}")
+        if MARKER in klass.__dict__:
+            return klass
         dc = dataclasses.dataclass(
             klass,
             init=init,

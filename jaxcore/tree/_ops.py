@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcore.tree._structure import flatten_like, path_str
+from jaxcore.tree._tree_map import align_trees
 
 T = TypeVar("T")
 
@@ -18,9 +19,11 @@ _tu = jax.tree_util
 def _leaf_columns(
     func: str, trees: tuple[Any, ...]
 ) -> tuple[Any, list[tuple[Any, ...]], list[Any]]:
-    """Checks structures and returns (treedef, per-leaf groups, leaf paths)."""
+    """Aligns ``__tree_match__`` nodes, checks structures and returns (treedef,
+    per-leaf groups, leaf paths)."""
     if not trees:
         raise ValueError(f"{func} needs at least one pytree, got none")
+    trees = align_trees(func, trees)
     paths_and_leaves, treedef = _tu.tree_flatten_with_path(trees[0])
     paths = [path for path, _ in paths_and_leaves]
     columns = [[leaf for _, leaf in paths_and_leaves]]
@@ -33,7 +36,9 @@ def tree_stack(*trees: T) -> T:
 
     Args:
         *trees: one or more pytrees with the same structure; corresponding leaves
-            must have the same shape.
+            must have the same shape. Nodes with ``__tree_match__`` are aligned
+            first (as in :func:`tree_map`), so e.g. two label-indexed nodes with
+            different vocabularies are merged instead of rejected.
 
     Returns:
         A pytree whose leaves have shape ``(len(trees), *leaf.shape)``.
@@ -59,8 +64,9 @@ def tree_concat(*trees: T) -> T:
     """Concatenates pytrees leaf-wise along the leading axis.
 
     Args:
-        *trees: one or more pytrees with the same structure; corresponding leaves
-            must have at least one dimension and equal trailing shapes.
+        *trees: one or more pytrees with the same structure (``__tree_match__``
+            nodes are aligned first); corresponding leaves must have at least one
+            dimension and equal trailing shapes.
 
     Returns:
         A pytree whose leaves are the inputs' leaves concatenated on axis 0.
@@ -106,6 +112,7 @@ def tree_where_broadcast_last(accept: Any, tree1: T, tree2: T) -> T:
             ``accept.ndim`` dimensions of every leaf.
         tree1: pytree chosen where ``accept`` is True.
         tree2: pytree with ``tree1``'s structure, chosen where it is False.
+            ``__tree_match__`` nodes of the two trees are aligned first.
 
     Returns:
         A pytree with ``tree1``'s structure.

@@ -52,11 +52,19 @@ class SupportsTreeMatch(Protocol):
 
 
 class ScatterArgs(TypedDict, total=False):
-    """Keyword arguments forwarded to ``x.at[idxs].set(value, **args)``."""
+    """Keyword arguments of ``x.at[idxs].set(value, **args)`` (and of ``.get``).
+
+    ``fill_value`` belongs to gathers (``x.at[idxs].get(mode="fill", fill_value=...)``);
+    index types carry it in the same dict as their scatter arguments, so
+    :func:`jaxcore.tree.tree_scatter_set` accepts it and leaves it out of the
+    ``set`` call (a scatter with ``mode="fill"`` drops out-of-range updates).
+    """
 
     mode: GatherScatterMode | Literal["clip", "drop", "promise_in_bounds", "fill"] | None
     indices_are_sorted: bool
     unique_indices: bool
+    wrap_negative_indices: bool
+    fill_value: Any
 
 
 SCATTER_ARG_NAMES = frozenset(ScatterArgs.__annotations__)

@@ -100,3 +100,58 @@ def _map_group(fn: Callable[..., Any], group: tuple[Any, ...], is_leaf: IsLeaf) 
         for child, *rest in zip(children, *columns)
     ]
     return node_def.unflatten(mapped)
+
+
+def align_trees(func: str, trees: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Replaces every ``__tree_match__`` node of ``trees`` by its aligned counterpart.
+
+    Used by the helpers that need the trees' structures to agree exactly (stack,
+    concat, where, scatter): two label-indexed nodes with different vocabularies
+    have different static data, so they would not compare equal until aligned.
+    Trees without such nodes are returned as they are (one flatten of the first
+    tree decides that).
+
+    Args:
+        func: public function name for error messages.
+        trees: one or more pytrees with the same structure (up to alignment).
+
+    Returns:
+        The trees, aligned node by node (same count and order).
+
+    Raises:
+        ValueError: if the structures differ outside aligned nodes (naming the first
+            differing path).
+        TypeError: if a ``__tree_match__`` returns something other than a tuple of
+            the right length.
+    """
+    leaves, treedef = _tu.tree_flatten(trees[0], is_leaf=_has_tree_match)
+    if not any(_has_tree_match(leaf) for leaf in leaves):
+        return trees
+    columns = flatten_like(func, treedef, trees[0], trees[1:], is_leaf=_has_tree_match)
+    out: list[list[Any]] = [[] for _ in trees]
+    for group in zip(leaves, *columns):
+        if _has_tree_match(group[0]):
+            group = _align_node(func, group)
+        for column, node in zip(out, group):
+            column.append(node)
+    return tuple(treedef.unflatten(column) for column in out)
+
+
+def _align_node(func: str, group: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Aligns one position's nodes, then the ``__tree_match__`` nodes below them."""
+    aligned = _align(group[0], group[1:])
+    head = aligned[0]
+    children, node_def = _tu.tree_flatten(head, is_leaf=lambda y: y is not head)
+    if _tu.treedef_is_leaf(node_def) and node_def.num_leaves <= 1:
+        return aligned
+    try:
+        rest = [node_def.flatten_up_to(node) for node in aligned[1:]]
+    except (ValueError, TypeError) as err:
+        raise ValueError(
+            f"{func}: {type(head).__name__}.__tree_match__ returned nodes whose "
+            f"structures still differ: {err}"
+        ) from None
+    per_child = [align_trees(func, column) for column in zip(children, *rest)]
+    return tuple(
+        node_def.unflatten([child[t] for child in per_child]) for t in range(len(aligned))
+    )
