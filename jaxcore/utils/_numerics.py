@@ -74,24 +74,28 @@ def _as_index(x: jax.Array) -> jax.Array:
     return x
 
 
-def _kahan_step(total: Any, comp: Any, x: Any) -> tuple[Any, Any]:
-    y = x - comp
-    new_total = total + y
-    # What was lost when adding y to total: (new_total - total) recovers the
-    # high part of y that made it in; subtracting y leaves minus the lost part.
-    new_comp = (new_total - total) - y
-    return new_total, new_comp
+def _drop_nonfinite(comp: Any) -> Any:
+    """Zeros non-finite compensation entries (exact dtypes pass through).
+
+    Once a running sum overflows to an infinity, ``(t - total) - y`` is NaN or an
+    infinity, and feeding it back would turn the infinite sum into NaN.
+    """
+    if not jnp.issubdtype(jnp.result_type(comp), jnp.inexact):
+        return comp
+    return jnp.where(jnp.isfinite(comp), comp, jnp.zeros_like(comp))
 
 
 def kahan_summation(*summands: T, compensate: T | None = None) -> tuple[T, T]:
     """Sums pytrees leaf-wise with Kahan's compensated summation.
 
-    The first summand is the running total; each further summand is added with
-    the rounding error of the previous additions fed back in, so the error stays
-    O(eps) instead of growing with the number of terms. To continue a sum across
-    calls (e.g. an accumulator in a ``lax.scan``), pass the returned
-    compensation back as ``compensate`` with the returned total as the first
-    summand.
+    The first summand is the running total; each further summand ``x`` is added as
+    ``y = x - c``, ``t = total + y``, ``c = (t - total) - y`` (the part of ``y``
+    that rounding lost, negated), so the error stays O(eps) instead of growing with
+    the number of terms. A compensation that is not finite (the sum overflowed) is
+    replaced by zero, so an infinite sum stays infinite instead of becoming NaN.
+    To continue a sum across calls (e.g. an accumulator in a ``lax.scan``), pass
+    the returned compensation back as ``compensate`` with the returned total as the
+    first summand. Trees without leaves (``{}``, ``()``) sum to themselves.
 
     Args:
         *summands: one or more pytrees with the same structure.
@@ -116,9 +120,15 @@ def kahan_summation(*summands: T, compensate: T | None = None) -> tuple[T, T]:
         assert_same_structure(total, compensate)
         comp = compensate
     assert_same_structure(*summands)
-    outer = jax.tree_util.tree_structure(total)
-    inner = jax.tree_util.tree_structure((0, 0))
+    if len(summands) == 1:
+        return total, comp
+    treedef = jax.tree_util.tree_structure(total)
+    totals = treedef.flatten_up_to(total)
+    comps = treedef.flatten_up_to(comp)
     for x in summands[1:]:
-        pairs = jax.tree_util.tree_map(_kahan_step, total, comp, x)
-        total, comp = jax.tree_util.tree_transpose(outer, inner, pairs)
-    return total, comp
+        for i, leaf in enumerate(treedef.flatten_up_to(x)):
+            y = leaf - comps[i]
+            t = totals[i] + y
+            comps[i] = _drop_nonfinite((t - totals[i]) - y)
+            totals[i] = t
+    return treedef.unflatten(totals), treedef.unflatten(comps)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 import operator
 from typing import Any, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _check_key(rng: Any) -> None:
@@ -30,9 +33,12 @@ def _check_key(rng: Any) -> None:
 def key_chain(rng: jax.Array, shape: Sequence[int] = ()) -> Iterator[jax.Array]:
     """Returns an infinite iterator of PRNG keys derived from ``rng``.
 
-    The ``i``-th item is ``jax.random.fold_in(rng, i)`` (split into a batch of
-    ``shape`` keys when ``shape`` is non-empty), so the stream is deterministic,
-    independent of how many items are consumed, and never reuses ``rng`` itself.
+    The stream is derived as kUPS derives it, so a seeded program gives the same
+    numbers with either library: ``rng`` is first split into ``prod(shape)`` base
+    keys (one for ``shape=()``), and the ``i``-th item is every base key folded
+    with ``i`` (``jax.random.fold_in(base, uint32(i mod 2**32))``), reshaped to
+    ``shape``. The stream is deterministic, independent of how many items are
+    consumed, and never yields ``rng`` itself.
 
     Args:
         rng: a single PRNG key (typed ``jax.random.key`` or raw ``PRNGKey``).
@@ -55,7 +61,15 @@ def key_chain(rng: jax.Array, shape: Sequence[int] = ()) -> Iterator[jax.Array]:
     return _chain(rng, batch)
 
 
+@functools.partial(jax.jit, static_argnums=2)
+def _fold_all(base: jax.Array, step: jax.Array, batch: tuple[int, ...]) -> jax.Array:
+    folded = jax.vmap(jax.random.fold_in, in_axes=(0, None))(base, step)
+    # Raw uint32 keys keep their trailing key-data axis.
+    return folded.reshape(batch + folded.shape[1:])
+
+
 def _chain(rng: jax.Array, batch: tuple[int, ...]) -> Iterator[jax.Array]:
+    base = jax.random.split(rng, math.prod(batch))
     for step in itertools.count():
-        key = jax.random.fold_in(rng, step)
-        yield jax.random.split(key, batch) if batch else key
+        # fold_in takes 32 bits; wrap on the host.
+        yield _fold_all(base, np.uint32(step % 2**32), batch)
