@@ -1,9 +1,11 @@
 // AVX2 + FMA kernels (compiled with -mavx2 -mfma; chosen at run time by cpuid).
 //
-// Weights are decoded eight columns at a time straight from memory: vpmovsxbd /
-// vpmovzxbd widen eight stored bytes to eight 32-bit lanes, then int8 converts, int4
-// converts each nibble (its zero point is folded into the block flush), and NF4 looks each
-// nibble up in the 16-entry code book with two vpermps and a blend on bit 3.
+// GEMV for M <= 2 walks the weight in bands of a few stored rows, 32 columns at a time, with
+// the sums in registers: int8 widens eight stored bytes per vector (vpmovsxbd) and converts;
+// both 4-bit formats look their nibbles up in a 16-entry float code book (NF4's, or int4's
+// v - 8) with in-lane byte shuffles (Nf4Decode32). Larger M, the ragged columns and the GEMM
+// panels decode eight columns at a time: int4 converts each nibble, and NF4 looks it up with
+// two vpermps and a blend on bit 3.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -56,11 +58,12 @@ struct Nf4Planes {
   __m256i byte[4];  // byte i of every code, replicated in both 128-bit lanes
 };
 
-inline Nf4Planes LoadNf4Planes() {
+// Byte planes of a 16-entry float code book (NF4's, or int4's v - 8).
+inline Nf4Planes LoadCodePlanes(const float codes[16]) {
   alignas(16) uint8_t planes[4][16];
   for (int v = 0; v < 16; ++v) {
     uint32_t bits;
-    std::memcpy(&bits, &kNf4Code[v], sizeof(bits));
+    std::memcpy(&bits, &codes[v], sizeof(bits));
     for (int i = 0; i < 4; ++i) planes[i][v] = static_cast<uint8_t>(bits >> (8 * i));
   }
   Nf4Planes p;
@@ -69,6 +72,11 @@ inline Nf4Planes LoadNf4Planes() {
   }
   return p;
 }
+
+inline Nf4Planes LoadNf4Planes() { return LoadCodePlanes(kNf4Code); }
+
+// int4's unscaled values v - 8, as a code book for the byte-plane decoder.
+constexpr float kInt4Code[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
 // idx: 32 nibble indices (one per byte, columns 0..31). out[] holds their codes in the
 // unpacking's order: out[0] = columns 0-3 | 16-19, out[1] = 4-7 | 20-23,
@@ -175,47 +183,91 @@ inline void GemvRows(const GemvSegment& s, int64_t sr, int64_t lr, int64_t c0,
   }
 }
 
-// NF4 rows for M <= 2, 32 columns per step with the byte-plane decoder; returns the
-// number of columns done (a multiple of 32).
-template <int M, int kGroup>
-int64_t GemvRowsNf4Wide(const GemvSegment& s, int64_t sr, int64_t lr, int64_t vec_cols,
-                        bool first) {
+// Stored rows [sr0, sr1) times columns [c, c + 32) for M <= 2 activation rows, summed in
+// registers and written (`first`) or added to acc in column order.
+template <Format kFmt, int M>
+inline void GemvBandChunk(const GemvSegment& s, const Nf4Planes& planes, int64_t sr0,
+                          int64_t sr1, int64_t c, bool first) {
   static_assert(M <= 2, "accumulators for at most two activation rows");
-  const Nf4Planes p = LoadNf4Planes();
-  const uint8_t* base = s.q + sr * s.ldq + s.n0;
-  const int64_t wide_cols = vec_cols / 32 * 32;
-  for (int64_t c = 0; c < wide_cols; c += 32) {
-    for (int g = 0; g < kGroup; ++g) {
-      _mm_prefetch(reinterpret_cast<const char*>(base + g * s.ldq + c + kPrefetchBytes),
-                   _MM_HINT_T0);
-    }
-    // Accumulated in the decoder's column order; converted once per pass over the rows.
-    __m256 sum[M][4];
+  constexpr int kSets = M == 1 ? 2 : 1;  // M = 1: even/odd rows in separate FMA chains
+  __m256 sum[kSets][M][4];
+  for (int k = 0; k < kSets; ++k) {
     for (int mi = 0; mi < M; ++mi) {
-      if (first) {
-        for (int j = 0; j < 4; ++j) sum[mi][j] = _mm256_setzero_ps();
-      } else {
-        __m256 v[4];
-        for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(s.acc + mi * s.ldacc + c + 8 * j);
-        FromColumnOrder(v, sum[mi]);
+      for (int j = 0; j < 4; ++j) sum[k][mi][j] = _mm256_setzero_ps();
+    }
+  }
+  const uint8_t* q = s.q + sr0 * s.ldq + s.n0 + c;
+  // int8: row r's products go to set (r - sr0) % kSets; the loop takes rows in pairs so the
+  // set is known at compile time and the sums stay in registers.
+  auto int8_row = [&](int64_t r, const uint8_t* row, int set) {
+    __m256 w[4];
+    for (int j = 0; j < 4; ++j) w[j] = _mm256_cvtepi32_ps(Load8Bytes(row + 8 * j, true));
+    for (int mi = 0; mi < M; ++mi) {
+      const __m256 xv = _mm256_broadcast_ss(s.x + mi * s.ldx + r);
+      for (int j = 0; j < 4; ++j) sum[set][mi][j] = _mm256_fmadd_ps(xv, w[j], sum[set][mi][j]);
+    }
+  };
+  if (kFmt == Format::kInt8) {
+    int64_t r = sr0;
+    for (; r + 2 <= sr1; r += 2, q += 2 * s.ldq) {
+      int8_row(r, q, 0);
+      int8_row(r + 1, q + s.ldq, kSets - 1);
+    }
+    if (r < sr1) int8_row(r, q, 0);
+  }
+  for (int64_t r = sr0; kFmt != Format::kInt8 && r < sr1; ++r, q += s.ldq) {  // 4-bit
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    __m256 even[4], odd[4];
+    Nf4Decode32(planes, _mm256_and_si256(bytes, mask), even);
+    Nf4Decode32(planes, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask), odd);
+    for (int mi = 0; mi < M; ++mi) {
+      const __m256 xe = _mm256_broadcast_ss(s.x + mi * s.ldx + 2 * r);
+      const __m256 xo = _mm256_broadcast_ss(s.x + mi * s.ldx + 2 * r + 1);
+      for (int j = 0; j < 4; ++j) {
+        sum[0][mi][j] = _mm256_fmadd_ps(xe, even[j], sum[0][mi][j]);
+        sum[kSets - 1][mi][j] = _mm256_fmadd_ps(xo, odd[j], sum[kSets - 1][mi][j]);
       }
     }
-    for (int g = 0; g < kGroup; ++g) {
-      __m256 even[4], odd[4];
-      Nf4DecodePairs32(p, base + g * s.ldq + c, even, odd);
-      for (int mi = 0; mi < M; ++mi) {
-        const __m256 xe = _mm256_broadcast_ss(s.x + mi * s.ldx + lr + 2 * g);
-        const __m256 xo = _mm256_broadcast_ss(s.x + mi * s.ldx + lr + 2 * g + 1);
-        for (int j = 0; j < 4; ++j) {
-          sum[mi][j] = _mm256_fmadd_ps(xe, even[j], sum[mi][j]);
-          sum[mi][j] = _mm256_fmadd_ps(xo, odd[j], sum[mi][j]);
-        }
-      }
+  }
+  for (int mi = 0; mi < M; ++mi) {
+    __m256 total[4], v[4];
+    for (int j = 0; j < 4; ++j) {
+      total[j] = kSets == 2 ? _mm256_add_ps(sum[0][mi][j], sum[1][mi][j]) : sum[0][mi][j];
     }
-    for (int mi = 0; mi < M; ++mi) {
-      __m256 v[4];
-      ToColumnOrder(sum[mi], v);
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(s.acc + mi * s.ldacc + c + 8 * j, v[j]);
+    if (kFmt == Format::kInt8) {
+      for (int j = 0; j < 4; ++j) v[j] = total[j];
+    } else {
+      ToColumnOrder(total, v);  // the byte-plane decoder's order
+    }
+    float* a = s.acc + mi * s.ldacc + c;
+    for (int j = 0; j < 4; ++j) {
+      _mm256_storeu_ps(a + 8 * j, first ? v[j] : _mm256_add_ps(v[j], _mm256_loadu_ps(a + 8 * j)));
+    }
+  }
+}
+
+// The segment's columns [0, 32 * floor(cols / 32)) for M <= 2 into acc, in bands of
+// kGemvBand stored rows: each band walks the columns 32 at a time with its sums in registers,
+// so the band's rows are read as concurrent streams and acc is touched once per band and
+// chunk. Both 4-bit formats decode through the byte-plane code book (int4's codes are
+// v - 8). Returns the columns done.
+constexpr int64_t kGemvBand = 8;
+
+template <Format kFmt, int M>
+int64_t GemvBands(const GemvSegment& s) {
+  constexpr int kPerRow = kFmt == Format::kInt8 ? 1 : 2;
+  const Nf4Planes planes = LoadCodePlanes(kFmt == Format::kNf4 ? kNf4Code : kInt4Code);
+  const int64_t wide_cols = s.cols / 32 * 32;
+  const int64_t seg0 = s.r0 / kPerRow, seg1 = s.r1 / kPerRow;  // stored rows
+  if (seg0 >= seg1) {
+    for (int mi = 0; mi < M; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * wide_cols);
+    return wide_cols;
+  }
+  for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kGemvBand) {
+    const int64_t sr1 = std::min(seg1, sr0 + kGemvBand);
+    for (int64_t c = 0; c < wide_cols; c += 32) {
+      GemvBandChunk<kFmt, M>(s, planes, sr0, sr1, c, sr0 == seg0);
     }
   }
   return wide_cols;
@@ -228,23 +280,19 @@ void GemvSegmentT(const GemvSegment& s) {
   const int64_t vec_cols = s.cols / 8 * 8;
   int64_t lr = s.r0;
   bool first = true;
-  if (vec_cols > 0) {
+  int64_t c0 = 0;
+  if constexpr (M <= 2) c0 = GemvBands<kFmt, M>(s);
+  if (vec_cols > c0) {
     for (; lr + kGroup * kPerRow <= s.r1; lr += kGroup * kPerRow, first = false) {
-      int64_t c0 = 0;
-      if constexpr (kFmt == Format::kNf4 && M <= 2) {
-        c0 = GemvRowsNf4Wide<M, kGroup>(s, lr / kPerRow, lr, vec_cols, first);
-      }
       GemvRows<kFmt, M, kGroup>(s, lr / kPerRow, lr, c0, vec_cols, first);
     }
     for (; lr < s.r1; lr += kPerRow, first = false) {
-      int64_t c0 = 0;
-      if constexpr (kFmt == Format::kNf4 && M <= 2) {
-        c0 = GemvRowsNf4Wide<M, 1>(s, lr / kPerRow, lr, vec_cols, first);
-      }
       GemvRows<kFmt, M, 1>(s, lr / kPerRow, lr, c0, vec_cols, first);
     }
     if (first) {
-      for (int mi = 0; mi < M; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * vec_cols);
+      for (int mi = 0; mi < M; ++mi) {
+        std::memset(s.acc + mi * s.ldacc + c0, 0, sizeof(float) * (vec_cols - c0));
+      }
     }
   }
   // Columns past the last multiple of eight, and the flush into y.

@@ -100,51 +100,67 @@ inline void DecodeGroup(const Q8Segment& s, int64_t g0, int64_t n, GroupQuads* o
   }
 }
 
-// Integer dot products of one activation row's group with the decoded quads (int32 lanes,
-// decoder order), minus the zero point's share. Named accumulators keep them in registers.
-template <Format kFmt>
-inline void DotGroup(const int8_t* xq, int32_t xsum, const GroupQuads& w, __m256i dot[4]) {
+// Integer dot products of kRows activation rows' group with the decoded quads (int32
+// lanes, decoder order), zero point not yet removed. Each quad is loaded once for all the
+// rows; the accumulators are named so they stay in registers (kRows <= 2 leaves room).
+template <Format kFmt, int kRows>
+inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, __m256i dot[kRows][4]) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  if (kFmt == Format::kInt4) {
-    // |v * x| <= 15 * 127 per product: the 8 quads' pairs stay below 2^15 in int16.
-#pragma GCC unroll 8
-    for (int qd = 0; qd < kQuads; ++qd) {
-      int32_t four;
-      std::memcpy(&four, xq + 4 * qd, sizeof(four));
-      const __m256i xb = _mm256_set1_epi32(four);
-      a0 = _mm256_add_epi16(a0, _mm256_maddubs_epi16(LoadA32(w.mag[qd][0]), xb));
-      a1 = _mm256_add_epi16(a1, _mm256_maddubs_epi16(LoadA32(w.mag[qd][1]), xb));
-      a2 = _mm256_add_epi16(a2, _mm256_maddubs_epi16(LoadA32(w.mag[qd][2]), xb));
-      a3 = _mm256_add_epi16(a3, _mm256_maddubs_epi16(LoadA32(w.mag[qd][3]), xb));
-    }
-    const __m256i shift = _mm256_set1_epi32(8 * xsum);
-    dot[0] = _mm256_sub_epi32(_mm256_madd_epi16(a0, ones), shift);
-    dot[1] = _mm256_sub_epi32(_mm256_madd_epi16(a1, ones), shift);
-    dot[2] = _mm256_sub_epi32(_mm256_madd_epi16(a2, ones), shift);
-    dot[3] = _mm256_sub_epi32(_mm256_madd_epi16(a3, ones), shift);
-    return;
+  __m256i a[kRows][4];
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
   }
-#define JAXCORE_DOT(j)                                                                 \
-  a##j = _mm256_add_epi32(                                                             \
-      a##j, _mm256_madd_epi16(_mm256_maddubs_epi16(LoadA32(w.mag[qd][j]),              \
-                                                   _mm256_sign_epi8(xb, LoadA32(w.sgn[qd][j]))), \
-                              ones));
-#pragma GCC unroll 8
+#pragma GCC unroll 1
   for (int qd = 0; qd < kQuads; ++qd) {
-    int32_t four;
-    std::memcpy(&four, xq + 4 * qd, sizeof(four));
-    const __m256i xb = _mm256_set1_epi32(four);
-    JAXCORE_DOT(0)
-    JAXCORE_DOT(1)
-    JAXCORE_DOT(2)
-    JAXCORE_DOT(3)
+    __m256i xb[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      int32_t four;
+      std::memcpy(&four, xq[r] + 4 * qd, sizeof(four));
+      xb[r] = _mm256_set1_epi32(four);
+    }
+    for (int j = 0; j < 4; ++j) {
+      const __m256i mag = LoadA32(w.mag[qd][j]);
+      if (kFmt == Format::kInt4) {
+        // |v * x| <= 15 * 127 per product: the 8 quads' pairs stay below 2^15 in int16.
+        for (int r = 0; r < kRows; ++r) {
+          a[r][j] = _mm256_add_epi16(a[r][j], _mm256_maddubs_epi16(mag, xb[r]));
+        }
+      } else {
+        const __m256i sgn = LoadA32(w.sgn[qd][j]);
+        for (int r = 0; r < kRows; ++r) {
+          a[r][j] = _mm256_add_epi32(
+              a[r][j],
+              _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(xb[r], sgn)), ones));
+        }
+      }
+    }
   }
-#undef JAXCORE_DOT
-  dot[0] = a0;
-  dot[1] = a1;
-  dot[2] = a2;
-  dot[3] = a3;
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < 4; ++j) {
+      dot[r][j] = kFmt == Format::kInt4 ? _mm256_madd_epi16(a[r][j], ones) : a[r][j];
+    }
+  }
+}
+
+// acc[mi] += d * (dot - zero_point * xsum) for kRows rows starting at mi, one half.
+template <Format kFmt, int kRows>
+inline void AccumulateRows(const Q8Segment& s, int64_t g, int64_t mi, const GroupQuads& w,
+                           float* acc, int64_t lda) {
+  const int8_t* xq[kRows];
+  for (int r = 0; r < kRows; ++r) xq[r] = s.x.q + (g * s.x.rows + mi + r) * kQ8Group;
+  __m256i dot[kRows][4];
+  DotGroup<kFmt, kRows>(xq, w, dot);
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t at = g * s.x.rows + mi + r;
+    const __m256 d = _mm256_set1_ps(s.x.d[at]);
+    float* row = acc + (mi + r) * lda;
+    const __m256i shift = _mm256_set1_epi32(kFmt == Format::kInt4 ? 8 * s.x.sum[at] : 0);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = kFmt == Format::kInt4 ? _mm256_sub_epi32(dot[r][j], shift) : dot[r][j];
+      _mm256_storeu_ps(row + 8 * j,
+                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), d, _mm256_loadu_ps(row + 8 * j)));
+    }
+  }
 }
 
 template <Format kFmt>
@@ -170,20 +186,11 @@ void Q8SegmentT(const Q8Segment& s) {
       } else {
         DecodeGroup<kFmt, 1>(s, g0, s.n0 + c, quads);
       }
-      for (int64_t mi = 0; mi < s.m; ++mi) {
-        const int64_t at = g * s.x.rows + mi;
-        const int8_t* xq = s.x.q + at * kQ8Group;
-        const int32_t xsum = s.x.sum[at];
-        const __m256 d = _mm256_set1_ps(s.x.d[at]);
-        for (int h = 0; h < halves; ++h) {
-          __m256i dot[4];
-          DotGroup<kFmt>(xq, xsum, quads[h], dot);
-          float* acc = s.acc + mi * lda + c + 32 * h;
-          for (int j = 0; j < 4; ++j) {
-            _mm256_storeu_ps(acc + 8 * j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[j]), d,
-                                                          _mm256_loadu_ps(acc + 8 * j)));
-          }
-        }
+      for (int h = 0; h < halves; ++h) {
+        float* acc = s.acc + c + 32 * h;
+        int64_t mi = 0;
+        for (; mi + 2 <= s.m; mi += 2) AccumulateRows<kFmt, 2>(s, g, mi, quads[h], acc, lda);
+        if (mi < s.m) AccumulateRows<kFmt, 1>(s, g, mi, quads[h], acc, lda);
       }
       c += 32 * halves;
     }
