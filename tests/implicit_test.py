@@ -543,14 +543,50 @@ def test_ste_passes_gradient_straight_through():
     np.testing.assert_allclose(g0, [0.0, 0.0, 0.0])
 
 
-def test_ste_with_implicit_output_forward_works_and_grad_raises():
-    to_scaled = ji.ste(lambda x: Scaled(x / 2.0, scale=2.0))
-    x = jnp.array([1.0, 2.0])
-    y = to_scaled(x)
-    assert isinstance(y, Scaled)
-    np.testing.assert_allclose(y.materialize(), x)
-    with pytest.raises(TypeError, match="returned a Scaled.*cannot pass straight through"):
-        jax.grad(lambda x: jnp.sum(to_scaled(x).materialize()))(x)
+def test_ste_of_a_user_implicit_array_keeps_its_handler_and_passes_the_gradient():
+    Fresh = implicit_test_util.scaled_class()
+    to_fresh = ji.ste(lambda x: Fresh(jnp.round(x * 2.0), scale=0.5))
+    x = jnp.array([1.3, 2.1])
+    y = to_fresh(x)
+    assert isinstance(y, ji.StraightThrough) and isinstance(y.value, Fresh)
+    np.testing.assert_allclose(y.materialize(), [1.5, 2.0])
+    weights = jnp.array([3.0, -1.0])
+    calls = []
+
+    @register("mul")
+    def _(a: Fresh, b: jax.Array, **params):
+        calls.append(type(a))
+        return a.value * b * a.scale  # dense: Fresh's own mul, not the fallback
+
+    f = lambda x: jnp.sum(implicit(lambda s, w: s * w)(to_fresh(x), weights))
+    np.testing.assert_allclose(f(x), 1.5 * 3.0 - 2.0)
+    assert calls == [Fresh]
+    # Straight through: d/dx sum(round(2x)/2 * w) taken as d/dx sum(x * w) = w.
+    np.testing.assert_allclose(jax.grad(f)(x), weights)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(x), weights)
+
+
+def test_ste_result_stays_wrapped_through_a_handler_returning_an_implicit_array():
+    # Scaled's mul handler (top of this file) returns a Scaled: the product is wrapped
+    # again, and what follows (sin, sum: no handlers) materialises it with the gradient.
+    to_scaled = ji.ste(lambda x: Scaled(jnp.round(x * 2.0), scale=0.5))
+    weights = jnp.array([3.0, -1.0])
+    seen = []
+
+    def body(s, w):
+        product = s * w
+        seen.append(type(product))
+        return jnp.sum(jnp.sin(product))
+
+    f = lambda x: implicit(body)(to_scaled(x), weights)
+    x = jnp.array([1.3, 2.1])
+    rounded = jnp.array([1.5, 2.0])
+    np.testing.assert_allclose(f(x), jnp.sum(jnp.sin(rounded * weights)), rtol=1e-6)
+    assert [t.__name__ for t in seen] == ["_ImplicitTracer"]  # still implicit, not dense
+    # d/dx sum(sin(q(x) * w)) with q's derivative taken as 1: cos(q(x) * w) * w.
+    expected = jnp.cos(rounded * weights) * weights
+    np.testing.assert_allclose(jax.grad(f)(x), expected, rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(x), expected, rtol=1e-6)
 
 
 def test_ste_dense_result_of_implicit_roundtrip():

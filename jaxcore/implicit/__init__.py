@@ -4,12 +4,28 @@ Quantized weights, low-rank factors or symbolic zeros subclass :class:`ImplicitA
 handlers registered with :func:`register` say how primitives act on them; functions
 wrapped with :func:`implicit` (alias :func:`use_implicit`) dispatch to those handlers
 under ``jit``, ``grad``, ``vmap`` and control flow, materialising only as a fallback.
+:func:`ste` passes gradients straight through a function, quantisation included.
+
+The modules import each other in one direction; read them bottom-up:
+
+- ``_warnings``: the fallback-materialisation warning;
+- ``_base``: the array type (fields, pytree, shape/dtype discovery);
+- ``_dispatch``: the handler registry and its resolution by operand types;
+- ``_trace``: the interpreter that routes primitives to handlers;
+- ``_materialize`` (materialising through the interpreter), ``_plan`` (cached
+  traces), ``_rules`` (handlers for jit, cond, while, scan, checkpoint), ``_ste``
+  (straight-through estimation) and ``_tree`` (tree utilities);
+- this file, which assembles the package: it installs the interpreter-aware
+  materialiser in ``_base`` (used by the default fallback handler and by shape
+  discovery) and registers the control-flow rules.
 """
 
 import warnings as _warnings_module
 
 from jaxcore import _jax_internals
-from jaxcore.implicit import _rules  # noqa: F401  (registers the control-flow rules)
+from jaxcore.implicit import _base
+from jaxcore.implicit import _materialize
+from jaxcore.implicit import _rules
 from jaxcore.implicit._base import ImplicitArray
 from jaxcore.implicit._base import UninitializedAval
 from jaxcore.implicit._base import aux_field
@@ -19,6 +35,7 @@ from jaxcore.implicit._dispatch import registered_handlers
 from jaxcore.implicit._materialize import default_handler
 from jaxcore.implicit._materialize import materialize_handler
 from jaxcore.implicit._materialize import materialize_nested
+from jaxcore.implicit._ste import StraightThrough
 from jaxcore.implicit._ste import ste
 from jaxcore.implicit._trace import implicit
 from jaxcore.implicit._trace import use_implicit
@@ -38,6 +55,10 @@ from jaxcore.implicit._warnings import MaterializationWarning
 from jaxcore.implicit._warnings import materialization_warnings
 from jaxcore.implicit._warnings import reset_materialization_warnings
 
+# Assembly: the layers below import nothing above them; they are wired together here.
+_base.install_materializer(_materialize.materialize_full)
+_rules.install()
+
 if not _jax_internals.jax_version_supported():
     _warnings_module.warn(
         "jaxcore.implicit's interpreter was written against jax "
@@ -50,6 +71,7 @@ __all__ = [
     "AmbiguousHandlerError",
     "ImplicitArray",
     "MaterializationWarning",
+    "StraightThrough",
     "UninitializedAval",
     "WARN_ENV_VAR",
     "aux_field",

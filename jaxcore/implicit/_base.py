@@ -8,6 +8,13 @@ itself into a dense array. Its dataclass fields are split into pytree *children*
 computed by ``compute_shape``/``compute_dtype``, or discovered lazily by
 ``jax.eval_shape`` of ``materialize`` (cached per structure, so a tree round trip does
 not re-trace).
+
+This is the bottom layer of the package: it imports no other ``jaxcore.implicit``
+module. Turning an implicit array with implicit children into a dense one needs the
+interpreter (``materialize`` applies primitives to those children), which sits above;
+the package installs that materialiser here when it is assembled (see
+:func:`install_materializer`), and until then :func:`materialize_full` just calls
+``materialize`` repeatedly.
 """
 
 from __future__ import annotations
@@ -175,10 +182,58 @@ def _structure_key(obj: ImplicitArray) -> tp.Any:
     return key
 
 
+def _materialize_plainly(x: tp.Any) -> tp.Any:
+    """Calls ``materialize`` until the result is dense, with no dispatch on implicit children."""
+    while type(x) in IMPLICIT_TYPES:
+        x = x.materialize()
+    return x
+
+
+# How materialize_full turns an implicit array into a dense one (see install_materializer).
+_materializer: tp.Callable[[tp.Any], tp.Any] = _materialize_plainly
+
+
+def install_materializer(fn: tp.Callable[[tp.Any], tp.Any]) -> None:
+    """Sets the function :func:`materialize_full` uses; the package installs its own.
+
+    ``jaxcore.implicit`` installs ``_materialize.materialize_full``, which runs
+    ``materialize`` under the interpreter when the array has implicit children. Kept as
+    a seam so that this module, the bottom layer, imports nothing above it.
+    """
+    global _materializer
+    _materializer = fn
+
+
+def materialize_full(x: tp.Any) -> tp.Any:
+    """Materialises ``x`` until it is dense (other values are returned unchanged)."""
+    if type(x) not in IMPLICIT_TYPES:
+        return x
+    return _materializer(x)
+
+
+def has_implicit_children(x: ImplicitArray) -> bool:
+    """Returns whether any child of ``x`` (at any container depth) is an implicit array.
+
+    Classes that set ``handles_implicit_children = True`` report ``False``: their
+    handlers and ``materialize`` deal with implicit children themselves, so the
+    interpreter passes them through untouched instead of dispatching on them.
+    """
+    if type(x).handles_implicit_children:
+        return False
+    d = x.__dict__
+    for name in field_layout(type(x)).children:
+        child = d[name]
+        if type(child) in IMPLICIT_TYPES:
+            return True
+        if isinstance(child, (list, tuple, dict)):
+            leaves = jax.tree_util.tree_leaves(child, is_leaf=is_implicit)
+            if any(type(leaf) in IMPLICIT_TYPES for leaf in leaves):
+                return True
+    return False
+
+
 def _discover(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
     """Finds the shape/dtype of ``materialize(obj)`` with ``jax.eval_shape``, with a cache."""
-    from jaxcore.implicit import _materialize  # local: _materialize imports this module
-
     key = _structure_key(obj)
     if key is not None:
         found = _discovered_avals.get(key)
@@ -194,9 +249,7 @@ def _discover(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
         )
     token = _discovering.set(active | {marker})
     try:
-        out = jax.eval_shape(
-            lambda o: _materialize.materialize_nested(o, full=True), obj
-        )
+        out = jax.eval_shape(materialize_full, obj)
     except UninitializedAval:
         raise
     except Exception as err:  # noqa: BLE001 - re-raised with the class named.
@@ -288,6 +341,13 @@ class ImplicitArray(abc.ABC):
         warn_on_materialize: ``False`` silences the fallback-materialisation warning for
             this class (``class Zeros(ImplicitArray, warn_on_materialize=False)``).
 
+    Class attributes:
+        handles_implicit_children: ``True`` for wrapper classes whose handlers and
+            ``materialize`` dispatch on their implicit children themselves (e.g.
+            :class:`jaxcore.implicit.StraightThrough`). By default, a handler or
+            ``materialize`` of an array with implicit children runs with those children
+            wrapped, so operations on them dispatch like any others.
+
     Example:
         >>> @dataclasses.dataclass
         ... class Scaled(ImplicitArray):
@@ -298,6 +358,7 @@ class ImplicitArray(abc.ABC):
     """
 
     warn_on_materialize: tp.ClassVar[bool] = True
+    handles_implicit_children: tp.ClassVar[bool] = False
     default_shape: tp.ClassVar[tuple[int, ...] | None] = None
     default_dtype: tp.ClassVar[tp.Any] = None
 
@@ -359,9 +420,7 @@ class ImplicitArray(abc.ABC):
         Returns:
             The primitive's result on the materialised operands.
         """
-        from jaxcore.implicit import _materialize
-
-        return _materialize.materialize_handler(primitive, *args, params=params or {})
+        return primitive.bind(*[materialize_full(a) for a in args], **(params or {}))
 
 
 def _flatten(obj: ImplicitArray):

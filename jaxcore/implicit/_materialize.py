@@ -1,26 +1,20 @@
-"""Materialisation: turning implicit arrays into dense ones, and the fallback handlers."""
+"""Materialisation: turning implicit arrays into dense ones, and the fallback handlers.
+
+Sits above the interpreter (:mod:`._trace`): an implicit array whose children are
+implicit arrays materialises by running its ``materialize`` with those children
+wrapped, so the primitives it applies to them dispatch. The package installs
+:func:`materialize_full` as :mod:`._base`'s materialiser when it is assembled.
+"""
 
 from __future__ import annotations
 
 import typing as tp
 
-import jax
-
 from jaxcore.implicit import _base
+from jaxcore.implicit import _trace
 
-
-def has_implicit_children(x: _base.ImplicitArray) -> bool:
-    """Returns whether any child of ``x`` (at any container depth) is an implicit array."""
-    d = x.__dict__
-    for name in _base.field_layout(type(x)).children:
-        child = d[name]
-        if _base.is_implicit(child):
-            return True
-        if isinstance(child, (list, tuple, dict)):
-            leaves = jax.tree_util.tree_leaves(child, is_leaf=_base.is_implicit)
-            if any(_base.is_implicit(leaf) for leaf in leaves):
-                return True
-    return False
+# Kept here too: the name was public to handlers written against earlier releases.
+has_implicit_children = _base.has_implicit_children
 
 
 def materialize_one_layer(x: _base.ImplicitArray) -> tp.Any:
@@ -30,9 +24,7 @@ def materialize_one_layer(x: _base.ImplicitArray) -> tp.Any:
     interpreter with those children wrapped, so ``self.inner * 2`` inside
     ``materialize`` works like any implicit-array operation.
     """
-    if has_implicit_children(x):
-        from jaxcore.implicit import _trace
-
+    if _base.has_implicit_children(x):
         return _trace.call_with_nested_dispatch(type(x).materialize, (x,), {})
     return x.materialize()
 
@@ -52,6 +44,11 @@ def materialize_nested(implicit_arr: tp.Any, full: bool = False) -> tp.Any:
         if not full:
             break
     return implicit_arr
+
+
+def materialize_full(x: tp.Any) -> tp.Any:
+    """Materialises ``x`` until it is dense; the materialiser the package installs in ``_base``."""
+    return materialize_nested(x, full=True)
 
 
 def materialize_all(values: tp.Sequence[tp.Any]) -> list[tp.Any]:

@@ -10,8 +10,9 @@ place and different in another is materialised, and only that output. ``scan`` i
 that are scanned over (``xs``) and stacked outputs (``ys``) are always materialised:
 slicing an implicit array's children along axis 0 need not slice the array it stands for.
 
-The rules are registered with a very low precedence and accept any operands, so a
-user-registered, more specific handler for the same primitive wins.
+The package registers the rules (:func:`install`) with a very low precedence; they
+accept any operands, so a user-registered, more specific handler for the same
+primitive wins.
 """
 
 from __future__ import annotations
@@ -127,19 +128,12 @@ def _jit_rule_raw(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) ->
     return list(out)
 
 
-_dispatch.register_builtin(
-    prims.jit_p, _jit_rule, precedence=_RULE_PRECEDENCE, raw=_jit_rule_raw
-)
-
-
-@_dispatch.register(prims.remat_p, precedence=_RULE_PRECEDENCE)
 def _remat_rule(primitive, *args: tp.Any, jaxpr, prevent_cse, policy, **params):
     del primitive, params
     fn = _implicit_jaxpr_fn(jex_core.ClosedJaxpr(jaxpr, ()))
     return list(jax.checkpoint(fn, prevent_cse=prevent_cse, policy=policy)(*args))
 
 
-@_dispatch.register(prims.cond_p, precedence=_RULE_PRECEDENCE)
 def _cond_rule(primitive, index: tp.Any, *operands: tp.Any, branches, **params):
     del primitive, params
     index = _materialize_full(index)
@@ -156,7 +150,6 @@ def _cond_rule(primitive, index: tp.Any, *operands: tp.Any, branches, **params):
     return list(jax.lax.switch(index, fns, *operands))
 
 
-@_dispatch.register(prims.while_p, precedence=_RULE_PRECEDENCE)
 def _while_rule(
     primitive, *args: tp.Any, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **params
 ):
@@ -181,7 +174,6 @@ def _while_rule(
     return list(jax.lax.while_loop(cond, body, _apply_mask(init, mask)))
 
 
-@_dispatch.register(prims.scan_p, precedence=_RULE_PRECEDENCE)
 def _scan_rule(
     primitive, *args: tp.Any, reverse, length, jaxpr, num_consts, num_carry, unroll, **params
 ):
@@ -216,3 +208,23 @@ def _scan_rule(
     )
     return [*carry, *ys]
 
+
+_installed = False
+
+
+def install() -> None:
+    """Registers the rules (once); called by the package when it is assembled."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    _dispatch.register_builtin(
+        prims.jit_p, _jit_rule, precedence=_RULE_PRECEDENCE, raw=_jit_rule_raw
+    )
+    for primitive, rule in (
+        (prims.remat_p, _remat_rule),
+        (prims.cond_p, _cond_rule),
+        (prims.while_p, _while_rule),
+        (prims.scan_p, _scan_rule),
+    ):
+        _dispatch.register(primitive, precedence=_RULE_PRECEDENCE)(rule)

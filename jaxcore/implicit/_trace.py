@@ -38,7 +38,6 @@ import numpy as np
 from jaxcore import _jax_internals
 from jaxcore.implicit import _base
 from jaxcore.implicit import _dispatch
-from jaxcore.implicit import _materialize
 from jaxcore.implicit import _warnings
 
 _is_implicit = _base.is_implicit
@@ -62,6 +61,38 @@ class _ImplicitTracer(jax.core.Tracer):
 
     def _short_repr(self) -> str:
         return f"ImplicitTracer<{type(self.value).__name__}{self.aval.str_short()}>"
+
+    def __getattr__(self, name: str) -> tp.Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "value" or name.startswith("__"):
+                raise
+            cls = type(self.value)
+            if not hasattr(cls, name):
+                raise
+        raise AttributeError(_own_attribute_message(cls.__name__, name)) from None
+
+
+def _own_attribute_message(cls_name: str, name: str) -> str:
+    """Explains why an implicit array's own attribute is missing inside ``implicit(f)``."""
+    head = (
+        f"'{name}' is an attribute of {cls_name}, but inside a function wrapped with "
+        f"jaxcore.implicit.implicit the {cls_name} is a tracer that stands for the dense "
+        "array (shape and dtype only): JAX operations on it run the registered handlers, "
+        "or materialise it when none matches."
+    )
+    if name == "materialize":
+        return (
+            f"{head} Use the tracer itself where you called .materialize() (x @ w, not "
+            "x @ w.materialize()); materialising happens where needed. To force the dense "
+            "array, call .materialize() outside the implicit function and pass the result in."
+        )
+    return (
+        f"{head} Read .{name} outside the implicit function and pass it in as an argument, "
+        "or do the work in a handler registered with jaxcore.implicit.register, which "
+        f"receives the {cls_name} itself."
+    )
 
 
 class _ImplicitTrace(jax.core.Trace):
@@ -121,9 +152,9 @@ class _ImplicitTrace(jax.core.Trace):
     def _materialized_values(self, primitive, tracers) -> list[tp.Any]:
         values, found = self._values(tracers)
         if found:
-            _warn_for(primitive, values)
+            warn_for(primitive, values)
             with jex_core.set_current_trace(self.parent_trace):
-                values = _materialize.materialize_all(values)
+                values = [_base.materialize_full(v) for v in values]
         return values
 
     def _bind_on_parent(self, primitive, values, params):
@@ -181,7 +212,8 @@ def trace_for(parent: jax.core.Trace) -> _ImplicitTrace:
 _last_trace: _ImplicitTrace | None = None
 
 
-def _warn_for(primitive: tp.Any, values: tp.Sequence[tp.Any]) -> None:
+def warn_for(primitive: tp.Any, values: tp.Sequence[tp.Any]) -> None:
+    """Issues the fallback warning for every implicit array among ``values``."""
     for v in values:
         if _is_implicit(v):
             _warnings.warn_materialize(primitive, type(v))
@@ -199,10 +231,10 @@ def apply_primitive(primitive: tp.Any, values: list[tp.Any], params: dict) -> tp
         handler = _dispatch.resolve(primitive, types_)
     if handler is None:
         first = next(v for v in values if type(v) in _IMPLICIT_TYPES)
-        _warn_for(primitive, values)
+        warn_for(primitive, values)
         return type(first).default_handler(primitive, *values, params=params)
     for v in values:
-        if type(v) in _IMPLICIT_TYPES and _materialize.has_implicit_children(v):
+        if type(v) in _IMPLICIT_TYPES and _base.has_implicit_children(v):
             return call_with_nested_dispatch(handler, (primitive, values, params), {})
     raw = handler.raw
     if raw is not None:
@@ -232,8 +264,8 @@ def eval_jaxpr(closed_jaxpr: jex_core.ClosedJaxpr, args: tp.Sequence[tp.Any]) ->
             for v in invals:
                 if type(v) in implicit_types:
                     if "subfuns" in bind_params:
-                        _warn_for(primitive, invals)
-                        invals = _materialize.materialize_all(invals)
+                        warn_for(primitive, invals)
+                        invals = [_base.materialize_full(v) for v in invals]
                         ans = primitive.bind(*invals, **bind_params)
                     else:
                         ans = apply_primitive(primitive, invals, bind_params)
