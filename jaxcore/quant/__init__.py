@@ -6,10 +6,16 @@
 ``w`` runs `jaxcore.kernels.quantized_matmul`, which dequantises one block of rows at a time
 and never builds the dense weight. `fake_quantize` is the straight-through quantiser for
 quantisation-aware training.
+
+For eformer users: `Array1B` (ternary weights four to a byte), `nf4xf32_to_f32`, eformer's
+names ``ArrayNF4.packed``/``.absmax`` and ``ArrayInt8.weight``, ``quantize(..., axis=(0, 1))``
+and ``with_mesh_and_axis`` (see docs/compat.md).
 """
 
 from jaxcore.quant import _handlers  # noqa: F401  (registers the dot_general/transpose handlers)
+from jaxcore.quant._array1b import Array1B
 from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
+from jaxcore.quant._nf4_values import nf4xf32_to_f32
 from jaxcore.quant._qat import fake_quantize
 
-__all__ = ["ArrayInt4", "ArrayInt8", "ArrayNF4", "fake_quantize"]
+__all__ = ["Array1B", "ArrayInt4", "ArrayInt8", "ArrayNF4", "fake_quantize", "nf4xf32_to_f32"]
