@@ -155,6 +155,8 @@ def apply_block_scales(values: jax.Array, scale_rows: jax.Array, block_size: int
       float32 (R, N) values.
     """
     rows, n = values.shape
+    if rows == 0:  # an empty weight: nothing to scale
+        return values.astype(jnp.float32)
     per_scale = min(rows, block_size)
     values = values.reshape(rows // per_scale, per_scale, n)
     return (values * scale_rows.astype(jnp.float32)[:, None, :]).reshape(rows, n)

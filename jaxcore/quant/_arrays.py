@@ -24,37 +24,23 @@ import numpy as np
 from jaxcore.implicit import ImplicitArray, aux_field
 from jaxcore.kernels import dequantize, quantized_matmul
 from jaxcore.kernels._formats import logical_rows
-from jaxcore.quant import _checks, _double_quant, _per_tensor, _quantize, _sharding
-
-
-def _both_axes(axis) -> bool:
-    """Whether ``axis`` is a tuple naming both axes of a 2-D weight (e.g. ``(0, 1)``, ``(-1, 0)``)."""
-    if not isinstance(axis, (tuple, list)) or len(axis) != 2:
-        return False
-    valid = all(not isinstance(a, bool) and a in (0, 1, -1, -2) for a in axis)
-    return valid and {int(a) % 2 for a in axis} == {0, 1}
+from jaxcore.quant import _checks, _double_quant, _quantize
 
 
 def _check_axis(axis, what: str) -> int:
-    if isinstance(axis, (tuple, list)) and len(axis) == 1:
-        axis = axis[0]  # eformer passes axes as tuples: (0,) is axis 0
-    if _both_axes(axis):
-        raise ValueError(
-            f"{what}: axis={axis!r} reduces over both axes, but this format's blocks run "
-            "along one axis (0 or 1); only ArrayInt8 takes axis=(0, 1) (one scale per matrix)"
-        )
     if isinstance(axis, bool) or axis not in (0, 1, -1, -2):
         raise ValueError(f"{what}: axis must be 0 or 1 for a 2-D weight, got {axis!r}")
     return int(axis) % 2
 
 
-def _prepare(x, block_size, axis: int, what: str, even: bool):
+def _prepare(x, block_size, axis: int, what: str, even: bool, check_finite: bool = False):
     """Checks ``x`` and returns it oriented so that the blocked axis is axis 0."""
-    x = _checks.check_weight(x, what)
+    x = _checks.check_weight(x, what, check_finite)
     axis = _check_axis(axis, what)
     blocked = x if axis == 0 else x.T
     size = blocked.shape[0]
-    block_size = size if block_size is None else block_size
+    # An empty axis is one (empty) block per column of any size; 1 keeps the layout valid.
+    block_size = (size or 1) if block_size is None else block_size
     block_size = _checks.check_block_size(
         block_size, size, what=f"{what} (axis {axis} of {x.shape})", even=even
     )
@@ -143,50 +129,6 @@ class _QuantizedArray(ImplicitArray):
         values["axis"] = _check_axis(axis, type(self).__name__)
         return type(self)(**values, dtype=self.dtype)
 
-    def dequantize(self) -> jax.Array:
-        """The dense weight (eformer's name for `materialize`)."""
-        return self.materialize()
-
-    def with_sharding(self, sharding) -> _QuantizedArray:
-        """Returns the same weight with its stored arrays placed by ``sharding``.
-
-        ``sharding`` describes the *logical* weight (shape ``self.shape``): a
-        ``NamedSharding``, or a ``PartitionSpec`` (applied with
-        ``jax.lax.with_sharding_constraint``, so under ``jit`` with a mesh in
-        context), or ``None`` (returns ``self``). The codes and scales are split
-        along the same logical axes (see `jaxcore.quant._sharding`).
-
-        Raises:
-          ValueError: if the spec has more entries than the weight has axes, or a
-            sharded stored axis does not divide by its mesh axes.
-        """
-        return _sharding.shard_like_logical(self, sharding)
-
-    def with_mesh_and_axis(self, mesh_and_axis) -> _QuantizedArray:
-        """eformer's sharding shorthand: ``(mesh, spec)`` -> `with_sharding` of a ``NamedSharding``.
-
-        ``spec`` may be ``None`` (replicated), a ``PartitionSpec``, a tuple/list of
-        per-axis entries, or one mesh axis name (sharding the first axis).
-        """
-        return self.with_sharding(_sharding.named_sharding(mesh_and_axis, type(self).__name__))
-
-    def reshard(self, sharding) -> _QuantizedArray:
-        """Alias of `with_sharding` (eformer's name)."""
-        return self.with_sharding(sharding)
-
-    def _stored_partition(self, name: str, leaf, logical: tuple) -> tuple:
-        """The spec of stored array ``name`` for the logical spec ``logical``.
-
-        Codes and scales are (leading..., rows, N) with rows along the blocked axis, so
-        they follow the logical axes (swapped when ``axis == 1``); other stored arrays
-        (double-quantisation group scales and offset) are replicated.
-        """
-        n_lead = len(self.shape) - 2
-        if name not in ("qvalue", "scale") or leaf.ndim != n_lead + 2:
-            return (None,) * leaf.ndim
-        rows, cols = (logical[-2], logical[-1]) if self.axis == 0 else (logical[-1], logical[-2])
-        return tuple(logical[:n_lead]) + (rows, cols)
-
     def __rmatmul__(self, other) -> jax.Array:
         """``dense @ q`` without `jaxcore.implicit.implicit`: runs the quantised kernel."""
         return quantized_matmul(other, self)
@@ -216,23 +158,22 @@ class ArrayInt8(_QuantizedArray):
     axis: int = aux_field(default=0)
     fmt: ClassVar[str] = "int8"
 
-    @property
-    def weight(self) -> jax.Array:
-        """The int8 codes under eformer's name (``Array8B.weight``): the same array as ``qvalue``."""
-        return self.qvalue
-
     @classmethod
-    def quantize(cls, x, *, axis: int = 0, block_size: int | None = None) -> ArrayInt8:
+    def quantize(
+        cls, x, *, axis: int = 0, block_size: int | None = None, check_finite: bool = False
+    ) -> ArrayInt8:
         """Quantises a float 2-D weight to int8.
 
         Args:
           x: float32/bfloat16/float16/float64 (K, N) weight.
           axis: the axis each scale reduces over; the default 0 gives one scale per output
-            column of ``x @ W``, 1 gives one scale per row. As in eformer it may be a tuple:
-            ``(0,)`` is 0, and ``(0, 1)`` reduces over both axes, one scale for the whole
-            matrix (stored repeated per column, so the kernels run unchanged; then
-            ``block_size`` must be left out).
+            column of ``x @ W``, 1 gives one scale per row.
           block_size: rows of ``axis`` per scale; default: the whole axis (per channel).
+          check_finite: raise a ValueError for NaN/Inf in ``x`` (eager only: inside ``jit``
+            the values are unknown and it raises saying so). By default non-finite values
+            are quantised: a block holding a NaN materialises as NaN, one holding an
+            infinity keeps it (with its sign) and its other entries are NaN, in eager and
+            jitted code alike.
 
         Returns:
           The quantised array; it materialises to ``x.dtype``.
@@ -240,18 +181,12 @@ class ArrayInt8(_QuantizedArray):
         Raises:
           TypeError: for an unsupported dtype or a non-integer block size.
           ValueError: for a non-2-D ``x``, a block size that does not divide the axis, a
-            bad ``axis``, or NaN/Inf in ``x``.
+            bad ``axis``, NaN/Inf in ``x`` with ``check_finite``, or float64 values beyond
+            float32's range (the scales are float32).
         """
-        if _both_axes(axis):
-            x = _checks.check_weight(x, "ArrayInt8.quantize")
-            if block_size is not None:
-                raise ValueError(
-                    f"ArrayInt8.quantize: axis={axis!r} gives one scale for the whole "
-                    f"{x.shape} matrix; block_size={block_size!r} would split it (leave it out)"
-                )
-            qvalue, scale = _per_tensor.quantize_int8_per_tensor(x)
-            return cls(qvalue, scale, x.shape[0], 0, dtype=x.dtype)
-        x, blocked, block_size, axis = _prepare(x, block_size, axis, "ArrayInt8.quantize", even=False)
+        x, blocked, block_size, axis = _prepare(
+            x, block_size, axis, "ArrayInt8.quantize", even=False, check_finite=check_finite
+        )
         qvalue, scale = _quantize.quantize_int8(blocked, block_size)
         return cls(qvalue, scale, block_size, axis, dtype=x.dtype)
 
@@ -275,13 +210,18 @@ class ArrayInt4(_QuantizedArray):
     fmt: ClassVar[str] = "int4"
 
     @classmethod
-    def quantize(cls, x, block_size: int = 64, *, axis: int = 0) -> ArrayInt4:
+    def quantize(cls, x, block_size: int = 64, *, axis: int = 0, check_finite: bool = False) -> ArrayInt4:
         """Quantises a float 2-D weight to int4 with one scale per block of ``block_size`` rows.
 
         Args:
           x: float (K, N) weight.
           block_size: even number of rows per block; must divide the blocked axis.
           axis: the axis the blocks run along (default 0, the contracted axis of ``x @ W``).
+          check_finite: raise a ValueError for NaN/Inf in ``x`` (eager only: inside ``jit``
+            the values are unknown and it raises saying so). By default non-finite values
+            are quantised: a block holding a NaN materialises as NaN, one holding an
+            infinity keeps it (with its sign) and its other entries are NaN, in eager and
+            jitted code alike.
 
         Returns:
           The quantised array; it materialises to ``x.dtype``.
@@ -289,9 +229,12 @@ class ArrayInt4(_QuantizedArray):
         Raises:
           TypeError: for an unsupported dtype or a non-integer block size.
           ValueError: for a non-2-D ``x``, an odd or non-dividing block size, a bad
-            ``axis``, or NaN/Inf in ``x``.
+            ``axis``, NaN/Inf in ``x`` with ``check_finite``, or float64 values beyond
+            float32's range (the scales are float32).
         """
-        x, blocked, block_size, axis = _prepare(x, block_size, axis, "ArrayInt4.quantize", even=True)
+        x, blocked, block_size, axis = _prepare(
+            x, block_size, axis, "ArrayInt4.quantize", even=True, check_finite=check_finite
+        )
         qvalue, scale = _quantize.quantize_int4(blocked, block_size)
         return cls(qvalue, scale, block_size, axis, dtype=x.dtype)
 
@@ -319,24 +262,6 @@ class ArrayNF4(_QuantizedArray):
     fmt: ClassVar[str] = "nf4"
 
     @property
-    def packed(self) -> jax.Array:
-        """The packed 4-bit codes under eformer's name: the same array as ``qvalue``.
-
-        The layout is jaxcore's kernel layout (two rows per byte along the blocked
-        axis), not eformer's (two neighbours along the last axis per byte).
-        """
-        return self.qvalue
-
-    @property
-    def absmax(self) -> jax.Array:
-        """The float32 per-block absolute maxima (eformer's name), shape (..., K // block_size, N).
-
-        With double quantisation ``scale`` holds int8 codes; this is always the
-        dequantised float absmax (`block_scales`).
-        """
-        return self.block_scales()
-
-    @property
     def double_quant(self) -> bool:
         """Whether the block absmax is itself stored quantised."""
         return self.scale_group_scale is not None
@@ -349,7 +274,10 @@ class ArrayNF4(_QuantizedArray):
         return expand(self.scale, self.scale_group_scale, self.scale_offset)
 
     @classmethod
-    def quantize(cls, x, block_size: int = 64, double_quant: bool = False, *, axis: int = 0) -> ArrayNF4:
+    def quantize(
+        cls, x, block_size: int = 64, double_quant: bool = False, *, axis: int = 0,
+        check_finite: bool = False,
+    ) -> ArrayNF4:
         """Quantises a float 2-D weight to NF4 with one absmax per block of ``block_size`` rows.
 
         Args:
@@ -358,6 +286,11 @@ class ArrayNF4(_QuantizedArray):
           double_quant: store the absmax as int8 codes with one float32 scale per group of
             256 blocks and a global offset (QLoRA's double quantisation).
           axis: the axis the blocks run along (default 0, the contracted axis of ``x @ W``).
+          check_finite: raise a ValueError for NaN/Inf in ``x`` (eager only: inside ``jit``
+            the values are unknown and it raises saying so). By default non-finite values
+            are quantised: a block holding a NaN materialises as NaN, one holding an
+            infinity keeps it (with its sign) and its other entries are NaN, in eager and
+            jitted code alike.
 
         Returns:
           The quantised array; it materialises to ``x.dtype``.
@@ -365,9 +298,12 @@ class ArrayNF4(_QuantizedArray):
         Raises:
           TypeError: for an unsupported dtype or a non-integer block size.
           ValueError: for a non-2-D ``x``, an odd or non-dividing block size, a bad
-            ``axis``, or NaN/Inf in ``x``.
+            ``axis``, NaN/Inf in ``x`` with ``check_finite``, or float64 values beyond
+            float32's range (the scales are float32).
         """
-        x, blocked, block_size, axis = _prepare(x, block_size, axis, "ArrayNF4.quantize", even=True)
+        x, blocked, block_size, axis = _prepare(
+            x, block_size, axis, "ArrayNF4.quantize", even=True, check_finite=check_finite
+        )
         qvalue, absmax = _quantize.quantize_nf4(blocked, block_size)
         if not double_quant:
             return cls(qvalue, absmax, block_size, axis=axis, dtype=x.dtype)

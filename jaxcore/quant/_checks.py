@@ -9,27 +9,37 @@ import numpy as np
 _SUPPORTED = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 @jax.jit
 def _all_finite(x: jax.Array) -> jax.Array:
     """Whether every entry is finite, computed on device (one compiled program per shape)."""
     return jnp.isfinite(x).all()
 
 
-def check_weight(x, what: str) -> jax.Array:
+def check_weight(x, what: str, check_finite: bool = False) -> jax.Array:
     """Checks a weight before quantisation and returns it as a jax array.
+
+    Non-finite values are quantised, not rejected, unless ``check_finite``: a NaN or an
+    infinity comes back non-finite from ``materialize`` (see `jaxcore.quant._quantize`), the
+    same in eager and jitted code.
 
     Args:
       x: the weight.
       what: the quantiser's name, for messages.
+      check_finite: raise for NaN/Inf instead of quantising them. Needs concrete values:
+        inside ``jit`` it raises a ValueError saying so.
 
     Returns:
       ``x`` as a jax array.
 
     Raises:
       TypeError: if ``x`` is not float32/bfloat16/float16/float64.
-      ValueError: if ``x`` is not 2-D, or (when its values are known, i.e. outside a
-        trace) contains NaN or Inf. Inside ``jit`` the values are unknown; a non-finite
-        entry then makes its whole block's scale non-finite, so outputs are NaN, not wrong.
+      ValueError: if ``x`` is not 2-D; if ``check_finite`` and ``x`` holds NaN or Inf (or
+        is traced); if a float64 ``x`` holds finite values beyond float32's range, which the
+        float32 scales cannot represent (checked when the values are known; inside ``jit``
+        those blocks come back non-finite instead).
     """
     dtype = getattr(x, "dtype", None)
     dtype = np.dtype(np.asarray(x).dtype if dtype is None else dtype)
@@ -38,10 +48,28 @@ def check_weight(x, what: str) -> jax.Array:
             f"{what}: unsupported dtype {dtype}; expected one of "
             f"{[np.dtype(d).name for d in _SUPPORTED]}"
         )
+    traced = isinstance(x, jax.core.Tracer)
+    if dtype == np.float64 and not traced:
+        # Before jnp.asarray, which (without jax_enable_x64) would turn them into inf.
+        host = np.abs(np.asarray(x))
+        too_big = np.isfinite(host) & (host > _FLOAT32_MAX)
+        if too_big.any():
+            raise ValueError(
+                f"{what}: float64 weight of shape {host.shape} holds {int(too_big.sum())} "
+                f"finite value(s) beyond float32's range ({_FLOAT32_MAX:.6g}), first at index "
+                f"{tuple(int(i) for i in np.argwhere(too_big)[0])}: the quantisation scales "
+                "are float32; scale the weight down before quantising"
+            )
     x = jnp.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"{what}: expected a 2-D (K, N) weight, got shape {x.shape}")
-    if not isinstance(x, jax.core.Tracer) and not bool(_all_finite(x)):
+    if check_finite and traced:
+        raise ValueError(
+            f"{what}: check_finite=True needs the weight's values, which are unknown inside "
+            "jit/vmap/grad; check outside the transformation, or leave check_finite=False "
+            "(NaN/Inf then come back NaN/Inf from materialize)"
+        )
+    if check_finite and not bool(_all_finite(x)):
         # Only the failing case copies the weight to the host, to name the bad entries.
         host = np.asarray(x, dtype=np.float32)
         bad = np.argwhere(~np.isfinite(host))

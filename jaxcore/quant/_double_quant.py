@@ -28,16 +28,21 @@ def compress_scales(absmax: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]
     Returns:
       ``(codes, group_scale, offset)``: int8 codes shaped like ``absmax`` (row-major groups
       of `GROUP_SIZE` entries share a scale), float32 (ceil(B * N / GROUP_SIZE),) group
-      scales, and the float32 scalar offset.
+      scales, and the float32 scalar offset. A group holding a non-finite absmax (a weight
+      block with NaN/Inf) gets a NaN scale, so its blocks materialise as NaN; the offset
+      and the other groups are computed from the finite absmax values only.
     """
     flat = absmax.astype(jnp.float32).reshape(-1)
-    offset = jnp.mean(flat)
-    centred = flat - offset
+    finite = jnp.isfinite(flat)
+    count = jnp.maximum(finite.sum(), 1).astype(jnp.float32)
+    offset = jnp.where(finite, flat, 0).sum() / count
+    centred = jnp.where(finite, flat - offset, 0)
     n_groups = -(-flat.size // GROUP_SIZE)
     group = _group_index(flat.size)
     group_max = jnp.zeros((n_groups,), jnp.float32).at[group].max(jnp.abs(centred))
-    group_scale = group_max / jnp.float32(127)
-    safe = jnp.where(group_scale == 0, jnp.float32(1), group_scale)
+    poisoned = jnp.zeros((n_groups,), jnp.bool_).at[group].max(~finite)
+    group_scale = jnp.where(poisoned, jnp.float32(jnp.nan), group_max / jnp.float32(127))
+    safe = jnp.where((group_scale == 0) | poisoned, jnp.float32(1), group_scale)
     codes = jnp.clip(jnp.round(centred / safe[group]), -127, 127).astype(jnp.int8)
     return codes.reshape(absmax.shape), group_scale, offset
 

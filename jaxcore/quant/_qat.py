@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+import operator
+from collections.abc import Sequence
 from typing import Callable
 
 import jax
 
 from jaxcore.implicit import ste
+from jaxcore.quant import _checks
 from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
 
 _CLASSES = {"int8": ArrayInt8, "int4": ArrayInt4, "nf4": ArrayNF4}
@@ -34,7 +37,8 @@ def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
       w: float (K, N) master weight.
       fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
       **options: keyword options of that format's ``quantize`` (``block_size``, ``axis``,
-        ``double_quant``), e.g. ``fake_quantize(w, "int4", block_size=32)``.
+        ``double_quant``, ``check_finite``), e.g. ``fake_quantize(w, "int4", block_size=32)``.
+        ``block_size`` may also be given as a one-element sequence (``[32]``, ``(32,)``).
 
     Returns:
       The dequantised weight, shaped and typed like ``w``.
@@ -44,4 +48,19 @@ def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
     """
     if fmt not in _CLASSES:
         raise ValueError(f"fake_quantize: unknown format {fmt!r}; expected one of {sorted(_CLASSES)}")
-    return _straight_through(fmt, tuple(sorted(options.items())))(w)
+    if options.pop("check_finite", False):
+        # Checked here, on the caller's value: `ste` traces the function it wraps.
+        _checks.check_weight(w, f"fake_quantize({fmt!r})", check_finite=True)
+    block_size = options.get("block_size")
+    if isinstance(block_size, Sequence) and not isinstance(block_size, str):
+        if len(block_size) != 1:
+            raise ValueError(
+                f"fake_quantize: block_size={block_size!r}: a sequence must hold exactly one "
+                "block size (the blocks run along one axis; pick it with axis=)"
+            )
+        (options["block_size"],) = block_size
+    try:
+        fn = _straight_through(fmt, tuple(sorted(options.items(), key=operator.itemgetter(0))))
+    except TypeError:  # an unhashable option value: let quantize() judge it, uncached
+        fn = _straight_through.__wrapped__(fmt, tuple(options.items()))
+    return fn(w)
