@@ -480,16 +480,19 @@ def test_fake_quantize_straight_through_training(fmt, options):
     assert loss_and_grad(master)[0] < 0.8 * first_loss
 
 
-def test_ste_of_quantised_array_output_explains_itself():
+def test_ste_of_quantised_array_output_passes_the_gradient_straight_through():
     w = weight(64, 8)
     x = np.ones((2, 64), np.float32)
+    expected = np.repeat(x.sum(axis=0)[:, None], 8, axis=1)
+    # ste of the quantised array itself: the forward pass keeps the quantised weight
+    # (tests/qat_test.py covers every format and use), the gradient reaches w.
     quantise = ste(lambda w: ArrayNF4.quantize(w))
-    with pytest.raises(TypeError, match="straight.through"):
-        jax.grad(implicit(lambda w: jnp.sum(x @ quantise(w))))(w)
-    # The documented pattern, ste of the materialised weight, passes the gradient through.
+    g = jax.grad(implicit(lambda w: jnp.sum(x @ quantise(w))))(w)
+    np.testing.assert_allclose(g, expected, rtol=1e-6)
+    # ste of the materialised weight gives the same gradient, with a dense forward pass.
     through = ste(lambda w: ArrayNF4.quantize(w).materialize())
     g = jax.grad(lambda w: jnp.sum(x @ through(w)))(w)
-    np.testing.assert_allclose(g, np.repeat(x.sum(axis=0)[:, None], 8, axis=1), rtol=1e-6)
+    np.testing.assert_allclose(g, expected, rtol=1e-6)
 
 
 def test_cotangent_of_quantised_array_refuses_to_materialise():

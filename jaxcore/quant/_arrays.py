@@ -24,10 +24,25 @@ import numpy as np
 from jaxcore.implicit import ImplicitArray, aux_field
 from jaxcore.kernels import dequantize, quantized_matmul
 from jaxcore.kernels._formats import logical_rows
-from jaxcore.quant import _checks, _double_quant, _quantize
+from jaxcore.quant import _checks, _double_quant, _per_tensor, _quantize, _sharding
+
+
+def _both_axes(axis) -> bool:
+    """Whether ``axis`` is a tuple naming both axes of a 2-D weight (e.g. ``(0, 1)``, ``(-1, 0)``)."""
+    if not isinstance(axis, (tuple, list)) or len(axis) != 2:
+        return False
+    valid = all(not isinstance(a, bool) and a in (0, 1, -1, -2) for a in axis)
+    return valid and {int(a) % 2 for a in axis} == {0, 1}
 
 
 def _check_axis(axis, what: str) -> int:
+    if isinstance(axis, (tuple, list)) and len(axis) == 1:
+        axis = axis[0]  # eformer passes axes as tuples: (0,) is axis 0
+    if _both_axes(axis):
+        raise ValueError(
+            f"{what}: axis={axis!r} reduces over both axes, but this format's blocks run "
+            "along one axis (0 or 1); only ArrayInt8 takes axis=(0, 1) (one scale per matrix)"
+        )
     if isinstance(axis, bool) or axis not in (0, 1, -1, -2):
         raise ValueError(f"{what}: axis must be 0 or 1 for a 2-D weight, got {axis!r}")
     return int(axis) % 2
@@ -129,6 +144,50 @@ class _QuantizedArray(ImplicitArray):
         values["axis"] = _check_axis(axis, type(self).__name__)
         return type(self)(**values, dtype=self.dtype)
 
+    def dequantize(self) -> jax.Array:
+        """The dense weight (eformer's name for `materialize`)."""
+        return self.materialize()
+
+    def with_sharding(self, sharding) -> _QuantizedArray:
+        """Returns the same weight with its stored arrays placed by ``sharding``.
+
+        ``sharding`` describes the *logical* weight (shape ``self.shape``): a
+        ``NamedSharding``, or a ``PartitionSpec`` (applied with
+        ``jax.lax.with_sharding_constraint``, so under ``jit`` with a mesh in
+        context), or ``None`` (returns ``self``). The codes and scales are split
+        along the same logical axes (see `jaxcore.quant._sharding`).
+
+        Raises:
+          ValueError: if the spec has more entries than the weight has axes, or a
+            sharded stored axis does not divide by its mesh axes.
+        """
+        return _sharding.shard_like_logical(self, sharding)
+
+    def with_mesh_and_axis(self, mesh_and_axis) -> _QuantizedArray:
+        """eformer's sharding shorthand: ``(mesh, spec)`` -> `with_sharding` of a ``NamedSharding``.
+
+        ``spec`` may be ``None`` (replicated), a ``PartitionSpec``, a tuple/list of
+        per-axis entries, or one mesh axis name (sharding the first axis).
+        """
+        return self.with_sharding(_sharding.named_sharding(mesh_and_axis, type(self).__name__))
+
+    def reshard(self, sharding) -> _QuantizedArray:
+        """Alias of `with_sharding` (eformer's name)."""
+        return self.with_sharding(sharding)
+
+    def _stored_partition(self, name: str, leaf, logical: tuple) -> tuple:
+        """The spec of stored array ``name`` for the logical spec ``logical``.
+
+        Codes and scales are (leading..., rows, N) with rows along the blocked axis, so
+        they follow the logical axes (swapped when ``axis == 1``); other stored arrays
+        (double-quantisation group scales and offset) are replicated.
+        """
+        n_lead = len(self.shape) - 2
+        if name not in ("qvalue", "scale") or leaf.ndim != n_lead + 2:
+            return (None,) * leaf.ndim
+        rows, cols = (logical[-2], logical[-1]) if self.axis == 0 else (logical[-1], logical[-2])
+        return tuple(logical[:n_lead]) + (rows, cols)
+
     def __rmatmul__(self, other) -> jax.Array:
         """``dense @ q`` without `jaxcore.implicit.implicit`: runs the quantised kernel."""
         return quantized_matmul(other, self)
@@ -158,6 +217,11 @@ class ArrayInt8(_QuantizedArray):
     axis: int = aux_field(default=0)
     fmt: ClassVar[str] = "int8"
 
+    @property
+    def weight(self) -> jax.Array:
+        """The int8 codes under eformer's name (``Array8B.weight``): the same array as ``qvalue``."""
+        return self.qvalue
+
     @classmethod
     def quantize(
         cls, x, *, axis: int = 0, block_size: int | None = None, check_finite: bool = False
@@ -167,7 +231,10 @@ class ArrayInt8(_QuantizedArray):
         Args:
           x: float32/bfloat16/float16/float64 (K, N) weight.
           axis: the axis each scale reduces over; the default 0 gives one scale per output
-            column of ``x @ W``, 1 gives one scale per row.
+            column of ``x @ W``, 1 gives one scale per row. As in eformer it may be a tuple:
+            ``(0,)`` is 0, and ``(0, 1)`` reduces over both axes, one scale for the whole
+            matrix (stored repeated per column, so the kernels run unchanged; then
+            ``block_size`` must be left out).
           block_size: rows of ``axis`` per scale; default: the whole axis (per channel).
           check_finite: raise a ValueError for NaN/Inf in ``x`` (eager only: inside ``jit``
             the values are unknown and it raises saying so). By default non-finite values
@@ -184,6 +251,15 @@ class ArrayInt8(_QuantizedArray):
             bad ``axis``, NaN/Inf in ``x`` with ``check_finite``, or float64 values beyond
             float32's range (the scales are float32).
         """
+        if _both_axes(axis):
+            x = _checks.check_weight(x, "ArrayInt8.quantize", check_finite)
+            if block_size is not None:
+                raise ValueError(
+                    f"ArrayInt8.quantize: axis={axis!r} gives one scale for the whole "
+                    f"{x.shape} matrix; block_size={block_size!r} would split it (leave it out)"
+                )
+            qvalue, scale = _per_tensor.quantize_int8_per_tensor(x)
+            return cls(qvalue, scale, x.shape[0], 0, dtype=x.dtype)
         x, blocked, block_size, axis = _prepare(
             x, block_size, axis, "ArrayInt8.quantize", even=False, check_finite=check_finite
         )
@@ -260,6 +336,24 @@ class ArrayNF4(_QuantizedArray):
     scale_offset: jax.Array | None = None
     axis: int = aux_field(default=0)
     fmt: ClassVar[str] = "nf4"
+
+    @property
+    def packed(self) -> jax.Array:
+        """The packed 4-bit codes under eformer's name: the same array as ``qvalue``.
+
+        The layout is jaxcore's kernel layout (two rows per byte along the blocked
+        axis), not eformer's (two neighbours along the last axis per byte).
+        """
+        return self.qvalue
+
+    @property
+    def absmax(self) -> jax.Array:
+        """The float32 per-block absolute maxima (eformer's name), shape (..., K // block_size, N).
+
+        With double quantisation ``scale`` holds int8 codes; this is always the
+        dequantised float absmax (`block_scales`).
+        """
+        return self.block_scales()
 
     @property
     def double_quant(self) -> bool:
