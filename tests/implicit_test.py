@@ -627,3 +627,161 @@ def test_leaked_tracer_is_a_clear_error():
     gc.collect()
     with pytest.raises(jax.errors.UnexpectedTracerError, match="_ImplicitTracer"):
         leaked[0] * 2.0
+
+
+# ------------------------------------------------------- errors inside implicit(f)
+
+
+def test_implicit_array_attribute_on_its_tracer_explains_what_to_write():
+    s = Scaled(jnp.ones(2), scale=2.0)
+    with pytest.raises(
+        AttributeError,
+        match=r"'materialize' is an attribute of Scaled, but inside a function wrapped with "
+        r"jaxcore.implicit.implicit the Scaled is a tracer .* \(x @ w, not x @ w.materialize\(\)\)",
+    ):
+        implicit(lambda a: a.materialize() * 2.0)(s)
+    with pytest.raises(AttributeError, match=r"'scale' is an attribute of Scaled.*pass it in"):
+        implicit(lambda a: a * a.scale)(s)
+    # What a dense array has still works; a name neither has keeps JAX's message.
+    assert implicit(lambda a: (a.shape, a.ndim, str(a.dtype)))(s) == ((2,), 1, "float32")
+    np.testing.assert_allclose(implicit(lambda a: jnp.sin(a.T))(s), np.sin([2.0, 2.0]), rtol=1e-6)
+    with pytest.raises(AttributeError, match="has no attribute nonexistent") as info:
+        implicit(lambda a: a.nonexistent)(s)
+    assert "is an attribute of" not in str(info.value)
+
+
+# ----------------------------------------------------- handler annotations, **params
+
+
+def test_handler_without_params_for_a_primitive_with_parameters_fails_clearly():
+    Fresh = implicit_test_util.scaled_class()
+
+    @register("reduce_sum")
+    def _sum_without_params(x: Fresh, *, axes):
+        return jnp.sum(x.value, axis=axes) * x.scale
+
+    with pytest.raises(TypeError, match=r"_sum_without_params for primitive 'reduce_sum' does "
+                       r"not accept the primitive parameter\(s\) \[.*\].*\*\*params"):
+        implicit(jnp.sum)(Fresh(jnp.arange(3.0), scale=2.0))
+
+    # The rule register()'s docstring states: name what you read, take the rest with **params.
+    Other = implicit_test_util.scaled_class()
+
+    @register("reduce_sum")
+    def _sum(x: Other, *, axes, **params):
+        return jnp.sum(x.value, axis=axes) * x.scale
+
+    assert float(implicit(jnp.sum)(Other(jnp.arange(3.0), scale=2.0))) == 6.0
+
+
+_HANDLER_MODULE_SOURCE = '''
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+from jaxcore.implicit import ImplicitArray
+
+
+@dataclasses.dataclass
+class ModuleLevel(ImplicitArray):
+    value: jax.Array
+
+    def materialize(self):
+        return self.value
+
+
+def make_handler():
+    @dataclasses.dataclass
+    class ClosureOnly(ImplicitArray):
+        value: jax.Array
+
+        def materialize(self):
+            return self.value
+
+    def handler(x: ModuleLevel, y: ClosureOnly, **params):
+        # Uses ClosureOnly, so Python keeps it in the closure (annotations alone would not).
+        return ClosureOnly(x.value * y.value)
+
+    return handler, ClosureOnly
+'''
+
+
+def _module_from_source(name, source):
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - test module
+    return module
+
+
+def test_string_annotations_resolve_in_the_handlers_module_and_closure():
+    """Regression (issue 20): annotations resolve with typing machinery, not a hand-made eval.
+
+    The handler is wrapped by a decorator from this module (functools.wraps): the names
+    must resolve in the module that defined the handler and its closure, not the wrapper's.
+    """
+    import functools
+
+    module = _module_from_source("jaxcore_test_handler_module", _HANDLER_MODULE_SOURCE)
+    handler, closure_only = module.make_handler()
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    register("mul")(logged(handler))
+    from jaxcore.implicit import _dispatch
+
+    found = _dispatch.resolve(jax.lax.mul_p, (module.ModuleLevel, closure_only))
+    assert found is not None and found.positional == ((module.ModuleLevel,), (closure_only,))
+    assert _dispatch.resolve(jax.lax.mul_p, (module.ModuleLevel, Scaled)) is None
+    out = implicit(lambda a, b: a * b)(module.ModuleLevel(jnp.ones(2) * 3), closure_only(jnp.ones(2)))
+    assert isinstance(out, closure_only)
+    np.testing.assert_allclose(out.value, [3.0, 3.0])
+
+
+def test_partial_handler_annotations_are_resolved_not_ignored():
+    import functools
+
+    module = _module_from_source("jaxcore_test_partial_module", _HANDLER_MODULE_SOURCE)
+    handler, closure_only = module.make_handler()
+    register("mul")(functools.partial(handler))
+    from jaxcore.implicit import _dispatch
+
+    # Before, the string annotations of a partial were dropped: it matched any operands.
+    assert _dispatch.resolve(jax.lax.mul_p, (module.ModuleLevel, closure_only)) is not None
+    assert _dispatch.resolve(jax.lax.mul_p, (Scaled, closure_only)) is None
+
+
+def test_unresolvable_string_annotation_names_the_parameter_and_handler():
+    with pytest.raises(
+        TypeError,
+        match=r"cannot evaluate annotation 'NoSuchClass' of parameter 'x' of handler "
+        r".*_unresolvable: NameError: .*typing.get_type_hints",
+    ):
+
+        @register("mul")
+        def _unresolvable(x: "NoSuchClass", y, **params):  # noqa: F821
+            return x
+
+
+def test_dispatch_resolves_annotations_without_calling_eval():
+    import ast
+    import inspect
+
+    from jaxcore.implicit import _dispatch
+
+    tree = ast.parse(inspect.getsource(_dispatch))
+    calls = [
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    ]
+    assert "eval" not in calls and "exec" not in calls

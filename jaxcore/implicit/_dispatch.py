@@ -5,9 +5,14 @@ operand types it accepts: an :class:`ImplicitArray` subclass (matched by
 ``issubclass``), ``jax.Array`` (matches tracers, concrete JAX and NumPy arrays and
 scalars, but never an implicit array), a union of those, or nothing/``Any`` (matches
 everything). ``*args: T`` applies ``T`` to the remaining operands. Primitive
-parameters arrive as keyword arguments. A handler whose first positional parameter is
-named ``primitive``/``prim`` or annotated as a ``Primitive`` also receives the
-primitive.
+parameters arrive as keyword arguments, all of them (so handlers take ``**params``;
+see :func:`register`). A handler whose first positional parameter is named
+``primitive``/``prim`` or annotated as a ``Primitive`` also receives the primitive.
+
+Annotations written as strings (``from __future__ import annotations``) are resolved
+once, at registration, by :func:`typing.get_type_hints` against the globals of the
+module that defined the handler and the handler's closure variables; no other code
+is evaluated, and an unresolvable name is a ``TypeError`` naming the handler.
 
 Among the handlers that match, the most specific wins (``A`` beats ``B`` when every
 parameter type of ``A`` is a subtype of ``B``'s); ties are broken by ``precedence``,
@@ -18,7 +23,9 @@ types), and the cache is cleared whenever a handler is registered (which also bu
 
 from __future__ import annotations
 
+import functools
 import inspect
+import sys
 import types
 import typing as tp
 
@@ -100,32 +107,77 @@ def _annotation_atoms(annotation: tp.Any, where: str) -> tuple[type, ...]:
     raise TypeError(f"cannot dispatch on annotation {annotation!r} of {where}")
 
 
-def _resolve_annotations(fn: tp.Callable[..., tp.Any]) -> dict[str, tp.Any]:
-    """Evaluates ``fn``'s annotations, including string ones that refer to closure names."""
-    try:
-        return tp.get_type_hints(fn)
-    except Exception:  # noqa: BLE001 - fall back to a namespace with closure variables.
-        pass
-    namespace = dict(getattr(fn, "__globals__", {}))
-    code = getattr(fn, "__code__", None)
-    if code is not None and fn.__closure__:
-        for name, cell in zip(code.co_freevars, fn.__closure__):
+def _annotation_namespaces(fn: tp.Callable[..., tp.Any]) -> tuple[tp.Any, dict, dict]:
+    """The function whose annotations count, its module's globals and its closure variables.
+
+    Follows ``__wrapped__`` (``functools.wraps``), ``functools.partial`` and bound
+    methods to the function that was written, so names resolve where it was defined.
+    """
+    target = fn
+    while True:
+        target = inspect.unwrap(target)
+        if isinstance(target, functools.partial):
+            target = target.func
+        elif isinstance(target, types.MethodType):
+            target = target.__func__
+        else:
+            break
+    if not isinstance(target, (types.FunctionType, type)) and callable(target):
+        call = getattr(type(target), "__call__", None)  # a callable object: its __call__
+        if isinstance(call, types.FunctionType):
+            target = call
+    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    globalns = getattr(target, "__globals__", None)
+    if globalns is None:
+        globalns = vars(module) if module is not None else {}
+    localns: dict[str, tp.Any] = {}
+    code = getattr(target, "__code__", None)
+    closure = getattr(target, "__closure__", None)
+    if code is not None and closure:
+        for name, cell in zip(code.co_freevars, closure):
             try:
-                namespace[name] = cell.cell_contents
-            except ValueError:
+                localns[name] = cell.cell_contents
+            except ValueError:  # a cell not filled yet
                 continue
-    resolved = {}
-    for name, annotation in getattr(fn, "__annotations__", {}).items():
-        if isinstance(annotation, str):
-            try:
-                annotation = eval(annotation, namespace)  # noqa: S307 - annotation text.
-            except Exception as err:
-                raise TypeError(
-                    f"cannot evaluate annotation {annotation!r} of parameter {name!r} of "
-                    f"handler {getattr(fn, '__qualname__', fn)}: {err}"
-                ) from err
-        resolved[name] = annotation
-    return resolved
+    return target, globalns, localns
+
+
+def _resolve_annotations(fn: tp.Callable[..., tp.Any]) -> dict[str, tp.Any]:
+    """Resolves ``fn``'s parameter annotations to the objects they name.
+
+    Annotations that are already objects are used as they are. String annotations
+    (``from __future__ import annotations``, or quoted names) are resolved by
+    :func:`typing.get_type_hints`, against the globals of the module that defined the
+    function (following ``functools.wraps``, ``functools.partial`` and bound methods)
+    and its closure variables. That is all that is evaluated: no other namespace is
+    consulted, so a name that is neither global in that module nor used by the handler
+    itself (Python keeps only used enclosing names in a closure) fails to resolve.
+
+    Raises:
+        TypeError: If an annotation cannot be resolved; it names the annotation, the
+            parameter, the handler and the reason.
+    """
+    target, globalns, localns = _annotation_namespaces(fn)
+    annotations = getattr(target, "__annotations__", None)
+    if not annotations:
+        return {}
+    try:
+        return tp.get_type_hints(target, globalns=globalns, localns=localns)
+    except Exception:  # noqa: BLE001 - NameError, SyntaxError, TypeError...: found below.
+        pass
+    for name, annotation in annotations.items():  # find the one that fails, and say so
+        one = types.SimpleNamespace(__annotations__={name: annotation})
+        try:
+            tp.get_type_hints(one, globalns=globalns, localns=localns)
+        except Exception as err:  # noqa: BLE001 - reported with the parameter named.
+            raise TypeError(
+                f"cannot evaluate annotation {annotation!r} of parameter {name!r} of handler "
+                f"{getattr(fn, '__qualname__', fn)}: {type(err).__name__}: {err}. String "
+                "annotations are resolved with typing.get_type_hints in the globals of the "
+                "handler's module and its closure; annotate with the class object itself, "
+                "or define the class at module level."
+            ) from err
+    raise TypeError(f"cannot resolve the annotations of handler {getattr(fn, '__qualname__', fn)}")
 
 
 class Handler:
@@ -263,15 +315,33 @@ def register(
     (an array or an implicit array; a list for multiple-result primitives). See the
     module docstring for how handlers are matched to operand types.
 
+    **Every parameter of the primitive is passed, by keyword**, so a handler must
+    accept all of them: name the ones it reads and take the rest with ``**params``.
+    A handler without ``**params`` is called only if its keyword parameters cover
+    everything the primitive binds; otherwise the call raises a ``TypeError`` naming
+    the parameters it missed. Primitives carry more parameters than their ``jax.lax``
+    functions show (``reduce_sum`` binds ``axes`` and ``out_sharding``), and JAX adds
+    some between releases, so give every handler ``**params``.
+
     Like a function under ``jax.jit``, a handler should be pure: under ``jit`` its
     traced operations are cached per operand structure and abstract values and
     replayed, so its Python side effects run once per such signature. Registering a
     handler (or a kernel) invalidates those caches.
 
+    Parameter annotations are resolved as described in the module docstring; string
+    annotations (``from __future__ import annotations``) are resolved by
+    :func:`typing.get_type_hints` in the handler's module globals and closure, and
+    nothing else is evaluated.
+
     Example:
         >>> @register("mul")
-        ... def _(x: Scaled, y: jax.Array):
+        ... def _(x: Scaled, y: jax.Array, **params):
         ...     return Scaled(x.value * y, scale=x.scale)
+        >>> @register("reduce_sum")
+        ... def _(x: Scaled, *, axes, **params):  # reads ``axes``; ``out_sharding`` in params
+        ...     return jnp.sum(x.value, axis=axes) * x.scale
+        >>> # Without ``**params`` the second handler fails when called, with a TypeError:
+        >>> # "... does not accept the primitive parameter(s) ['out_sharding'] ..."
 
     Args:
         primitive: The primitive, or its name (``"dot_general"``).

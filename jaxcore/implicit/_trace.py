@@ -68,10 +68,10 @@ class _ImplicitTracer(jax.core.Tracer):
         except AttributeError:
             if name == "value" or name.startswith("__"):
                 raise
-            cls = type(self.value)
-            if not hasattr(cls, name):
+            value = self.value
+            if not hasattr(value, name):
                 raise
-        raise AttributeError(_own_attribute_message(cls.__name__, name)) from None
+        raise AttributeError(_own_attribute_message(type(value).__name__, name)) from None
 
 
 def _own_attribute_message(cls_name: str, name: str) -> str:
