@@ -43,6 +43,8 @@ CXX_COMPILER_VERSION = "12.2.0"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGURE_BAZELRC = REPO_ROOT / ".jaxcore_configure.bazelrc"
 LOCK_FILE = REPO_ROOT / "build" / "requirements_lock.txt"
+# Docs and CI-check tools (mkdocs, actionlint), layered on the main lock; ci/run_docs.sh uses them.
+DEV_LOCK_FILE = REPO_ROOT / "build" / "requirements_dev_lock.txt"
 VERSION_BZL = REPO_ROOT / "jaxcore" / "version.bzl"
 PLATFORM_TAGS_BZL = REPO_ROOT / "jaxcore" / "tools" / "platform_tags.bzl"
 BACKENDS = ("cpu", "cuda", "rocm", "tpu")
@@ -268,6 +270,28 @@ def ensure_venv(*, verbose, dry_run):
         raise BuildError(f"{python} still lacks {', '.join(missing)} after installing the lock file")
     stamp.write_text(_lock_stamp(python))
     return python
+
+
+def ensure_dev_tools(python, *, verbose, dry_run):
+    """Installs DEV_LOCK_FILE (docs and workflow-check tools) into the managed venv.
+
+    Its pins of packages the main lock also has equal the main lock's, so this never changes
+    a test requirement. Skipped when the lock file is absent.
+    """
+    if not DEV_LOCK_FILE.exists():
+        return
+    stamp = python.parent.parent / ".jaxcore_dev_tools_stamp"
+    want = f"{hashlib.sha256(DEV_LOCK_FILE.read_bytes()).hexdigest()} {python}"
+    if stamp.exists() and stamp.read_text() == want:
+        return
+    install = [str(python), "-m", "pip", "install", "--disable-pip-version-check",
+               "--require-hashes", "-r", str(DEV_LOCK_FILE)]
+    if dry_run:
+        print(_fmt(install))
+        return
+    _log(f"installing {DEV_LOCK_FILE.relative_to(REPO_ROOT)} into {python.parent.parent}")
+    _run(install, verbose=verbose)
+    stamp.write_text(want)
 
 
 # --- Bazel --------------------------------------------------------------------------------
@@ -575,6 +599,7 @@ def setup(args):
             )
     else:
         python = ensure_venv(verbose=args.verbose, dry_run=args.dry_run)
+        ensure_dev_tools(python, verbose=args.verbose, dry_run=args.dry_run)
     bazel = configure(args, python)
     return python, bazel
 
@@ -606,6 +631,7 @@ RUNNER_SCRIPTS = {
     "bazel": "run_bazel_test_{backend}.sh",
     "asan": "run_bazel_test_asan.sh",
     "pytest": "run_pytest_{backend}.sh",
+    "docs": "run_docs.sh",
 }
 
 
@@ -613,7 +639,7 @@ def cmd_test(args):
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = [r for r in runners if r not in RUNNER_SCRIPTS]
     if unknown or not runners:
-        raise BuildError(f"--runners must list bazel, asan and/or pytest, got {args.runners!r}")
+        raise BuildError(f"--runners must list bazel, asan, pytest and/or docs, got {args.runners!r}")
     python, bazel = setup(args)
     env = dict(
         os.environ,
@@ -668,9 +694,10 @@ def make_parser():
     build.set_defaults(func=cmd_build)
     test = sub.add_parser("test", parents=[common], help="run the test suite (Bazel, then pytest)")
     test.add_argument("--backend", choices=BACKENDS, default="cpu")
-    test.add_argument("--runners", default="bazel,asan,pytest",
+    test.add_argument("--runners", default="bazel,asan,pytest,docs",
                       help="comma-separated, run in this order: bazel (Bazel tests), asan (native "
-                           "tests under AddressSanitizer/UBSan), pytest (default: all three)")
+                           "tests under AddressSanitizer/UBSan), pytest, docs (actionlint and "
+                           "mkdocs build --strict) (default: all four)")
     test.set_defaults(func=cmd_test)
     setup_parser = sub.add_parser("setup", parents=[common], help="install Bazel and .venv, write the bazelrc")
     setup_parser.add_argument("--backend", choices=BACKENDS, default="cpu")

@@ -381,7 +381,7 @@ def test_unknown_runner_is_refused(repo):
     result = repo.run("test", "--runners=nose", f"--bazel_path={repo.bazel}",
                       f"--python_bin_path={sys.executable}", "--dry_run")
     assert result.returncode == 1
-    assert "--runners must list bazel, asan and/or pytest" in result.stderr
+    assert "--runners must list bazel, asan, pytest and/or docs" in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
