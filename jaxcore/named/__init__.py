@@ -25,22 +25,10 @@ from jaxcore.named._axis import (
     union_axes,
     without_axes,
 )
-from jaxcore.named._core import (
-    AxesSpec,
-    NamedArray,
-    NamedOrNumeric,
-    broadcast_arrays,
-    broadcast_axis,
-    broadcast_to,
-    dblock,
-    ds,
-    dslice,
-    index,
-    named,
-    slice,
-    take,
-    updated_slice,
-)
+from jaxcore.named._array import AxesSpec, NamedArray, NamedOrNumeric
+from jaxcore.named._broadcast import broadcast_arrays, broadcast_axis, broadcast_to, named
+from jaxcore.named._indexing import dblock, ds, dslice, index, slice, take, updated_slice
+from jaxcore.named import _methods  # noqa: F401 - binds NamedArray's operators and methods
 from jaxcore.named._creation import (
     arange,
     full,

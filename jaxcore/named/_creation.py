@@ -7,7 +7,7 @@ import math
 import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelector, AxisSpec, to_axes
-from jaxcore.named._core import NamedArray, _check_named
+from jaxcore.named._array import NamedArray, _check_named
 
 _DEFAULT_NUM = 50  # numpy's default number of samples for linspace & co.
 

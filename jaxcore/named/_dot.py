@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelection, selection_items
-from jaxcore.named._core import NamedArray, _Tracer
+from jaxcore.named._array import NamedArray, _Tracer
 from jaxcore.named._rearrange import Side, _binding_name, parse_einsum, raise_parse_error
 
 __all__ = ["dot", "einsum", "order_for_partial_spec"]

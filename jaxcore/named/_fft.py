@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
-from jaxcore.named._core import NamedArray
+from jaxcore.named._array import NamedArray
 
 __all__ = [
     "fft",

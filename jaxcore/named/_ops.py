@@ -17,12 +17,9 @@ import numpy as np
 from jax import lax
 
 from jaxcore.named._axis import Axis, AxisSelector
-from jaxcore.named._core import (
+from jaxcore.named._array import NamedArray, _check_named, _describe, _is_scalar_like
+from jaxcore.named._broadcast import (
     EAGER_KERNEL_FNS,
-    NamedArray,
-    _check_named,
-    _describe,
-    _is_scalar_like,
     _wrap_result,
     broadcast_to,
     elementwise_binary,

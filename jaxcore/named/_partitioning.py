@@ -24,7 +24,7 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
-from jaxcore.named._core import NamedArray
+from jaxcore.named._array import NamedArray
 
 __all__ = [
     "ResourceMapping",

@@ -31,7 +31,7 @@ import jax
 from jax import lax
 
 from jaxcore.named._axis import Axis
-from jaxcore.named._core import NamedArray
+from jaxcore.named._array import NamedArray
 
 __all__ = [
     "Capture",

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelector
-from jaxcore.named._core import NamedArray
+from jaxcore.named._array import NamedArray
 
 __all__ = ["NamedRef", "freeze", "new_ref", "swap"]
 

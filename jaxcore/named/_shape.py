@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector, AxisSpec, check_unique, to_axes
-from jaxcore.named._core import NamedArray, _check_named, _describe
+from jaxcore.named._array import NamedArray, _check_named, _describe
 
 
 def _named_axis(new_axis: AxisSelector, size: int, what: str) -> Axis:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Sequence
 import jax
 
 from jaxcore.named._axis import Axis
-from jaxcore.named._core import NamedArray
+from jaxcore.named._array import NamedArray
 
 __all__ = [
     "Stacked",

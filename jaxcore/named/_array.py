@@ -1,0 +1,387 @@
+"""``NamedArray``: a JAX array whose axes are addressed by name.
+
+This module holds the type itself (storage, pytree registration, axis lookup and the
+``NamedArray[...]`` axes specs) and imports nothing else from ``jaxcore.named`` but the
+axes. Its operators and the methods that forward to the named functions (``x.sum("b")``,
+``x[...]``, ``x.at[...]``) are bound by ``_methods`` when the package is assembled, so the
+modules that implement them can import the type without importing upward.
+
+The eager hot path is kept thin on purpose: a ``NamedArray`` caches its tuple of axis
+names and internal constructors skip validation.
+"""
+
+from __future__ import annotations
+
+import builtins
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcore.named._axis import (
+    Axis,
+    AxisSelection,
+    AxisSelector,
+    AxisSpec,
+    selection_items,
+    to_axes,
+)
+
+_Tracer = jax.core.Tracer
+_SCALAR_TYPES = (int, float, complex, bool, np.number, np.bool_)
+
+
+def _is_scalar_like(x) -> bool:
+    """True for Python/NumPy scalars and 0-d arrays (which broadcast against anything)."""
+    if isinstance(x, _SCALAR_TYPES):
+        return True
+    ndim = getattr(x, "ndim", None)
+    return ndim == 0
+
+
+def _describe(axes: Sequence[Axis]) -> str:
+    return "(" + ", ".join(f"{a.name}={a.size}" for a in axes) + ")"
+
+
+def _axis_not_found(name: str, axes: Sequence[Axis]) -> ValueError:
+    return ValueError(f"Axis {name!r} not found in array with axes {_describe(axes)}")
+
+
+def _check_named(array, fname: str) -> None:
+    """Raises ``TypeError`` unless ``array`` is a NamedArray (``fname`` names the caller)."""
+    if not isinstance(array, NamedArray):
+        raise TypeError(f"{fname} needs a NamedArray, got {type(array).__name__}")
+
+
+class NamedArray:
+    """An array whose dimensions are named ``Axis`` objects instead of positions.
+
+    A ``NamedArray`` is a pytree whose only leaf is ``array``; ``axes`` are static
+    metadata, so it passes through ``jax.jit``, ``jax.grad`` and ``jax.tree`` helpers.
+    Binary operators match axes by name (transposing and broadcasting as needed).
+
+    Args:
+        array: The underlying array (any array-like with a ``shape``).
+        axes: The axes, one per dimension, as an ``AxisSpec``.
+
+    Raises:
+        ValueError: if the number or sizes of ``axes`` do not match ``array.shape``, or
+            if an axis name is repeated.
+    """
+
+    __slots__ = ("array", "axes", "_names")
+
+    # NumPy operands defer to our reflected operators (as with jax.Array), so
+    # ``np.float32(2) * x`` is a NamedArray rather than an object array.
+    __array_ufunc__ = None
+
+    def __init__(self, array: Any, axes: AxisSpec):
+        axes = to_axes(axes)
+        shape = getattr(array, "shape", None)
+        if shape is not None:
+            if len(shape) != len(axes):
+                raise ValueError(
+                    f"Array of shape {tuple(shape)} has {len(shape)} dimensions but "
+                    f"{len(axes)} axes were given: {_describe(axes)}"
+                )
+            for ax, s in zip(axes, shape):
+                if ax.size != s:
+                    raise ValueError(
+                        f"Axis {ax.name!r} has size {ax.size} but the array's dimension is {s} "
+                        f"(array shape {tuple(shape)}, axes {_describe(axes)})"
+                    )
+        self.array = array
+        self.axes = axes
+        self._names = tuple(a.name for a in axes)
+
+    # -- construction without validation (internal hot path, pytree unflatten) ---------
+    @classmethod
+    def _new(cls, array, axes: tuple[Axis, ...], names: tuple[str, ...] | None = None):
+        obj = object.__new__(cls)
+        obj.array = array
+        obj.axes = axes
+        obj._names = names if names is not None else tuple(a.name for a in axes)
+        return obj
+
+    # -- pytree -----------------------------------------------------------------------
+    def tree_flatten(self):
+        """Returns ``((array,), axes)``: the array is the only leaf."""
+        return (self.array,), self.axes
+
+    @classmethod
+    def tree_unflatten(cls, aux, tree):
+        """Rebuilds from ``tree_flatten`` output without validating (leaves may be anything)."""
+        return cls._new(tree[0], aux)
+
+    # -- basic properties -------------------------------------------------------------
+    @property
+    def shape(self) -> dict[str, int]:
+        """Axis name to size, in axis order."""
+        return {a.name: a.size for a in self.axes}
+
+    named_shape = shape
+
+    @property
+    def dtype(self):
+        """The dtype of the underlying array."""
+        return self.array.dtype
+
+    @property
+    def ndim(self) -> int:
+        """The number of axes."""
+        return len(self.axes)
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return int(np.prod([a.size for a in self.axes], dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """The number of bytes of the underlying array."""
+        return self.size * np.dtype(self.dtype).itemsize
+
+    @property
+    def real(self) -> NamedArray:
+        """The real part, with the same axes."""
+        return NamedArray._new(jnp.real(self.array), self.axes, self._names)
+
+    @property
+    def imag(self) -> NamedArray:
+        """The imaginary part, with the same axes."""
+        return NamedArray._new(jnp.imag(self.array), self.axes, self._names)
+
+    def item(self):
+        """Returns the value of a one-element array as a Python scalar."""
+        return self.array.item()
+
+    def scalar(self) -> jax.Array:
+        """Returns the 0-d array of a NamedArray with no axes.
+
+        Raises:
+            ValueError: if the array still has axes.
+        """
+        if self.axes:
+            raise ValueError(f"scalar() needs an array with no axes, got axes {_describe(self.axes)}")
+        return self.array
+
+    def tolist(self):
+        """The nested-list form of the underlying array (positional order)."""
+        return self.array.tolist()
+
+    def tobytes(self, order="C"):
+        """The raw bytes of the underlying array."""
+        return np.asarray(self.array).tobytes(order=order)
+
+    def astype(self, dtype) -> NamedArray:
+        """Returns a copy cast to ``dtype``."""
+        return NamedArray._new(self.array.astype(dtype), self.axes, self._names)
+
+    def __repr__(self):
+        return f"NamedArray(axes={_describe(self.axes)}, dtype={getattr(self.array, 'dtype', None)}, array={self.array!r})"
+
+    def __bool__(self):
+        return bool(self.array)
+
+    def __float__(self):
+        return float(self.array)
+
+    def __int__(self):
+        return int(self.array)
+
+    def __complex__(self):
+        return complex(self.array)
+
+    # -- axis lookup ------------------------------------------------------------------
+    def _index_of(self, ax: AxisSelector) -> int:
+        """Position of ``ax`` (name or ``Axis``, size-checked) or a ``ValueError`` naming it."""
+        if type(ax) is str:
+            try:
+                return self._names.index(ax)
+            except ValueError:
+                raise _axis_not_found(ax, self.axes) from None
+        if isinstance(ax, Axis):
+            try:
+                i = self._names.index(ax.name)
+            except ValueError:
+                raise _axis_not_found(ax.name, self.axes) from None
+            if self.axes[i].size != ax.size:
+                raise ValueError(
+                    f"Axis {ax.name!r} has size {self.axes[i].size} in the array but {ax.size} "
+                    f"was requested (array axes {_describe(self.axes)})"
+                )
+            return i
+        raise TypeError(f"Expected an Axis or an axis name (str), got {ax!r} ({type(ax).__name__})")
+
+    def has_axis(self, axis: AxisSelection) -> bool:
+        """True if every selected axis is present (with the same size, where one is given)."""
+        for name, size in selection_items(axis):
+            if name not in self._names:
+                return False
+            if size is not None and self.axes[self._names.index(name)].size != size:
+                return False
+        return True
+
+    def axis_size(self, axis: AxisSelection) -> int | tuple[int, ...]:
+        """Size of one axis, or a tuple of sizes for several."""
+        if isinstance(axis, (str, Axis)):
+            return self.axes[self._index_of(axis)].size
+        return tuple(a.size for a in self.resolve_axis(tuple(axis)))
+
+    def resolve_axis(self, axes: AxisSelection):
+        """Returns the ``Axis`` objects for a selection.
+
+        Args:
+            axes: A name/``Axis`` (gives an ``Axis``), a sequence (gives a tuple) or a
+                partial shape dict (gives a shape dict with every size filled in).
+
+        Raises:
+            ValueError: if an axis is missing or a given size does not match.
+        """
+        if isinstance(axes, (str, Axis)):
+            return self.axes[self._index_of(axes)]
+        if isinstance(axes, Mapping):
+            out = {}
+            for name, size in selection_items(axes):
+                ax = self.axes[self._index_of(name)]
+                if size is not None and size != ax.size:
+                    raise ValueError(
+                        f"Axis {name!r} has size {ax.size} in the array but {size} was requested"
+                    )
+                out[name] = ax.size
+            return out
+        return tuple(self.axes[self._index_of(a)] for a in axes)
+
+    def axis_indices(self, axis: AxisSelection):
+        """Position of one axis (``None`` if absent), or a tuple of positions for several."""
+        if isinstance(axis, (str, Axis)):
+            name = axis if isinstance(axis, str) else axis.name
+            return self._names.index(name) if name in self._names else None
+        return tuple(self.axis_indices(a) for a in (axis.keys() if isinstance(axis, Mapping) else axis))
+
+    def matches_axes(self, spec) -> bool:
+        """True if this array conforms to an axes spec (see ``NamedArray[...]``).
+
+        Args:
+            spec: A ``NamedArray[...]`` annotation, an ``AxesSpec``, a space-separated
+                string (``"batch ... embed"``), a sequence of names (``...`` allowed) or a
+                set of names (order-free).
+        """
+        return _as_axes_spec(spec).matches(self._names)
+
+    def __class_getitem__(cls, item):
+        """``NamedArray["batch", "embed"]``: an annotation that records the expected axes.
+
+        Returns ``typing.Annotated[NamedArray, AxesSpec(...)]``; pass it to
+        ``matches_axes`` to check an array against it.
+        """
+        return typing.Annotated[cls, _as_axes_spec(item)]
+
+    # -- indexing ---------------------------------------------------------------------
+    def __setitem__(self, idx, value):
+        raise TypeError("NamedArray is immutable; use x = x.at[...].set(value) instead")
+
+    def __iter__(self):
+        raise TypeError(
+            f"Iterating over a NamedArray with axes {_describe(self.axes)} is ambiguous; "
+            "use hax.unbind(x, axis) to split along a named axis"
+        )
+
+    # Elementwise ``==`` (bound in ``_methods``) makes instances unhashable, as jax.Array.
+    __hash__ = None
+
+
+jax.tree_util.register_pytree_with_keys(
+    NamedArray,
+    lambda x: (((jax.tree_util.GetAttrKey("array"), x.array),), x.axes),
+    NamedArray.tree_unflatten,
+    NamedArray.tree_flatten,
+)
+
+
+NamedOrNumeric = typing.Union[NamedArray, int, float, complex, bool, jax.Array]
+"""A ``NamedArray`` or something that broadcasts against anything (a scalar)."""
+
+# ----------------------------------------------------------------------------- specs
+
+
+class AxesSpec:
+    """The expected axes of a ``NamedArray[...]`` annotation.
+
+    Attributes:
+        names: Expected names; ``...`` stands for any run of other axes.
+        ordered: Whether the names must appear in this order.
+    """
+
+    __slots__ = ("names", "ordered")
+
+    def __init__(self, names: tuple, ordered: bool):
+        self.names = names
+        self.ordered = ordered
+
+    def matches(self, actual: tuple[str, ...]) -> bool:
+        """True if axis names ``actual`` conform to this spec."""
+        fixed = [n for n in self.names if n is not Ellipsis]
+        has_ellipsis = len(fixed) != len(self.names)
+        if not self.ordered:
+            if not set(fixed) <= set(actual):
+                return False
+            return has_ellipsis or len(actual) == len(fixed)
+        return _match_ordered(tuple(self.names), tuple(actual))
+
+    def __eq__(self, other):
+        return isinstance(other, AxesSpec) and (self.names, self.ordered) == (other.names, other.ordered)
+
+    def __hash__(self):
+        return hash((self.names, self.ordered))
+
+    def __repr__(self):
+        body = " ".join("..." if n is Ellipsis else n for n in self.names)
+        return f"AxesSpec({body!r}, ordered={self.ordered})"
+
+
+def _match_ordered(pattern: tuple, actual: tuple) -> bool:
+    if not pattern:
+        return not actual
+    head = pattern[0]
+    if head is Ellipsis:
+        return builtins.any(_match_ordered(pattern[1:], actual[k:]) for k in range(len(actual) + 1))
+    return bool(actual) and actual[0] == head and _match_ordered(pattern[1:], actual[1:])
+
+
+def _spec_entry(x):
+    if x is Ellipsis or x == "...":
+        return Ellipsis
+    if isinstance(x, Axis):
+        return x.name
+    if isinstance(x, str):
+        return x
+    raise TypeError(f"Axes spec entries must be names, Axis objects or ..., got {x!r}")
+
+
+def _as_axes_spec(spec) -> AxesSpec:
+    if isinstance(spec, AxesSpec):
+        return spec
+    if typing.get_origin(spec) is typing.Annotated:
+        for meta in spec.__metadata__:
+            if isinstance(meta, AxesSpec):
+                return meta
+        raise TypeError(f"{spec!r} carries no NamedArray axes spec")
+    if isinstance(spec, str):
+        return AxesSpec(tuple(_spec_entry(t) for t in spec.split()), ordered=True)
+    if isinstance(spec, (set, frozenset)):
+        return AxesSpec(tuple(sorted((_spec_entry(t) for t in spec), key=lambda n: (n is Ellipsis, str(n)))), ordered=False)
+    if isinstance(spec, Mapping):
+        return AxesSpec(tuple(_spec_entry(t) for t in spec), ordered=False)
+    if isinstance(spec, Sequence):
+        entries = []
+        for t in spec:
+            if isinstance(t, str) and " " in t.strip():
+                entries.extend(_spec_entry(s) for s in t.split())
+            else:
+                entries.append(_spec_entry(t))
+        return AxesSpec(tuple(entries), ordered=True)
+    return AxesSpec((_spec_entry(spec),), ordered=True)

@@ -1,0 +1,347 @@
+"""Name-based broadcasting: the alignment every elementwise op on ``NamedArray`` goes through.
+
+``named`` wraps arrays; ``elementwise_binary`` / ``elementwise_nary`` align operands by
+axis name (transposing and inserting unit axes), with alignment plans for pairs of axis
+tuples computed once and cached; ``broadcast_to`` / ``broadcast_axis`` /
+``broadcast_arrays`` are the explicit forms.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from jaxcore.named._array import NamedArray, _describe, _is_scalar_like, _Tracer
+from jaxcore.named._axis import (
+    Axis,
+    AxisSelection,
+    AxisSpec,
+    check_unique,
+    selection_items,
+    to_axes,
+)
+
+# ----------------------------------------------------------------------------- constructor
+
+
+def named(a, axis: AxisSelection) -> NamedArray:
+    """Wraps an array with named axes.
+
+    Args:
+        a: Anything ``jnp.asarray`` accepts.
+        axis: One name/``Axis`` per dimension (a single one for a 1-d array), or a shape
+            dict. Names given as strings take their size from ``a``.
+
+    Returns:
+        The ``NamedArray``.
+
+    Raises:
+        ValueError: if the number of axes or a given size does not match ``a``'s shape.
+    """
+    a = a if isinstance(a, (jax.Array, _Tracer)) else jnp.asarray(a)
+    items = selection_items(axis)
+    shape = a.shape
+    if len(items) != len(shape):
+        raise ValueError(
+            f"Array of shape {tuple(shape)} has {len(shape)} dimensions but {len(items)} axes were "
+            f"given: {tuple(n for n, _ in items)}"
+        )
+    axes = []
+    for (name, size), s in zip(items, shape):
+        if size is not None and size != s:
+            raise ValueError(
+                f"Axis {name!r} was given size {size} but the array's dimension is {s} "
+                f"(array shape {tuple(shape)})"
+            )
+        axes.append(Axis(name, s))
+    axes = tuple(axes)
+    return NamedArray._new(a, axes)
+
+
+# ----------------------------------------------------------------------------- broadcasting
+
+
+def _merge_axes(axes_list: Sequence[tuple[Axis, ...]]) -> tuple[Axis, ...]:
+    """Union of axis tuples in first-appearance order; ``ValueError`` on a size clash."""
+    out: list[Axis] = []
+    sizes: dict[str, int] = {}
+    for axes in axes_list:
+        for ax in axes:
+            s = sizes.get(ax.name)
+            if s is None:
+                sizes[ax.name] = ax.size
+                out.append(ax)
+            elif s != ax.size:
+                raise ValueError(
+                    f"Axis {ax.name!r} has mismatched sizes {s} and {ax.size} between operands "
+                    f"(axes {[_describe(a) for a in axes_list]})"
+                )
+    return tuple(out)
+
+
+class _AlignPlan:
+    """How to lay out one operand for positional broadcasting against ``out_axes``."""
+
+    __slots__ = ("perm", "shape")
+
+    def __init__(self, perm, shape):
+        self.perm = perm  # transpose permutation, or None
+        self.shape = shape  # reshape target (with 1s for missing axes), or None
+
+    def apply(self, x):
+        if self.perm is not None:
+            x = jnp.transpose(x, self.perm)
+        if self.shape is not None:
+            x = jnp.reshape(x, self.shape)
+        return x
+
+
+def _align_to(axes: tuple[Axis, ...], out_axes: tuple[Axis, ...]) -> _AlignPlan:
+    """Plan that makes an operand with ``axes`` broadcast positionally against ``out_axes``."""
+    names = [a.name for a in axes]
+    out_names = [a.name for a in out_axes]
+    order = sorted(range(len(names)), key=lambda i: out_names.index(names[i]))
+    perm = tuple(order) if order != list(range(len(names))) else None
+    present = set(names)
+    # Drop leading missing axes (numpy broadcasting adds them), keep interior/trailing 1s.
+    first = next((k for k, n in enumerate(out_names) if n in present), len(out_names))
+    shape = tuple(a.size if a.name in present else 1 for a in out_axes[first:])
+    if len(shape) == len(names):
+        shape = None
+    return _AlignPlan(perm, shape)
+
+
+_PLAN_CACHE_LIMIT = 4096  # plans are tiny; the bound only guards pathological shape churn
+
+
+def _cache_put(cache: dict, key, value):
+    """Stores ``value`` in a plan/kernel cache (emptied when full) and returns it."""
+    if len(cache) >= _PLAN_CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+_BINARY_PLANS: dict = {}
+
+
+def _binary_plan(a1: tuple[Axis, ...], a2: tuple[Axis, ...]):
+    key = (a1, a2)
+    plan = _BINARY_PLANS.get(key)
+    if plan is None:
+        out = _merge_axes((a1, a2))
+        plan = _cache_put(
+            _BINARY_PLANS, key, (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out), {})
+        )
+    return plan
+
+
+EAGER_KERNEL_FNS: set = set()
+"""Positional functions whose aligned eager calls may be cached as one jitted kernel.
+
+Only long-lived functions belong here (the op table registers its entries): the cache
+is keyed on the function object, so a fresh lambda per call would never hit.
+"""
+
+
+def _aligned_call(fn, plan, x1, x2):
+    """``fn`` on two operands laid out by ``plan``.
+
+    Eagerly, the transpose/reshape/op sequence of a registered ``fn`` runs as one cached
+    jitted executable (one dispatch instead of three); while tracing it is emitted inline
+    so the jaxpr holds exactly the positional ops.
+    """
+    _, _, p1, p2, kernels = plan
+    if fn in EAGER_KERNEL_FNS and not isinstance(x1, _Tracer) and not isinstance(x2, _Tracer):
+        kernel = kernels.get(fn)
+        if kernel is None:
+            kernel = kernels[fn] = jax.jit(lambda a, b: fn(p1.apply(a), p2.apply(b)))
+        return kernel(x1, x2)
+    return fn(p1.apply(x1), p2.apply(x2))
+
+
+def _wrap_result(result, axes, names):
+    if isinstance(result, tuple):
+        return tuple(NamedArray._new(r, axes, names) for r in result)
+    return NamedArray._new(result, axes, names)
+
+
+def _check_scalar_operand(x, other: NamedArray):
+    if not _is_scalar_like(x):
+        shape = getattr(x, "shape", None)
+        raise ValueError(
+            f"Cannot combine a NamedArray with axes {_describe(other.axes)} and a positional "
+            f"array of shape {shape}: wrap it with hax.named(x, axes) so its axes can be matched by name"
+            if shape is not None
+            else f"Cannot combine a NamedArray with {x!r} ({type(x).__name__})"
+        )
+
+
+def elementwise_binary(fn, x1, x2):
+    """Applies positional ``fn(x1, x2)`` after matching the operands' axes by name.
+
+    The result's axes are ``x1``'s followed by ``x2``'s axes that ``x1`` lacks. Scalars
+    (Python numbers, 0-d arrays) broadcast against anything.
+
+    Raises:
+        ValueError: if same-named axes differ in size, or if a non-scalar positional
+            array is mixed with a ``NamedArray``.
+    """
+    if type(x1) is NamedArray:
+        if type(x2) is NamedArray:
+            a1, a2 = x1.axes, x2.axes
+            if a1 is a2 or a1 == a2:
+                return _wrap_result(fn(x1.array, x2.array), a1, x1._names)
+            plan = _binary_plan(a1, a2)
+            return _wrap_result(_aligned_call(fn, plan, x1.array, x2.array), plan[0], plan[1])
+        _check_scalar_operand(x2, x1)
+        return _wrap_result(fn(x1.array, x2), x1.axes, x1._names)
+    if type(x2) is NamedArray:
+        _check_scalar_operand(x1, x2)
+        return _wrap_result(fn(x1, x2.array), x2.axes, x2._names)
+    if isinstance(x1, NamedArray) or isinstance(x2, NamedArray):  # subclasses: slow path
+        return elementwise_nary(fn, x1, x2)
+    return fn(x1, x2)
+
+
+_NARY_KERNELS: dict = {}
+
+
+def elementwise_nary(fn, *args, **kwargs):
+    """Applies positional ``fn(*args, **kwargs)`` after aligning every NamedArray by name.
+
+    Result axes are the union of the operands' axes in first-appearance order.
+    Non-named operands must be scalars (or ``None``, passed through). Eagerly, a
+    registered ``fn`` (see ``EAGER_KERNEL_FNS``) runs as one cached jitted kernel.
+    """
+    named_args = [a for a in args if isinstance(a, NamedArray)]
+    if not named_args:
+        return fn(*args, **kwargs)
+    out = _merge_axes([a.axes for a in named_args])
+    for a in args:
+        if not isinstance(a, NamedArray) and a is not None:
+            _check_scalar_operand(a, named_args[0])
+    layout = tuple(a.axes if isinstance(a, NamedArray) else (None if a is None else "scalar") for a in args)
+    operands = [a.array if isinstance(a, NamedArray) else a for a in args if a is not None]
+    if not kwargs and fn in EAGER_KERNEL_FNS and not builtins.any(isinstance(x, _Tracer) for x in operands):
+        key = (fn, layout)
+        kernel = _NARY_KERNELS.get(key)
+        if kernel is None:
+            kernel = _cache_put(_NARY_KERNELS, key, jax.jit(_nary_kernel(fn, layout, out, {})))
+        return _wrap_result(kernel(*operands), out, None)
+    return _wrap_result(_nary_kernel(fn, layout, out, kwargs)(*operands), out, None)
+
+
+def _nary_kernel(fn, layout, out, kwargs):
+    """Positional ``fn`` over operands laid out for ``out``.
+
+    ``layout`` has one entry per argument: a NamedArray's axes, ``"scalar"``, or ``None``
+    for an argument that is ``None`` (passed to ``fn`` as is and not to the kernel). The
+    result is broadcast to the full shape of ``out``.
+    """
+    plans = [_align_to(ax, out) if isinstance(ax, tuple) else ax for ax in layout]
+    shape = tuple(ax.size for ax in out)
+
+    def kernel(*xs):
+        it = iter(xs)
+        operands = [
+            None if p is None else (next(it) if p == "scalar" else p.apply(next(it))) for p in plans
+        ]
+        return jax.tree.map(lambda r: jnp.broadcast_to(r, shape), fn(*operands, **kwargs))
+
+    return kernel
+
+
+def broadcast_arrays(*arrays) -> tuple:
+    """Broadcasts NamedArrays to the union of their axes (first-appearance order).
+
+    Scalars and ``None`` pass through unchanged.
+
+    Raises:
+        ValueError: if same-named axes differ in size.
+    """
+    named_args = [a for a in arrays if isinstance(a, NamedArray)]
+    if not named_args:
+        return tuple(arrays)
+    out = _merge_axes([a.axes for a in named_args])
+    return tuple(
+        broadcast_to(a, out) if isinstance(a, NamedArray) else a for a in arrays
+    )
+
+
+def _resolve_target_axes(axes, a) -> tuple[Axis, ...]:
+    """Target axes for broadcasting; names without sizes are looked up in ``a``."""
+    if isinstance(axes, (Axis, str)):
+        axes = (axes,)
+    if isinstance(axes, Mapping):
+        return to_axes(axes)
+    out = []
+    for ax in axes:
+        if isinstance(ax, str):
+            if not isinstance(a, NamedArray) or ax not in a._names:
+                raise ValueError(
+                    f"Axis {ax!r} is given by name only and the array has no such axis to take its size from"
+                )
+            out.append(a.axes[a._names.index(ax)])
+        elif isinstance(ax, Axis):
+            out.append(ax)
+        else:
+            raise TypeError(f"Expected an Axis or an axis name (str), got {ax!r}")
+    out = tuple(out)
+    check_unique(out)
+    return out
+
+
+def broadcast_to(
+    a, axes: AxisSpec, ensure_order: bool = True, enforce_no_extra_axes: bool = True
+) -> NamedArray:
+    """Broadcasts ``a`` so that it has the given axes.
+
+    Args:
+        a: A NamedArray or a scalar.
+        axes: The target axes.
+        ensure_order: Lay the result out as ``axes`` followed by any extra axes of ``a``.
+            Otherwise the new axes go in front and ``a``'s axes keep their order.
+        enforce_no_extra_axes: Raise if ``a`` has axes that are not in ``axes``.
+
+    Raises:
+        ValueError: on a size mismatch between same-named axes, or on extra axes when
+            ``enforce_no_extra_axes`` is true.
+    """
+    target = _resolve_target_axes(axes, a)
+    if not isinstance(a, NamedArray):
+        if not _is_scalar_like(a):
+            raise ValueError(
+                f"broadcast_to needs a NamedArray or a scalar, got a positional array of shape {getattr(a, 'shape', None)}"
+            )
+        return NamedArray._new(jnp.broadcast_to(jnp.asarray(a), tuple(x.size for x in target)), target)
+    target_sizes = {ax.name: ax.size for ax in target}
+    for ax in a.axes:
+        s = target_sizes.get(ax.name)
+        if s is not None and s != ax.size:
+            raise ValueError(
+                f"Cannot broadcast axis {ax.name!r} of size {ax.size} to size {s} "
+                f"(array axes {_describe(a.axes)}, target {_describe(target)})"
+            )
+    extra = tuple(ax for ax in a.axes if ax.name not in target_sizes)
+    if extra and enforce_no_extra_axes:
+        raise ValueError(
+            f"Array has axes {[ax.name for ax in extra]} that are not in the target axes {_describe(target)}"
+        )
+    if ensure_order:
+        out = target + extra
+    else:
+        own = set(a._names)
+        out = tuple(ax for ax in target if ax.name not in own) + a.axes
+    if out == a.axes:
+        return a
+    x = _align_to(a.axes, out).apply(a.array)
+    return NamedArray._new(jnp.broadcast_to(x, tuple(ax.size for ax in out)), out)
+
+
+def broadcast_axis(a, axis: AxisSpec) -> NamedArray:
+    """Ensures ``a`` has every axis in ``axis`` (new axes go first; extra axes are kept)."""
+    return broadcast_to(a, axis, ensure_order=True, enforce_no_extra_axes=False)

@@ -1,0 +1,579 @@
+"""Indexing ``NamedArray`` by axis name: ``index`` / ``x[...]``, ``x.at[...]``, ``slice``,
+``take``, ``updated_slice`` and dynamic slices (``dslice`` / ``ds`` / ``dblock``).
+
+A named index is compiled once per (axes, index structure) into one positional indexing
+expression (`_IndexPlan`), so eager indexing costs about what positional indexing does.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxcore.named._array import (
+    NamedArray,
+    _check_named,
+    _describe,
+    _is_scalar_like,
+    _Tracer,
+)
+from jaxcore.named._axis import (
+    Axis,
+    AxisSelector,
+    check_unique,
+)
+from jaxcore.named._broadcast import _cache_put, _merge_axes, broadcast_to
+
+# ----------------------------------------------------------------------------- dslice
+
+
+class dslice:  # noqa: N801 - the name mirrors jax.experimental.pallas.dslice
+    """A dynamic slice: ``size`` elements starting at a (possibly traced) ``start``.
+
+    Python slices need static bounds under ``jax.jit``; ``dslice`` separates the dynamic
+    start from the static size. Reads past the end of the axis (or before its start, for a
+    negative ``start``) are filled with 0 and such writes are dropped (JAX's gather/scatter
+    ``fill``/``drop`` modes); negative positions are not wrapped around.
+
+    Args:
+        start: First index (an int or an integer scalar array/tracer).
+        length: The static number of elements, or an ``Axis``: its size is the length
+            and it becomes the result axis (a new name for the sliced axis).
+    """
+
+    __slots__ = ("start", "size", "axis")
+
+    def __init__(self, start, length: int | Axis):
+        self.start = start
+        if isinstance(length, Axis):
+            self.size = length.size
+            self.axis = length
+        else:
+            if isinstance(length, bool) or not hasattr(length, "__index__"):
+                raise TypeError(f"dslice length must be a static int or an Axis, got {length!r}")
+            self.size = int(length.__index__())
+            self.axis = None
+        if self.size < 0:
+            raise ValueError(f"dslice length must be non-negative, got {self.size}")
+
+    def to_slice(self) -> builtins.slice:
+        """The equivalent Python slice (needs a static ``start``)."""
+        if isinstance(self.start, _Tracer):
+            raise TypeError("dslice.to_slice() needs a static start, got a traced value")
+        start = int(self.start)
+        return builtins.slice(start, start + self.size)
+
+    @staticmethod
+    def block(idx, size: int) -> dslice:
+        """The ``idx``-th block of ``size`` elements: ``dslice(idx * size, size)``."""
+        return dslice(idx * size, size)
+
+    def __repr__(self):
+        return f"dslice({self.start!r}, {self.axis if self.axis is not None else self.size!r})"
+
+
+jax.tree_util.register_pytree_node(
+    dslice,
+    lambda d: ((d.start,), d.axis if d.axis is not None else d.size),
+    lambda aux, ch: dslice(ch[0], aux),
+)
+
+ds = dslice
+
+
+def dblock(idx, size: int) -> dslice:
+    """Selects block ``idx`` of ``size`` elements: ``dslice(idx * size, size)``."""
+    return dslice.block(idx, size)
+
+
+# ----------------------------------------------------------------------------- indexing
+
+
+def _normalize_index_arg(idx) -> Mapping:
+    if isinstance(idx, Mapping):
+        return idx
+    if isinstance(idx, tuple):
+        if len(idx) % 2 != 0:
+            raise TypeError(
+                f"Named indexing takes alternating axis/index pairs like x['batch', 0, 'embed', 1:3]; got {idx!r}"
+            )
+        out = {}
+        for k in range(0, len(idx), 2):
+            key, val = idx[k], idx[k + 1]
+            if not isinstance(key, (str, Axis)):
+                raise TypeError(f"Expected an axis name or Axis at position {k} of the index, got {key!r}")
+            name = key if isinstance(key, str) else key.name
+            if name in out:
+                raise ValueError(f"Axis {name!r} is indexed twice in {idx!r}")
+            out[key] = val
+        return out
+    raise TypeError(
+        f"NamedArray indices are dicts ({{'batch': 0}}) or axis/index pairs (x['batch', 0]), got {idx!r}"
+    )
+
+
+class _IndexPlan:
+    """A named index compiled to one positional indexing expression."""
+
+    __slots__ = ("perm", "pos", "axes", "final_perm", "final_axes", "dynamic")
+
+    def __init__(self, perm, pos, axes, final_perm, final_axes, dynamic):
+        self.perm = perm  # transpose applied before indexing, or None
+        self.pos = pos  # positional index tuple
+        self.axes = axes  # axes of array.transpose(perm)[pos]
+        self.final_perm = final_perm  # transpose to user-facing order, or None
+        self.final_axes = final_axes
+        self.dynamic = dynamic  # a dslice is involved: fill reads / drop writes
+
+
+def _is_int_array(x) -> bool:
+    dt = getattr(x, "dtype", None)
+    return dt is not None and (jnp.issubdtype(dt, jnp.integer))
+
+
+def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
+    axes = array.axes
+    n = len(axes)
+    kinds: list = [None] * n  # None | "int" | "slice" | "adv"
+    basic: list = [builtins.slice(None)] * n
+    new_sizes = [ax.size for ax in axes]
+    adv: dict[int, NamedArray] = {}
+    dynamic = False
+    for key, idx in slices.items():
+        pos = array._index_of(key)
+        name = axes[pos].name
+        if kinds[pos] is not None:
+            raise ValueError(f"Axis {name!r} is indexed twice")
+        size = axes[pos].size
+        if isinstance(idx, NamedArray):
+            if not _is_int_array(idx.array):
+                raise TypeError(
+                    f"Index for axis {name!r} must be an integer NamedArray, got dtype {idx.dtype}"
+                )
+            kinds[pos] = "adv"
+            adv[pos] = idx
+        elif isinstance(idx, dslice):
+            out_axis = idx.axis if idx.axis is not None else Axis(name, idx.size)
+            kinds[pos] = "adv"
+            ix = idx.start + jnp.arange(idx.size)
+            st = idx.start
+            if not (isinstance(st, (int, np.integer)) and not isinstance(st, bool) and st >= 0):
+                # Positions before the start of the axis are out of bounds like those past
+                # the end (filled on read, dropped on write), not wrapped to the end.
+                ix = jnp.where(ix < 0, size, ix)
+            adv[pos] = NamedArray._new(ix, (out_axis,))
+            dynamic = True
+        elif isinstance(idx, builtins.slice):
+            for b in (idx.start, idx.stop, idx.step):
+                if b is not None and not isinstance(b, (int, np.integer)):
+                    raise TypeError(
+                        f"Slice bounds for axis {name!r} must be static ints, got {idx!r}; "
+                        "use hax.ds(start, size) for a dynamic start"
+                    )
+            kinds[pos] = "slice"
+            basic[pos] = idx
+            new_sizes[pos] = len(range(*idx.indices(size)))
+        elif isinstance(idx, (int, np.integer)) and not isinstance(idx, bool):
+            if not -size <= idx < size:
+                raise IndexError(f"Index {idx} is out of bounds for axis {name!r} of size {size}")
+            kinds[pos] = "int"
+            basic[pos] = int(idx) % size if size else int(idx)
+        elif getattr(idx, "ndim", None) == 0 and _is_int_array(idx):
+            kinds[pos] = "int"
+            basic[pos] = idx
+        elif getattr(idx, "ndim", None) is not None and getattr(idx, "ndim") > 0:
+            raise TypeError(
+                f"Index for axis {name!r} is a positional array of shape {idx.shape}; wrap it "
+                "with hax.named(idx, axes) so its axes have names"
+            )
+        else:
+            raise TypeError(
+                f"Unsupported index for axis {name!r}: {idx!r} ({type(idx).__name__}); use an int, "
+                "a slice, hax.ds(start, size) or an integer NamedArray"
+            )
+
+    if not adv:
+        out_axes = tuple(
+            ax if kinds[i] is None else Axis(ax.name, new_sizes[i])
+            for i, ax in enumerate(axes)
+            if kinds[i] != "int"
+        )
+        return _IndexPlan(None, tuple(basic), out_axes, None, out_axes, False)
+
+    # Axes the index arrays share with un-indexed array axes are matched elementwise
+    # (a batched gather): index them with an iota along that axis.
+    idx_names = {ax.name: ax for ix in adv.values() for ax in ix.axes}
+    for i, ax in enumerate(axes):
+        if ax.name in idx_names:
+            if kinds[i] is None:
+                if idx_names[ax.name].size != ax.size:
+                    raise ValueError(
+                        f"Index arrays have axis {ax.name!r} of size {idx_names[ax.name].size} but the "
+                        f"array's axis {ax.name!r} has size {ax.size}"
+                    )
+                kinds[i] = "adv"
+                adv[i] = NamedArray._new(jnp.arange(ax.size), (ax,))
+            elif kinds[i] == "slice":
+                raise ValueError(
+                    f"Axis {ax.name!r} is sliced and also appears in an index array; rename one of them"
+                )
+    adv_pos = sorted(adv)
+    u_axes = _merge_axes([adv[p].axes for p in adv_pos])
+    int_pos = [i for i in range(n) if kinds[i] == "int"]
+    rest_pos = [i for i in range(n) if kinds[i] in (None, "slice")]
+    perm = tuple(int_pos + adv_pos + rest_pos)
+    index_arrays = tuple(broadcast_to(adv[p], u_axes).array for p in adv_pos)
+    pos = tuple(basic[i] for i in int_pos) + index_arrays + tuple(basic[i] for i in rest_pos)
+    rest_axes = tuple(
+        axes[i] if kinds[i] is None else Axis(axes[i].name, new_sizes[i]) for i in rest_pos
+    )
+    canon = u_axes + rest_axes
+    # User-facing order: the gathered axes sit where the first indexed axis was.
+    first = adv_pos[0] if not int_pos else min(adv_pos[0], int_pos[0])
+    before = [k for k, i in enumerate(rest_pos) if i < first]
+    after = [k for k, i in enumerate(rest_pos) if i > first]
+    nu = len(u_axes)
+    final = [nu + k for k in before] + list(range(nu)) + [nu + k for k in after]
+    final_perm = tuple(final) if final != list(range(len(canon))) else None
+    final_axes = tuple(canon[k] for k in final)
+    return _IndexPlan(
+        perm if perm != tuple(range(n)) else None, pos, canon, final_perm, final_axes, dynamic
+    )
+
+
+_STATIC_INDEXERS: dict = {}
+
+
+def _static_key(pos: tuple):
+    """A hashable key for an index made only of Python ints and slices, else ``None``."""
+    key = []
+    for p in pos:
+        if type(p) is int:
+            key.append(p)
+        elif type(p) is builtins.slice:
+            key.append((p.start, p.stop, p.step))
+        else:
+            return None
+    return tuple(key)
+
+
+def _static_indexer(method: str, pos: tuple):
+    """A cached jitted ``x[pos]`` (``method="get"``) or ``x.at[pos].<method>(v)``, else ``None``.
+
+    Only for an index of Python ints and slices. Eager ``jax.Array`` indexing re-derives
+    its gather/scatter every call; compiling the (static) index once makes repeated eager
+    reads and writes a single dispatch.
+    """
+    key = _static_key(pos)
+    if key is None:
+        return None
+    key = (method, key)
+    fn = _STATIC_INDEXERS.get(key)
+    if fn is None:
+        if method == "get":
+            fn = jax.jit(lambda x: x[pos])
+        else:
+            fn = jax.jit(lambda x, v: getattr(x.at[pos], method)(v))
+        _cache_put(_STATIC_INDEXERS, key, fn)
+    return fn
+
+
+def _gather(array: NamedArray, plan: _IndexPlan, **kwargs):
+    """Reads ``array`` through ``plan``; ``kwargs`` (``mode``, ...) go to ``jax.Array.at``.
+
+    Without ``kwargs``, reads through a ``dslice`` past the end of an axis give 0.
+    """
+    x = array.array
+    if plan.perm is not None:
+        x = jnp.transpose(x, plan.perm)
+    if kwargs:
+        x = x.at[plan.pos].get(**kwargs)
+    elif plan.dynamic:
+        x = x.at[plan.pos].get(mode="fill", fill_value=0)
+    else:
+        x = x[plan.pos]
+    if plan.final_perm is not None:
+        x = jnp.transpose(x, plan.final_perm)
+    return NamedArray._new(x, plan.final_axes) if plan.final_axes else x
+
+
+def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
+    """Selects from ``array`` by axis name; usually written ``array[...]``.
+
+    Each entry maps an axis to an int (removes the axis), a slice with static bounds, a
+    ``dslice`` (a dynamic-start window; reads past the end give 0), or an integer
+    ``NamedArray`` (a gather: the axis is replaced by the index's axes; axes the index
+    shares with the array are matched elementwise).
+
+    Returns:
+        A NamedArray, or a 0-d ``jax.Array`` when every axis is indexed away.
+
+    Raises:
+        ValueError: if an axis is missing or indexed twice, or sizes clash.
+        IndexError: for a static int out of range.
+        TypeError: for an unsupported index kind.
+    """
+    _check_named(array, "index()")
+    plan = _plan_index(array, slices)
+    x = array.array
+    if plan.perm is None and plan.final_perm is None and not isinstance(x, _Tracer):
+        getter = _static_indexer("get", plan.pos)
+        if getter is not None:  # eager, static ints/slices: one compiled dispatch
+            x = getter(x)
+            return NamedArray._new(x, plan.final_axes) if plan.final_axes else x
+    return _gather(array, plan)
+
+
+_index_fn = index
+
+
+class _NamedIndexUpdateHelper:
+    __slots__ = ("_array",)
+
+    def __init__(self, array: NamedArray):
+        self._array = array
+
+    def __getitem__(self, idx) -> _NamedIndexUpdateRef:
+        return _NamedIndexUpdateRef(self._array, _normalize_index_arg(idx))
+
+
+class _NamedIndexUpdateRef:
+    """``x.at[idx]``: functional updates of the selected region."""
+
+    __slots__ = ("_array", "_slices")
+
+    def __init__(self, array: NamedArray, slices: Mapping):
+        self._array = array
+        self._slices = slices
+
+    def get(self, **kwargs):
+        """Same as ``x[idx]``; ``kwargs`` (``mode``, ``fill_value``) go to ``jax.Array.at``."""
+        if not kwargs:
+            return index(self._array, self._slices)
+        return _gather(self._array, _plan_index(self._array, self._slices), **kwargs)
+
+    def _update(self, method: str, value, **kwargs) -> NamedArray:
+        arr = self._array
+        plan = _plan_index(arr, self._slices)
+        if isinstance(value, NamedArray):
+            value = broadcast_to(value, plan.axes, ensure_order=True, enforce_no_extra_axes=True).array
+        elif not _is_scalar_like(value):
+            raise ValueError(
+                f"Update value must be a NamedArray or a scalar, got a positional array of shape "
+                f"{getattr(value, 'shape', None)}; the selected region has axes {_describe(plan.axes)}"
+            )
+        x = arr.array
+        if plan.perm is None and not kwargs and not isinstance(x, _Tracer) and not isinstance(value, _Tracer):
+            updater = _static_indexer(method, plan.pos)
+            if updater is not None:  # eager, static ints/slices: one compiled dispatch
+                return NamedArray._new(updater(x, value), arr.axes, arr._names)
+        return self._scatter(plan, method, value, kwargs)
+
+    def _scatter(self, plan: _IndexPlan, method: str, operand, kwargs: dict) -> NamedArray:
+        """``x.at[region].<method>(operand, **kwargs)`` in the array's own axis order."""
+        arr = self._array
+        x = arr.array
+        if plan.perm is not None:
+            x = jnp.transpose(x, plan.perm)
+        if plan.dynamic and "mode" not in kwargs:
+            kwargs["mode"] = "drop"
+        x = getattr(x.at[plan.pos], method)(operand, **kwargs)
+        if plan.perm is not None:
+            x = jnp.transpose(x, np.argsort(plan.perm))
+        return NamedArray._new(x, arr.axes, arr._names)
+
+    def set(self, value, **kwargs) -> NamedArray:
+        """Returns a copy with the region set to ``value`` (matched by axis name)."""
+        return self._update("set", value, **kwargs)
+
+    def add(self, value, **kwargs) -> NamedArray:
+        """Returns a copy with ``value`` added to the region."""
+        return self._update("add", value, **kwargs)
+
+    def multiply(self, value, **kwargs) -> NamedArray:
+        """Returns a copy with the region multiplied by ``value``."""
+        return self._update("multiply", value, **kwargs)
+
+    mul = multiply
+
+    def divide(self, value, **kwargs) -> NamedArray:
+        """Returns a copy with the region divided by ``value``."""
+        return self._update("divide", value, **kwargs)
+
+    def power(self, value, **kwargs) -> NamedArray:
+        """Returns a copy with the region raised to ``value``."""
+        return self._update("power", value, **kwargs)
+
+    def min(self, value, **kwargs) -> NamedArray:
+        """Returns a copy with the region replaced by ``minimum(region, value)``."""
+        return self._update("min", value, **kwargs)
+
+    def max(self, value, **kwargs) -> NamedArray:
+        """Returns a copy with the region replaced by ``maximum(region, value)``."""
+        return self._update("max", value, **kwargs)
+
+    def apply(self, func, **kwargs) -> NamedArray:
+        """Returns a copy with the unary ``func`` applied to the region."""
+        return self._scatter(_plan_index(self._array, self._slices), "apply", func, kwargs)
+
+
+def _static_int(x):
+    """``int(x)`` for static integers, ``None`` for traced values."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return int(x)
+    if isinstance(x, _Tracer):
+        return None
+    if getattr(x, "ndim", None) == 0 and _is_int_array(x):
+        return int(x)
+    return None
+
+
+def _unwrap_start(name, start):
+    if isinstance(start, NamedArray):
+        if start.axes:
+            raise ValueError(f"Start for axis {name!r} must be a scalar, got axes {_describe(start.axes)}")
+        return start.array
+    if isinstance(start, bool) or not (isinstance(start, (int, np.integer)) or getattr(start, "ndim", None) == 0):
+        raise TypeError(f"Start for axis {name!r} must be an integer scalar, got {start!r}")
+    return start
+
+
+def _window_length(old: Axis, start, s: int | None, length: int | None) -> int:
+    """Checks a window of ``old`` from ``start`` (``s`` when static); defaults the length to the rest."""
+    if length is None:
+        if s is None:
+            raise ValueError(f"slice of axis {old.name!r}: a traced start needs an explicit length")
+        length = old.size - s
+    if length > old.size or (s is not None and (s < 0 or s + length > old.size)):
+        raise ValueError(
+            f"slice of axis {old.name!r} (size {old.size}) from {start} with length {length} is out of bounds"
+        )
+    return length
+
+
+def slice(array: NamedArray, *args, **kwargs) -> NamedArray:  # noqa: A001 - part of the API
+    """Slices along one axis or several, replacing them with new (shorter) axes.
+
+    Two forms:
+
+    * ``slice(array, axis, new_axis=None, start=0, length=None)``: ``length`` elements of
+      ``axis`` from ``start`` (which may be traced). ``new_axis`` (a name or an ``Axis``)
+      names the result axis; ``length`` defaults to ``new_axis.size`` or to the rest of
+      the axis.
+    * ``slice(array, start={axis: start, ...}, length={axis: int | Axis, ...})``.
+
+    A traced start is clamped so the window stays inside the axis (``lax.dynamic_slice``).
+
+    Raises:
+        ValueError: if an axis is missing or a static window runs past the end.
+    """
+    if (args and isinstance(args[0], Mapping)) or "start" in kwargs and isinstance(kwargs["start"], Mapping):
+        return _slice_many(array, *args, **kwargs)
+    return _slice_one(array, *args, **kwargs)
+
+
+def _slice_one(array, axis, new_axis=None, start=0, length=None) -> NamedArray:
+    pos = array._index_of(axis)
+    old = array.axes[pos]
+    if isinstance(new_axis, Axis):
+        if length is not None and length != new_axis.size:
+            raise ValueError(f"slice: new_axis {new_axis} disagrees with length {length}")
+        length = new_axis.size
+    start = _unwrap_start(old.name, start)
+    s = _static_int(start)
+    length = _window_length(old, start, s, length)
+    out_axis = new_axis if isinstance(new_axis, Axis) else Axis(new_axis if new_axis is not None else old.name, length)
+    if s is not None:
+        x = lax.slice_in_dim(array.array, s, s + length, axis=pos)
+    else:
+        x = lax.dynamic_slice_in_dim(array.array, start, length, axis=pos)
+    axes = array.axes[:pos] + (out_axis,) + array.axes[pos + 1 :]
+    check_unique(axes)
+    return NamedArray._new(x, axes)
+
+
+def _slice_many(array, start: Mapping, length: Mapping | None = None) -> NamedArray:
+    length = dict(length or {})
+    length_by_name = {(k if isinstance(k, str) else k.name): v for k, v in length.items()}
+    starts = [0] * array.ndim
+    sizes = [ax.size for ax in array.axes]
+    axes = list(array.axes)
+    for key, st in start.items():
+        pos = array._index_of(key)
+        old = array.axes[pos]
+        st = _unwrap_start(old.name, st)
+        s = _static_int(st)
+        ln = length_by_name.pop(old.name, None)
+        new_ax = ln if isinstance(ln, Axis) else None
+        ln = _window_length(old, st, s, ln.size if new_ax is not None else ln)
+        starts[pos] = st
+        sizes[pos] = ln
+        axes[pos] = new_ax if new_ax is not None else Axis(old.name, ln)
+    if length_by_name:
+        raise ValueError(f"slice: lengths given for axes {sorted(length_by_name)} that have no start")
+    axes = tuple(axes)
+    check_unique(axes)
+    x = lax.dynamic_slice(array.array, [jnp.asarray(s) if isinstance(s, _Tracer) else s for s in starts], sizes)
+    return NamedArray._new(x, axes)
+
+
+def take(array: NamedArray, axis: AxisSelector, index: int | NamedArray) -> NamedArray:  # noqa: F811
+    """Selects along ``axis`` by an int (removes it) or an integer NamedArray (gathers).
+
+    With a NamedArray index the axis is replaced by the index's axes; index axes that the
+    array also has are matched elementwise. Unlike ``index``, the result is always a
+    NamedArray (with no axes when the last axis is taken).
+    """
+    out = _index_fn(array, {axis: index})
+    return out if isinstance(out, NamedArray) else NamedArray._new(out, ())
+
+
+def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: NamedArray) -> NamedArray:
+    """Writes ``update`` into ``array`` at the given per-axis start offsets.
+
+    Axes of ``array`` not in ``start`` start at 0. ``update``'s axes are matched by name;
+    array axes the update lacks are broadcast (size 1 along axes in ``start``, full size
+    otherwise). Traced starts are clamped so the window fits (``lax.dynamic_update_slice``).
+
+    Raises:
+        ValueError: if ``update`` has an axis the array lacks, an update axis is longer
+            than the array's, or a static window runs past the end.
+    """
+    starts = [0] * array.ndim
+    started = set()
+    for key, st in start.items():
+        pos = array._index_of(key)
+        started.add(array.axes[pos].name)
+        starts[pos] = _unwrap_start(array.axes[pos].name, st)
+    if not isinstance(update, NamedArray):
+        if not _is_scalar_like(update):
+            raise ValueError(
+                f"updated_slice needs a NamedArray update (or a scalar), got shape {getattr(update, 'shape', None)}"
+            )
+        update = NamedArray._new(jnp.asarray(update, dtype=array.dtype), ())
+    for ax in update.axes:
+        if ax.name not in array._names:
+            raise ValueError(
+                f"Update has axis {ax.name!r} which the array (axes {_describe(array.axes)}) does not have"
+            )
+    up_sizes = {ax.name: ax.size for ax in update.axes}
+    target = []
+    for i, ax in enumerate(array.axes):
+        size = up_sizes.get(ax.name, 1 if ax.name in started else ax.size)
+        if size > ax.size:
+            raise ValueError(f"Update axis {ax.name!r} has size {size} > array size {ax.size}")
+        s = _static_int(starts[i])
+        if s is not None and (s < 0 or s + size > ax.size):
+            raise ValueError(
+                f"updated_slice: window [{s}, {s + size}) is out of bounds for axis {ax.name!r} of size {ax.size}"
+            )
+        target.append(Axis(ax.name, size))
+    upd = broadcast_to(update, tuple(target)).array.astype(array.dtype)
+    x = lax.dynamic_update_slice(array.array, upd, [jnp.asarray(s) for s in starts])
+    return NamedArray._new(x, array.axes, array._names)
