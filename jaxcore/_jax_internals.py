@@ -1,14 +1,20 @@
-"""The only module allowed to import ``jax._src``: one file to update on a JAX upgrade.
+"""The one module that knows about JAX internals and JAX releases: one file per JAX upgrade.
 
 Everything else in jaxcore uses public JAX API. When a private JAX symbol is truly
-needed, it gets a small, named wrapper here, and :func:`check_jax_version` pins the
-JAX versions these wrappers were written against, so an upgrade fails loudly in
-``tests/jax_version_test.py`` instead of silently misbehaving.
+needed, it gets a small, named wrapper here; where JAX releases differ, the adapter
+lives here too, each branch named by the release that needs it (``_JAX_0_11``...).
+No other module compares JAX versions.
+
+jaxcore is tested against every JAX release from :data:`OLDEST_TESTED_JAX` to
+:data:`NEWEST_TESTED_JAX` (both ends in CI). Another release imports with one
+:class:`UntestedJaxWarning` naming that range, never an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import typing as tp
+import warnings
 
 import jax
 from jax._src import api_util as _api_util  # the one sanctioned jax._src import site
@@ -18,9 +24,12 @@ from jax._src import linear_util as _lu
 from jax._src import source_info_util as _source_info_util
 from jax._src.interpreters import partial_eval as _pe
 
-# Inclusive lower bound, exclusive upper bound of the JAX versions whose internals
-# the wrappers below were checked against.
-SUPPORTED_JAX_VERSIONS: tuple[tuple[int, ...], tuple[int, ...]] = ((0, 10, 2), (0, 11, 0))
+# The tested range, both ends inclusive. The wheels' Requires-Dist
+# (jaxcore/tools/BUILD.bazel) and the two hash-locked requirement files
+# (build/requirements_lock.txt: Python 3.11 + the oldest, build/requirements_lock_3_13.txt:
+# Python 3.13 + the newest) follow these; tests/jax_version_test.py checks they agree.
+OLDEST_TESTED_JAX = "0.10.2"
+NEWEST_TESTED_JAX = "0.12.0.1"
 
 
 def parse_version(version: str) -> tuple[int, ...]:
@@ -52,8 +61,52 @@ def parse_version(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _next_patch(version: tuple[int, ...]) -> tuple[int, ...]:
+    """The first release after every post-release of ``version`` (0.12.0.1 -> 0.12.1)."""
+    release = (version + (0, 0, 0))[:3]
+    return (*release[:2], release[2] + 1)
+
+
+# Inclusive lower bound, exclusive upper bound of the JAX versions jaxcore accepts
+# without a warning: the tested range, plus post-releases of its newest end
+# (0.12.0.2 is a rebuild of 0.12.0, like 0.12.0.1), so the wheels can say
+# `jax>=0.10.2,<0.12.1`.
+SUPPORTED_JAX_VERSIONS: tuple[tuple[int, ...], tuple[int, ...]] = (
+    parse_version(OLDEST_TESTED_JAX),
+    _next_patch(parse_version(NEWEST_TESTED_JAX)),
+)
+
+# The installed JAX, parsed once; the release branches below test it.
+JAX_VERSION: tuple[int, ...] = parse_version(jax.__version__)
+
+# jax 0.11.0 changed three things jaxcore meets:
+#   - scan_p's ``num_consts``/``num_carry`` parameters became the flat trees
+#     ``ft_in``/``ft_out`` (:func:`scan_operand_counts`);
+#   - jit_p's boolean ``inline`` became the ``jax.Inline`` enum, where only
+#     ``JAX_EARLY`` inlines while tracing (:func:`jit_inlines_when_traced`);
+#   - Pallas' Triton lowering reads the target GPU from the abstract mesh, so lowering
+#     for cuda/rocm on a machine without that GPU needs an abstract device
+#     (:func:`lowering_target`).
+_JAX_0_11 = JAX_VERSION >= (0, 11, 0)
+
+
+class UntestedJaxWarning(RuntimeWarning):
+    """The installed JAX release is outside the range jaxcore is tested against."""
+
+
+def tested_range() -> str:
+    """The tested JAX range in words, e.g. ``"jax 0.10.2 through 0.12.0.1"``."""
+    return f"jax {OLDEST_TESTED_JAX} through {NEWEST_TESTED_JAX}"
+
+
+def requirement(dist: str = "jax") -> str:
+    """The PEP 508 requirement on ``dist`` (jax or jaxlib) matching the tested range."""
+    low, high = SUPPORTED_JAX_VERSIONS
+    return f"{dist}>={'.'.join(map(str, low))},<{'.'.join(map(str, high))}"
+
+
 def check_jax_version(version: str | None = None) -> tuple[int, ...]:
-    """Checks that the installed JAX is in the range :data:`SUPPORTED_JAX_VERSIONS`.
+    """Checks that a JAX version is in the range :data:`SUPPORTED_JAX_VERSIONS`.
 
     Args:
         version: Version to check; defaults to the installed ``jax.__version__``.
@@ -63,16 +116,18 @@ def check_jax_version(version: str | None = None) -> tuple[int, ...]:
 
     Raises:
         RuntimeError: If the version is outside the supported range; the message names
-            the installed version, the supported range and this file.
+            the installed version, the tested range and this file.
+        ValueError: If ``version`` has no release number.
     """
     version = jax.__version__ if version is None else version
     parsed = parse_version(version)
     low, high = SUPPORTED_JAX_VERSIONS
     if not low <= parsed < high:
         raise RuntimeError(
-            f"jaxcore uses JAX internals checked against jax>={'.'.join(map(str, low))},"
-            f"<{'.'.join(map(str, high))}, but jax=={version} is installed. Update "
-            f"jaxcore/_jax_internals.py (and SUPPORTED_JAX_VERSIONS) for this JAX."
+            f"jaxcore is tested with {tested_range()} ({requirement()}), but "
+            f"jax=={version} is installed; it may work, but nothing checked it. Install a "
+            f"jax in that range, or update jaxcore/_jax_internals.py (and its tested range) "
+            f"for this JAX."
         )
     return parsed
 
@@ -84,6 +139,109 @@ def jax_version_supported(version: str | None = None) -> bool:
     except (RuntimeError, ValueError):
         return False
     return True
+
+
+def version_report() -> str:
+    """One line for ``python -m jaxcore``: the JAX jaxcore runs on, and whether it is tested."""
+    try:
+        import jaxlib  # noqa: PLC0415  (only for its version)
+
+        jaxlib_version = getattr(jaxlib, "__version__", None) or jaxlib.version.__version__
+    except (ImportError, AttributeError):
+        jaxlib_version = "unknown"
+    where = "inside" if jax_version_supported() else "OUTSIDE"
+    return (
+        f"jax {jax.__version__}, jaxlib {jaxlib_version}: {where} the tested range "
+        f"({tested_range()})"
+    )
+
+
+def _warn_if_untested() -> None:
+    """Warns once (this module is imported once) when the installed JAX is not tested."""
+    try:
+        check_jax_version()
+    except (RuntimeError, ValueError) as e:
+        warnings.warn(str(e), UntestedJaxWarning, stacklevel=3)
+
+
+_warn_if_untested()
+
+
+# --- Adapters for JAX releases --------------------------------------------------------------
+
+
+def scan_operand_counts(params: tp.Mapping[str, tp.Any]) -> tuple[int, int]:
+    """``(num_consts, num_carry)`` of a ``scan`` equation's parameters.
+
+    Its operands are ``num_consts`` constants, ``num_carry`` carries, then the scanned
+    inputs.
+    """
+    if _JAX_0_11:
+        # jax 0.11.0: the operands' layout is the flat tree ``ft_in`` = (consts, carry, xs).
+        consts, carry, _ = params["ft_in"].unpack()
+        return len(consts), len(carry)
+    return params["num_consts"], params["num_carry"]
+
+
+if _JAX_0_11:
+    _JAX_EARLY = jax.Inline.JAX_EARLY
+
+    def jit_inlines_when_traced(inline: tp.Any) -> bool:
+        """Whether a ``jit`` equation's ``inline`` parameter inlines it while tracing.
+
+        jax 0.11.0: ``inline`` is a ``jax.Inline``; only ``JAX_EARLY`` (what jax.numpy's own
+        jits use) inlines while tracing, ``jax.jit(inline=True)`` now means ``JAX_LATE``.
+        """
+        return inline is _JAX_EARLY
+
+else:
+
+    def jit_inlines_when_traced(inline: tp.Any) -> bool:
+        """Whether a ``jit`` equation's ``inline`` parameter inlines it while tracing."""
+        return bool(inline)
+
+
+def jit_inline_option(inline: bool) -> tp.Any:
+    """The ``jax.jit(inline=...)`` value that inlines into enclosing jaxprs while tracing."""
+    if _JAX_0_11 and inline:
+        # jax 0.11.0: ``inline=True`` became JAX_LATE (a jit equation, inlined when lowering).
+        return jax.Inline.JAX_EARLY
+    return inline
+
+
+# Devices that ``jax.export`` lowers Pallas kernels for where the machine has none of them
+# (jax >= 0.11 asks for one): the GPUs this project benchmarks on, and AMD's MI300.
+_ABSTRACT_DEVICE_KINDS = {"cuda": "NVIDIA H100", "rocm": "gfx942"}
+
+
+def lowering_target(platform: str) -> tp.ContextManager[None]:
+    """A context in which ``jax.export(..., platforms=[platform])`` lowers on any machine.
+
+    jax 0.10 lowers Pallas' Triton kernels for cuda/rocm without a GPU (assuming
+    compute capability 9.0); from jax 0.11.0 the lowering reads the target GPU from the
+    abstract mesh (``jax.sharding.use_abstract_mesh``) when no GPU is attached, so this
+    installs an abstract H100 (cuda) or MI300 (rocm). Elsewhere, and for other
+    platforms, it does nothing.
+
+    Args:
+        platform: The platform exported for: ``cuda``, ``rocm``, ``tpu`` or ``cpu``.
+    """
+    kind = _ABSTRACT_DEVICE_KINDS.get(platform)
+    if not _JAX_0_11 or kind is None or _has_devices(platform):
+        return contextlib.nullcontext()
+    device = jax.sharding.AbstractDevice(device_kind=kind, num_cores=None, platform=platform)
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=device)
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
+def _has_devices(platform: str) -> bool:
+    try:
+        return bool(jax.devices(platform))
+    except RuntimeError:
+        return False
+
+
+# --- Wrappers around private JAX symbols --------------------------------------------------
 
 
 def is_eval_trace(trace: object) -> bool:

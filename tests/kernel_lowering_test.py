@@ -1,7 +1,8 @@
 """The plugin kernels lower for their real platforms, through the kernel registry.
 
 ``jax.export`` runs the real Triton (cuda, rocm) and Mosaic (tpu) lowerings on this
-CPU-only machine. A jitted model-like function (two quantized layers, leading batch axes)
+CPU-only machine (from jax 0.11 inside ``_jax_internals.lowering_target``, which names the
+GPU lowered for). A jitted model-like function (two quantized layers, leading batch axes)
 is exported for each platform and format; its StableHLO must contain the plugin's custom
 call and the kernel's name, and nothing of the other backends. That proves the kernels are
 registered for each platform and chosen by ``jax.lax.platform_dependent``, not assumed.
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcore import kernels, plugins, quant
+from jaxcore import _jax_internals, kernels, plugins, quant
 
 _TRITON = "__gpu$xla.gpu.triton"
 _MOSAIC = "tpu_custom_call"
@@ -40,11 +41,12 @@ def _export(platform, fmt, tokens):
     w1 = _quantize(fmt, jax.random.normal(keys[0], (256, 512)), 64)
     w2 = _quantize(fmt, jax.random.normal(keys[1], (512, 256)), 128)
     x = jax.ShapeDtypeStruct((2, tokens, 256), jnp.bfloat16)
-    exported = jax.export.export(
-        jax.jit(_model),
-        platforms=[platform],
-        disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(_TRITON)],
-    )(x, w1, w2)
+    with _jax_internals.lowering_target(platform):
+        exported = jax.export.export(
+            jax.jit(_model),
+            platforms=[platform],
+            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(_TRITON)],
+        )(x, w1, w2)
     return exported, exported.mlir_module()
 
 
@@ -93,11 +95,12 @@ def test_multi_platform_export_runs_on_cpu():
     w1 = _quantize("nf4", jax.random.normal(keys[0], (256, 512)), 64)
     w2 = _quantize("nf4", jax.random.normal(keys[1], (512, 256)), 64)
     x = jax.random.normal(keys[2], (2, 3, 256), jnp.float32)
-    exported = jax.export.export(
-        jax.jit(_model),
-        platforms=["cpu", "cuda", "rocm", "tpu"],
-        disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(_TRITON)],
-    )(x, w1, w2)
+    with _jax_internals.lowering_target("cuda"):
+        exported = jax.export.export(
+            jax.jit(_model),
+            platforms=["cpu", "cuda", "rocm", "tpu"],
+            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(_TRITON)],
+        )(x, w1, w2)
     calls = set(re.findall(r"custom_call @([\w$.]+)", exported.mlir_module()))
     assert calls == {_TRITON, _MOSAIC}
     # The artifact runs the portable reference on CPU; jit may run the native CPU plugin,
@@ -114,11 +117,12 @@ def test_vmapped_model_exports_with_the_kernel():
     w1 = _quantize("int4", jax.random.normal(keys[0], (256, 512)), 64)
     w2 = _quantize("int4", jax.random.normal(keys[1], (512, 256)), 128)
     x = jax.ShapeDtypeStruct((5, 2, 8, 256), jnp.bfloat16)
-    exported = jax.export.export(
-        jax.jit(jax.vmap(_model, in_axes=(0, None, None))),
-        platforms=["cuda"],
-        disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(_TRITON)],
-    )(x, w1, w2)
+    with _jax_internals.lowering_target("cuda"):
+        exported = jax.export.export(
+            jax.jit(jax.vmap(_model, in_axes=(0, None, None))),
+            platforms=["cuda"],
+            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(_TRITON)],
+        )(x, w1, w2)
     text = exported.mlir_module()
     assert re.findall(r"custom_call @([\w$.]+)", text) == [_TRITON, _TRITON]
     # M = 5 * 2 * 8 = 80 rows: the medium table's 64-row tiles give 2 row programs.

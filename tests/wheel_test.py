@@ -32,6 +32,10 @@ sys.path.insert(0, str(REPO / "build" / "wheel"))
 import build_wheel  # noqa: E402
 
 VERSION = "0.1.0"
+# The tested JAX range (jaxcore/version.bzl; tests/jax_version_test.py checks it against
+# jaxcore/_jax_internals.py).
+JAX_REQUIRES = "jax>=0.10.2,<0.12.1"
+JAXLIB_REQUIRES = "jaxlib>=0.10.2,<0.12.1"
 
 
 def _native_tag():
@@ -90,10 +94,10 @@ def test_wheel_layout_metadata_and_record(wheel_dir, dist):
     assert meta["Requires-Python"] == ">=3.11"
     requires = meta.get_all("Requires-Dist")
     if platform is None:
-        assert "jax==0.10.2" in requires and "jaxlib==0.10.2" in requires
+        assert JAX_REQUIRES in requires and JAXLIB_REQUIRES in requires
         assert any(r.startswith("numpy") for r in requires)
     else:
-        assert requires == [f"jaxcore=={VERSION}"]
+        assert requires == [f"jaxcore=={VERSION}", JAXLIB_REQUIRES]
 
     wheel_meta = Parser().parsestr(entries[f"{dist_info}/WHEEL"][1].decode())
     assert wheel_meta["Wheel-Version"] == "1.0"

@@ -20,9 +20,6 @@ The modules import each other in one direction; read them bottom-up:
   discovery) and registers the control-flow rules.
 """
 
-import warnings as _warnings_module
-
-from jaxcore import _jax_internals
 from jaxcore.implicit import _base
 from jaxcore.implicit import _materialize
 from jaxcore.implicit import _rules
@@ -58,14 +55,6 @@ from jaxcore.implicit._warnings import reset_materialization_warnings
 # Assembly: the layers below import nothing above them; they are wired together here.
 _base.install_materializer(_materialize.materialize_full)
 _rules.install()
-
-if not _jax_internals.jax_version_supported():
-    _warnings_module.warn(
-        "jaxcore.implicit's interpreter was written against jax "
-        f"{_jax_internals.SUPPORTED_JAX_VERSIONS}; the installed jax may behave differently.",
-        RuntimeWarning,
-        stacklevel=2,
-    )
 
 __all__ = [
     "AmbiguousHandlerError",

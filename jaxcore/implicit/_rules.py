@@ -114,7 +114,8 @@ def _jit_rule_raw(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) ->
     del primitive
     jaxpr = params["jaxpr"]
     trace = _jax_internals.current_trace()
-    if params["inline"] and not _jax_internals.is_eval_trace(trace):
+    inline = _jax_internals.jit_inlines_when_traced(params["inline"])
+    if inline and not _jax_internals.is_eval_trace(trace):
         out = _plan.run(jaxpr, args, trace, _trace.eval_jaxpr)
         if out is None:
             out = _trace.eval_jaxpr(jaxpr, args)
@@ -174,10 +175,9 @@ def _while_rule(
     return list(jax.lax.while_loop(cond, body, _apply_mask(init, mask)))
 
 
-def _scan_rule(
-    primitive, *args: tp.Any, reverse, length, jaxpr, num_consts, num_carry, unroll, **params
-):
+def _scan_rule(primitive, *args: tp.Any, reverse, length, jaxpr, unroll, **params):
     del primitive
+    num_consts, num_carry = _jax_internals.scan_operand_counts(params)
     consts = args[:num_consts]
     init = list(args[num_consts : num_consts + num_carry])
     xs = [_materialize_full(x) for x in args[num_consts + num_carry :]]

@@ -1,7 +1,7 @@
 """`plugin_wheel`: a backend plugin wheel built from a plugin source tree."""
 
 load("//build/wheel:wheel.bzl", "py_wheel_dist")
-load("//jaxcore:version.bzl", "JAXCORE_VERSION")
+load("//jaxcore:version.bzl", "JAXCORE_VERSION", "JAXLIB_REQUIREMENT")
 
 # The plugin's source tree ships under a per-backend package name; its _build_config.py is
 # replaced by one naming the wheel's single platform.
@@ -70,6 +70,7 @@ def plugin_wheel(
         platform_tag = platform_tag,
         packages = _pick(default, cases, "packages"),
         generated_files = _pick(default, cases, "generated_files"),
-        requires = ["jaxcore=={version}"],
+        # The same jaxcore, and a jaxlib in the tested range (the kernels lower through it).
+        requires = ["jaxcore=={version}", JAXLIB_REQUIREMENT],
         entry_points = _pick(default, cases, "entry_points"),
     )

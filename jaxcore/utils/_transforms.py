@@ -13,6 +13,8 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar, cast, overload
 import jax
 import jax.numpy as jnp
 
+from jaxcore import _jax_internals
+
 C = TypeVar("C", bound=Callable[..., Any])
 
 
@@ -85,7 +87,7 @@ def jit(
         keep_unused=keep_unused,
         device=device,
         backend=backend,
-        inline=inline,
+        inline=_jax_internals.jit_inline_option(inline),
         compiler_options=compiler_options,
     )
     # jax.jit's default for shardings is an "unspecified" sentinel, not None.
