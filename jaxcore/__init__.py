@@ -9,7 +9,7 @@ import importlib as _importlib
 from jaxcore._version import __version__
 
 _SUBMODULES = frozenset(
-    {"implicit", "kernels", "lens", "named", "plugins", "quant", "tree", "utils"}
+    {"implicit", "kernels", "launch", "lens", "named", "plugins", "quant", "tree", "utils"}
 )
 
 
