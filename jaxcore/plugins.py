@@ -12,9 +12,14 @@ places:
   importable, for the platforms no entry-point plugin already serves (a wheel that
   installs the same package, like ``jaxcore-cpu``, is listed once, as the wheel).
 
-A plugin whose version differs from jaxcore's, or that fails to import or initialise,
-produces one :class:`PluginWarning` naming the package and the versions, and is skipped:
-the portable reference kernels keep working. A plugin whose ``initialize`` raises
+A plugin whose version differs from jaxcore's, or that fails to import or initialise
+(including by raising ``SystemExit``), produces one :class:`PluginWarning` naming the
+package and the versions, and is skipped: the portable reference kernels keep working.
+Loading is transactional: kernels a plugin registered before it failed are unregistered
+(replaced ones come back), so a skipped plugin leaves no trace. ``KeyboardInterrupt``
+still propagates, after that rollback. An installed distribution whose
+``entry_points.txt`` cannot be parsed (any distribution, not only a plugin) is listed as
+skipped with the parse error, instead of breaking ``import jaxcore``. A plugin whose ``initialize`` raises
 :class:`PluginUnavailable` (e.g. the CPU plugin from a checkout whose native library was
 not built) is skipped quietly, its message kept as the reason. The environment variable
 ``JAXCORE_PLUGINS`` selects what loads: unset, empty or ``all`` loads everything,
@@ -27,14 +32,16 @@ loaded plugin's own one-line ``describe()`` when it has one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
 import os
+import pathlib
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -86,7 +93,8 @@ class PluginStatus:
       name: entry-point name (``cuda``, ``rocm``, ``tpu``) or source-tree name
         (``gpu``, ``tpu``).
       module: the importable module name (``jaxcore_cuda12``, ``jaxcore_gpu``, ...).
-      origin: ``"entry_point"`` for an installed wheel, ``"source"`` for the repository.
+      origin: ``"entry_point"`` for an installed wheel, ``"source"`` for the repository,
+        ``"metadata"`` for an installed distribution whose entry points cannot be read.
       distribution: ``"<dist name> <version>"`` of the wheel, or ``None`` from source.
       version: the plugin's ``__version__`` (or its distribution version when the
         module was never imported), ``None`` when unknown.
@@ -197,8 +205,10 @@ def plugin_imported(module_name: str) -> None:
                 if module is None:
                     statuses[i] = _skip("import did not complete", status, warn=True)
                 else:
-                    statuses[i] = _check_and_initialize(
-                        status, module, selection, set(_info.platforms)
+                    statuses[i] = _transaction(
+                        functools.partial(
+                            _check_and_initialize, status, module, selection, set(_info.platforms)
+                        )
                     )
                 break
         _info = dataclasses.replace(_info, plugins=tuple(statuses))
@@ -239,11 +249,13 @@ def load_plugins(*, force: bool = False) -> PluginInfo:
         selection_text, selection = _parse_selection(os.environ.get(ENV_VAR))
         statuses: list[PluginStatus] = []
         served: set[str] = set()
-        for ep in _entry_points():
+        entry_points, broken = _entry_points()
+        for ep in entry_points:
             status = _load_entry_point(ep, selection, served)
             statuses.append(status)
             served.update(status.platforms)
         installed = {s.module for s in statuses}
+        statuses.extend(broken)
         for name, module_name in _SOURCE_PLUGINS.items():
             if module_name in installed:  # a wheel of the same package (jaxcore_cpu, jaxcore_tpu)
                 continue
@@ -292,14 +304,72 @@ def _warn_unknown_selection(
         )
 
 
-def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
-    """The installed entry points of group ``jaxcore_plugins``, deduplicated by module."""
+def _entry_points() -> tuple[list[importlib.metadata.EntryPoint], list[PluginStatus]]:
+    """The installed entry points of group ``jaxcore_plugins``, deduplicated by module.
+
+    Returns:
+      ``(entry points, skipped statuses)``: one skipped status per installed distribution
+      whose ``entry_points.txt`` cannot be parsed (it warns only when that file mentions
+      ``jaxcore_plugins``; another package's broken metadata is merely listed).
+    """
+    try:
+        found = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        broken: list[PluginStatus] = []
+    except Exception:  # noqa: BLE001 - some distribution's metadata is broken: find which
+        found, broken = _entry_points_one_by_one()
+    unique: list[importlib.metadata.EntryPoint] = []
     seen: set[tuple[str, str]] = set()
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in found:
         key = (ep.name, ep.value)
         if key not in seen:  # the same dist can be on sys.path twice
             seen.add(key)
-            yield ep
+            unique.append(ep)
+    return unique, broken
+
+
+def _entry_points_one_by_one() -> tuple[list[importlib.metadata.EntryPoint], list[PluginStatus]]:
+    """`_entry_points` the slow way, one distribution at a time, isolating broken ones."""
+    found: list[importlib.metadata.EntryPoint] = []
+    broken: list[PluginStatus] = []
+    seen: set[str] = set()
+    for dist in importlib.metadata.distributions():
+        try:
+            name, version = dist.metadata["Name"], dist.version
+        except Exception:  # noqa: BLE001 - unreadable METADATA: still look at its entry points
+            name, version = None, None
+        key = (name or "").lower().replace("-", "_").replace(".", "_")
+        if name and key in seen:  # first on sys.path wins, as in importlib.metadata
+            continue
+        seen.add(key)
+        try:
+            found.extend(ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP)
+        except Exception as e:  # noqa: BLE001 - a broken distribution must not break jaxcore
+            where = getattr(dist, "_path", None)
+            file = pathlib.Path(where, "entry_points.txt") if where else "entry_points.txt"
+            status = PluginStatus(
+                name=name or "?",
+                module="entry_points.txt",
+                origin="metadata",
+                distribution=f"{name or '?'} {version or '?'}",
+                version=version,
+                platforms=(),
+                loaded=False,
+                reason=None,
+            )
+            reason = (
+                f"cannot parse {file} ({type(e).__name__}: {e}); no plugin this distribution "
+                "may announce is loaded; fix or reinstall it"
+            )
+            broken.append(_skip(reason, status, warn=_mentions_group(file)))
+    return found, broken
+
+
+def _mentions_group(file: pathlib.Path | str) -> bool:
+    """Whether an entry-points file names the ``jaxcore_plugins`` group (False if unreadable)."""
+    try:
+        return ENTRY_POINT_GROUP.encode() in pathlib.Path(file).read_bytes()
+    except OSError:
+        return False
 
 
 def _wanted(
@@ -389,6 +459,31 @@ def _load_source_plugin(
     )
 
 
+def _transaction(attempt: Callable[[], PluginStatus]) -> PluginStatus:
+    """Runs ``attempt``; unless it loaded the plugin, undoes the kernels it registered.
+
+    A deferred plugin (still importing) keeps what its import registered so far: its load
+    completes in `plugin_imported`, itself a transaction. ``KeyboardInterrupt`` (and any
+    other exception ``attempt`` lets through) rolls back too, then propagates.
+    """
+    from jaxcore.kernels import _registry  # here: `import jaxcore` without plugins stays light
+
+    saved = _registry.snapshot()
+    try:
+        status = attempt()
+    except BaseException:
+        _registry.restore(saved)
+        raise
+    if not status.loaded and status.reason != _DEFERRED_REASON:
+        _registry.restore(saved)
+    return status
+
+
+# What a plugin may raise and still be skipped: every error, and SystemExit (a plugin must
+# not end the interpreter). KeyboardInterrupt and GeneratorExit propagate.
+_PLUGIN_ERRORS = (Exception, SystemExit)
+
+
 def _import_and_initialize(
     status: PluginStatus,
     load: Callable[[], Any],
@@ -396,9 +491,20 @@ def _import_and_initialize(
     served: set[str],
 ) -> PluginStatus:
     """Imports a plugin, checks its version and runs ``initialize`` for its platforms."""
+    return _transaction(
+        functools.partial(_import_and_initialize_once, status, load, selection, served)
+    )
+
+
+def _import_and_initialize_once(
+    status: PluginStatus,
+    load: Callable[[], Any],
+    selection: frozenset[str] | None,
+    served: set[str],
+) -> PluginStatus:
     try:
         module = load()
-    except Exception as e:  # noqa: BLE001 - a broken plugin must never break jaxcore
+    except _PLUGIN_ERRORS as e:  # a broken plugin must never break jaxcore
         return _skip(f"import failed: {type(e).__name__}: {e}", status, warn=True)
     if not isinstance(module, ModuleType):
         return _skip(
@@ -463,7 +569,7 @@ def _check_and_initialize(
         initialize(platforms=fresh)
     except PluginUnavailable as e:
         return _skip(f"unavailable: {e}", status, warn=False)
-    except Exception as e:  # noqa: BLE001 - see above
+    except _PLUGIN_ERRORS as e:  # see above; the caller's transaction unregisters its kernels
         return _skip(
             f"initialize() failed: {type(e).__name__}: {e}", status, warn=True
         )
@@ -479,7 +585,7 @@ def _describe(module: ModuleType) -> str | None:
         return None
     try:
         return str(describe())
-    except Exception as e:  # noqa: BLE001 - a report must not break loading
+    except _PLUGIN_ERRORS as e:  # a report must not break loading
         return f"describe() failed: {type(e).__name__}: {e}"
 
 

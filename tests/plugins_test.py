@@ -528,3 +528,128 @@ def test_deselected_cpu_plugin_leaves_the_reference(tmp_path, selection):
     assert out.splitlines()[:4] == [
         "source False ()", f"not selected by {plugins.ENV_VAR}", "reference", "True",
     ]
+
+
+# ------------------------------------------------ hardening: transactions, hostile metadata
+
+
+def _probe_kernel():
+    """A kernel name of this test only, registered for cpu; returns (name, its impl)."""
+    name = f"probe_{uuid.uuid4().hex[:8]}"
+
+    def original(*args, **kwargs):
+        return "original"
+
+    kernels.register_kernel(name, "cpu", original)
+    return name, original
+
+
+def _registering_plugin(name, failure, *, at_import=False):
+    """A plugin body that registers kernel ``name`` (replacing cpu, adding tpu), then fails."""
+    register = (
+        "from jaxcore import kernels\n"
+        f"kernels.register_kernel({name!r}, 'cpu', lambda *a, **k: 'plugin')\n"
+        f"kernels.register_kernel({name!r}, 'tpu', lambda *a, **k: 'plugin')\n"
+    )
+    if at_import:
+        return "import jaxcore\n__version__ = jaxcore.__version__\n" + register + failure + "\n"
+    indented = textwrap.indent(register + failure, "    ")
+    return ("import jaxcore\n__version__ = jaxcore.__version__\nPLATFORMS = ('tpu',)\n"
+            "def initialize(platforms):\n" + indented + "\n")
+
+
+@pytest.mark.parametrize("at_import", [False, True], ids=["initialize", "import"])
+@pytest.mark.parametrize(
+    "failure,reason",
+    [
+        ("raise RuntimeError('no device')", "RuntimeError: no device"),
+        ("raise SystemExit(3)", "SystemExit: 3"),
+        ("from jaxcore import plugins\nraise plugins.PluginUnavailable('not built')", "not built"),
+    ],
+    ids=["error", "system_exit", "unavailable"],
+)
+def test_failed_plugin_leaves_no_kernel_behind(sandbox, failure, reason, at_import):
+    name, original = _probe_kernel()
+    try:
+        module = _fake_plugin(sandbox, platform="tpu",
+                              body=_registering_plugin(name, failure, at_import=at_import))
+        info, _ = _load()
+        status = _status(info, module)
+        assert not status.loaded and reason in status.reason
+        # The replaced cpu kernel is back; the added tpu kernel is gone.
+        assert kernels.registered_kernels(name) == {"cpu": original}
+    finally:
+        for platform in kernels.registered_kernels(name):
+            kernels.unregister_kernel(name, platform)
+
+
+def test_keyboard_interrupt_in_a_plugin_propagates_after_rollback(sandbox):
+    name, original = _probe_kernel()
+    try:
+        _fake_plugin(sandbox, platform="tpu",
+                     body=_registering_plugin(name, "raise KeyboardInterrupt"))
+        with pytest.raises(KeyboardInterrupt):
+            plugins.load_plugins(force=True)
+        assert kernels.registered_kernels(name) == {"cpu": original}
+    finally:
+        for platform in kernels.registered_kernels(name):
+            kernels.unregister_kernel(name, platform)
+
+
+def _broken_distribution(root, text: bytes, name="unrelated-tool"):
+    info = root / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_bytes(text)
+    return info / "entry_points.txt"
+
+
+@pytest.mark.parametrize(
+    "text,error",
+    [
+        (b"[console_scripts]\nno_equals_sign\n", "TypeError"),
+        (b"\xff\xfe[console_scripts]\n", "UnicodeDecodeError"),
+    ],
+    ids=["no_value", "not_utf8"],
+)
+def test_unrelated_distribution_with_malformed_entry_points_is_listed_not_fatal(
+    sandbox, text, error
+):
+    broken = _broken_distribution(sandbox, text)
+    good = _fake_plugin(sandbox, platform="tpu", body=_GOOD)
+    info, caught = _load()
+    assert caught == []  # not ours: listed, not warned about
+    assert _status(info, good).loaded  # the other plugins still load
+    (status,) = [p for p in info.plugins if p.origin == "metadata"]
+    assert status.name == "unrelated-tool" and not status.loaded
+    assert f"cannot parse {broken} ({error}" in status.reason
+    assert f"unrelated-tool (entry_points.txt, unrelated-tool 1.0): skipped: cannot parse {broken}" \
+        in info.format()
+
+
+def test_malformed_entry_points_naming_our_group_warn(sandbox):
+    _broken_distribution(sandbox, b"[jaxcore_plugins]\ntpu\n", name="jaxcore-broken")
+    info, caught = _load()
+    assert len(caught) == 1 and "cannot parse" in str(caught[0].message)
+    assert [p.name for p in info.plugins if p.origin == "metadata"] == ["jaxcore-broken"]
+
+
+@pytest.mark.parametrize(
+    "body,reason",
+    [
+        (None, "cannot parse"),
+        ("raise SystemExit('bye')\n", "import failed: SystemExit: bye"),
+    ],
+    ids=["malformed_metadata", "system_exit_at_import"],
+)
+def test_python_m_jaxcore_reports_the_skip(tmp_path, body, reason):
+    if body is None:
+        _broken_distribution(tmp_path, b"[console_scripts]\nno_equals_sign\n")
+    else:
+        _fake_plugin(tmp_path, platform="tpu", body=body)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAXCORE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), _repo_root(), env.get("PYTHONPATH", "")])
+    result = subprocess.run([sys.executable, "-m", "jaxcore"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert reason in result.stdout and "skipped" in result.stdout

@@ -69,3 +69,27 @@ def registered_kernels(name: str) -> dict[str, Callable]:
     """Returns a copy of ``{platform: impl}`` for kernel ``name``, in registration order."""
     with _lock:
         return dict(_registry.get(name, {}))
+
+
+def snapshot() -> dict[str, dict[str, Callable]]:
+    """A copy of every registration, for `restore`.
+
+    `jaxcore.plugins` takes one before a plugin's import and ``initialize`` and restores it
+    when the plugin fails, so a failed plugin leaves no kernel behind.
+    """
+    with _lock:
+        return {name: dict(impls) for name, impls in _registry.items()}
+
+
+def restore(saved: dict[str, dict[str, Callable]]) -> None:
+    """Puts the registry back to `snapshot` ``saved``: later registrations go, replaced ones return.
+
+    Bumps the registry version only when something changed.
+    """
+    with _lock:
+        current = {name: impls for name, impls in _registry.items() if impls}
+        if current == {name: impls for name, impls in saved.items() if impls}:
+            return
+        _registry.clear()
+        _registry.update({name: dict(impls) for name, impls in saved.items()})
+        _registry_version.bump()
