@@ -334,6 +334,15 @@ def register(
     nothing else is evaluated.
 
     Example:
+        >>> import dataclasses
+        >>> import jax.numpy as jnp
+        >>> from jaxcore.implicit import ImplicitArray, aux_field
+        >>> @dataclasses.dataclass
+        ... class Scaled(ImplicitArray):
+        ...     value: jax.Array
+        ...     scale: float = aux_field()
+        ...     def materialize(self):
+        ...         return self.value * self.scale
         >>> @register("mul")
         ... def _(x: Scaled, y: jax.Array, **params):
         ...     return Scaled(x.value * y, scale=x.scale)
