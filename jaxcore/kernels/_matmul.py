@@ -186,6 +186,31 @@ def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int, tuple[int, int]]:
     return fmt, block_size, qvalue, scale, axis, k_n
 
 
+def _varying_axes(a) -> frozenset:
+    """The manual mesh axes ``a`` varies over (``aval.manual_axis_type.varying`` in jax 0.10)."""
+    aval = jax.typeof(a)
+    mat = getattr(aval, "manual_axis_type", None)
+    if mat is not None:
+        return frozenset(getattr(mat, "varying", None) or ())
+    return frozenset(getattr(aval, "vma", None) or ())
+
+
+def _vary_alike(*arrays):
+    """Marks every operand as varying over the manual mesh axes any of them varies over.
+
+    Inside ``shard_map``, JAX's own primitives do this when they bind; the products here
+    must too, or a replicated ``x`` times a weight sharded along N gets a gradient whose
+    type (varying) does not match ``x``'s (replicated). After the cast, its transpose sums
+    that gradient over the shards. Outside ``shard_map`` nothing varies and this is a no-op.
+    """
+    vmas = [_varying_axes(a) for a in arrays]
+    union = frozenset().union(*vmas)
+    return tuple(
+        a if v == union else jax.lax.pcast(a, tuple(sorted(union - v)), to="varying")
+        for a, v in zip(arrays, vmas)
+    )
+
+
 def _apply(x, q, preferred_element_type, transposed: bool):
     fmt, block_size, qvalue, scale, axis, (k, n) = _stored(q)
     x = jnp.asarray(x)
@@ -207,6 +232,7 @@ def _apply(x, q, preferred_element_type, transposed: bool):
     impls = _registry.registered_kernels(KERNEL_NAME)
     interpret_on = _interpret.interpret_platform(KERNEL_NAME, impls)
     cfg = _Config(fmt, int(block_size), out_dtype, tuple(impls.items()), interpret_on)
+    x2d, qvalue, scale = _vary_alike(x2d, qvalue, scale)
     out = _run(x2d, qvalue, scale, cfg, transposed != (axis == 1))
     return out.reshape(*lead, out.shape[-1])
 
