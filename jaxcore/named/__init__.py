@@ -96,3 +96,9 @@ from jaxcore.named._tree import (
     tree_structure,
     tree_unflatten,
 )
+
+# --- Haliax's submodules: random numbers, higher-order functions, checkpointing ---
+from jaxcore.named import hof, jax_utils, random
+from jaxcore.named._checkpoint import ScanCheckpointPolicy
+from jaxcore.named.hof import fold, map, scan, vmap
+from jaxcore.named.jax_utils import filter_checkpoint, tree_checkpoint_name
