@@ -7,81 +7,59 @@
 #   build/parallel_accelerator_execute.sh --detect   # prints "<platform> <count> <source>",
 #                                    # source = env | detected | default (nothing found)
 #
-# The test executable is found like Bazel's own wrappers find it: as given (absolute, relative
-# to the working directory, or on PATH), else through the runfiles tree (RUNFILES_DIR,
-# TEST_SRCDIR, with or without TEST_WORKSPACE) or the runfiles manifest.
+# The test is found as given (path, or on PATH), else in the runfiles tree (RUNFILES_DIR,
+# TEST_SRCDIR, with or without TEST_WORKSPACE) or the runfiles manifest, as Bazel does.
 #
 # Settings (environment):
-#   JAXCORE_ACCELERATOR_COUNT      accelerators to spread tests over. Default: detected from
-#                                  `nvidia-smi -L`, `rocm-smi` or AMD /dev/dri render nodes,
-#                                  /dev/accel* or /dev/vfio/<n> (TPU); else 1.
-#   JAXCORE_ACCELERATOR_PLATFORM   cuda | rocm | tpu | generic. Default: detected (generic when
-#                                  nothing is found). Decides which device variables are set.
-#   JAXCORE_TESTS_PER_ACCELERATOR  tests sharing one accelerator at once (default 4).
-#   JAXCORE_LOCK_DIR               lock directory (default /tmp/jaxcore_accelerator_locks_$USER).
-#   JAXCORE_ACCELERATOR_WAIT_S     seconds to wait for a free slot before giving up (default
-#                                  3600; decimals allowed; 0 = do not wait).
+#   JAXCORE_ACCELERATOR_COUNT      accelerators, 1..1024. Default: detected from `nvidia-smi -L`,
+#                                  `rocm-smi` or AMD /dev/dri render nodes, /dev/accel* or
+#                                  /dev/vfio/<n> (TPU); else 1.
+#   JAXCORE_ACCELERATOR_PLATFORM   cuda | rocm | tpu | generic (default: detected). Decides the
+#                                  device variables the test gets.
+#   JAXCORE_TESTS_PER_ACCELERATOR  tests sharing one accelerator at once, 1..256 (default 4).
+#   JAXCORE_ACCELERATOR_WAIT_S     seconds to wait for a slot (default 3600; decimals allowed;
+#                                  0 = do not wait; at most 999999999).
+#   JAXCORE_LOCK_DIR               lock directory. Default: $XDG_RUNTIME_DIR/jaxcore_accelerator_locks,
+#                                  else /tmp/jaxcore_accelerator_locks_<uid>. Created 0700; refused
+#                                  unless it is a real directory (not a symlink) owned by the
+#                                  caller with rwx for the owner and no write bit for group/others.
 #   JAXCORE_ACCELERATOR_LOG        optional file; one line per test is appended to it.
 #   JAXCORE_ACCELERATOR_DEV_DIR, JAXCORE_ACCELERATOR_SYSFS_DIR
-#                                  where detection looks for device nodes and sysfs (default
-#                                  /dev and /sys); for containers with remapped paths and tests.
+#                                  where detection looks (default /dev, /sys).
 #
-# How a slot is chosen (balanced, fair per slot, fast hand-over):
-#   * Every slot has its own queue. A caller reads the slots' owner records and queue nodes
-#     (plain reads, no global lock) and joins the slot with the least load (running + queued):
-#     a free slot on the accelerator running the fewest tests (one test on every accelerator
-#     before a second on any), else the busy slot whose test started first. Its place in that
-#     slot's queue is a node file made with O_EXCL (bash's noclobber), so two callers never
-#     get one place; a caller that loses such a race looks again.
-#   * A caller that has to wait locks its node and blocks (flock, no polling) on the node of
-#     the caller queued just ahead of it on the same slot, which is released when that one has
-#     taken the slot; then it blocks on the slot's lock itself. So while a test runs, the next
-#     caller for its slot is already blocked on that slot's lock and the kernel hands the slot
-#     over the moment the test's wrapper lets go: no global queue, mutex or scheduler process
-#     sits between one test and the next. A waiter that dies or times out leaves its node
-#     unmarked; the caller behind it then waits on the one before it, so no queue breaks.
-#   * Fairness: strictly first come, first served among the callers queued on one slot (with
-#     a single slot, strict arrival order). Across slots a later caller may start first when
-#     its slot frees first; an earlier caller waits at most for the tests queued ahead of it on
-#     its own slot, and since callers join the least-loaded slot those queues stay within one
-#     of each other. (Two callers that arrive within the same few milliseconds may swap.)
-#   * The slot lock, not the queues, is what bounds the tests per accelerator: whatever happens
-#     to the queues, no more than JAXCORE_TESTS_PER_ACCELERATOR tests share a device.
-#   * Each slot's lock is held on a file descriptor of this wrapper for the test's lifetime.
-#     The descriptor is deliberately NOT inherited by the test: the slot is free exactly
-#     when the test has ended and the wrapper has gone, and a daemon the test leaks cannot
-#     keep a slot locked. The kernel drops the lock when the wrapper dies in any way, so no
-#     stale lock survives a crash (an owner record left "busy" by a SIGKILLed wrapper is
-#     recognised by its dead pid). SIGTERM/SIGINT/SIGHUP to the wrapper alone wait for the
-#     test to end before the slot is released.
-#   * Per test the wrapper starts one `flock` for the slot (plus one for its own node when it
-#     has to queue) and the test itself; records are rewritten in place, never truncated.
+# Scheduling (balanced, first come first served per slot, fast hand-over, no global lock):
+#   * A caller reads every slot's owner record and queue and joins the least-loaded slot: a
+#     free slot on the accelerator running the fewest tests, else the busy slot whose test
+#     started first. Its place in that slot's queue is a node file made with O_EXCL
+#     (noclobber), so two callers never share a place; one that loses the race looks again.
+#   * A waiting caller locks its own node and blocks (flock) on the node of the caller just
+#     ahead of it, then on the slot's lock, so the kernel hands a slot over the moment it is
+#     released. A waiter that dies or gives up leaves its node unmarked and the one behind it
+#     waits on the one before it instead. Only the slot lock bounds the tests per accelerator.
+#   * The slot lock lives as long as any process of the job: the test inherits the locked
+#     descriptor (the wrapper holds it too), so a SIGKILLed wrapper does not free the slot while
+#     its test runs, and a daemon the test leaves behind holding it keeps the slot. The kernel
+#     drops the lock when the last holder exits, so no stale lock survives a crash (an owner
+#     record left busy by a SIGKILLed wrapper is checked against the lock itself).
+#     SIGTERM/SIGINT/SIGHUP to the wrapper alone wait for the test to end.
 #   * Files in the lock directory: accelerator_<d>_slot_<s>.lock (the slot's lock),
 #     accelerator_<d>_slot_<s>.owner (fixed-length record "<busy> <place> <since_us> <pid>
-#     <test>"), accelerator_<d>_slot_<s>.node.<place> (a queued caller: "pid=<pid>", then
-#     "queued" once it holds its node's lock, "done" once it holds the slot; old ones are
-#     deleted every NODE_CLEANUP_EVERY places), detected (cached detection, DETECT_CACHE_S).
-#   * Accelerator detection runs only when JAXCORE_ACCELERATOR_COUNT is unset, and its result
-#     is reused from the lock directory for DETECT_CACHE_S seconds by runs with the same
-#     settings (`--detect` always detects afresh).
+#     <test>"), accelerator_<d>_slot_<s>.node.<place> ("pid=<pid>", then "queued" while it
+#     waits, "done" once it has the slot; old ones are deleted every NODE_CLEANUP_EVERY places),
+#     detected (detection reused for DETECT_CACHE_S seconds by runs with the same settings).
+#     No file is ever truncated, and none is opened through a symbolic link.
 #
-# Exit status: the test's own status; 2 for a bad setting or missing command; 73 when the lock
-# directory cannot be made; 75 when no slot became free within JAXCORE_ACCELERATOR_WAIT_S;
+# Exit status: the test's own; 2 for a bad setting or a missing command; 73 for an unusable
+# lock directory or lock file; 75 when no slot became free within JAXCORE_ACCELERATOR_WAIT_S;
 # 126/127 when the test cannot be executed / found.
 
-set -u -o pipefail
+set -euo pipefail
 
 readonly PROG="parallel_accelerator_execute.sh"
-readonly EXIT_USAGE=2
-readonly EXIT_LOCK_DIR=73
-readonly EXIT_WAIT_TIMEOUT=75
-readonly EXIT_NOT_EXECUTABLE=126
-readonly EXIT_NOT_FOUND=127
-# Old queue nodes of a slot are deleted by every caller whose place is a multiple of this.
-readonly NODE_CLEANUP_EVERY=64
-# Fixed length of a slot's owner record (see write_owner).
+readonly EXIT_USAGE=2 EXIT_LOCK_DIR=73 EXIT_WAIT_TIMEOUT=75
+readonly EXIT_NOT_EXECUTABLE=126 EXIT_NOT_FOUND=127
+readonly NODE_CLEANUP_EVERY=64 # old queue nodes go when a place is a multiple of this
 readonly OWNER_RECORD_BYTES=256
-# How long accelerator detection done by one run is reused by later runs (seconds).
 readonly DETECT_CACHE_S=300
 
 die() {
@@ -91,33 +69,27 @@ die() {
   exit "$code"
 }
 
-# Microseconds since the epoch (bash >= 5 builtin; `date` otherwise).
+[[ -n "${EPOCHREALTIME:-}" ]] || die "$EXIT_USAGE" "bash >= 5.0 is required (EPOCHREALTIME)"
+
+# Microseconds since the epoch into variable $1.
 now_us() {
-  if [[ -n "${EPOCHREALTIME:-}" ]]; then
-    local t="${EPOCHREALTIME//[!0-9]/}"
-    printf -v "$1" '%d' "$((10#$t))"
-  else
-    printf -v "$1" '%d' "$(($(date +%s%N) / 1000))"
-  fi
+  local t="${EPOCHREALTIME//[!0-9]/}"
+  printf -v "$1" '%d' "$((10#$t))"
 }
 
-# Formats microseconds as seconds with a '.' decimal point (for flock -w and read -t).
+# Microseconds $2 as seconds with a '.' decimal point (for flock -w) into variable $1.
 us_to_s() {
   printf -v "$1" '%d.%06d' "$(($2 / 1000000))" "$(($2 % 1000000))"
 }
 
-# Parses a non-negative decimal number of seconds into microseconds; returns 1 if malformed.
-seconds_to_us() {
-  local value="$2" whole frac
-  [[ "$value" =~ ^([0-9]+)(\.([0-9]*))?$ ]] || return 1
-  whole="${BASH_REMATCH[1]}"
-  frac="${BASH_REMATCH[3]}000000"
-  frac="${frac:0:6}"
-  printf -v "$1" '%d' "$((10#$whole * 1000000 + 10#$frac))"
-}
-
-is_positive_int() {
-  [[ -n "$1" && "$1" != *[!0-9]* ]] && ((10#$1 > 0))
+# Validates setting $1 (value $2) as an integer from $3 to $4 and stores it in variable $5.
+# At most 9 significant digits are read, so no value can overflow bash's arithmetic.
+int_setting() {
+  if [[ "$2" =~ ^0*([0-9]{1,9})$ ]] && ((10#${BASH_REMATCH[1]} >= $3 && 10#${BASH_REMATCH[1]} <= $4)); then
+    printf -v "$5" '%d' "$((10#${BASH_REMATCH[1]}))"
+  else
+    die "$EXIT_USAGE" "$1='$2' is not an integer from $3 to $4"
+  fi
 }
 
 # --- Accelerator detection -------------------------------------------------------------------
@@ -128,37 +100,34 @@ readonly SYSFS_DIR="${JAXCORE_ACCELERATOR_SYSFS_DIR:-/sys}"
 # Number of NVIDIA GPUs listed by `nvidia-smi -L` (0 if it is missing or fails).
 count_cuda() {
   local n=0 line
-  command -v nvidia-smi >/dev/null 2>&1 || { echo 0; return; }
-  while IFS= read -r line; do
-    [[ "$line" == GPU\ [0-9]* ]] && n=$((n + 1))
-  done < <(nvidia-smi -L 2>/dev/null)
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    while IFS= read -r line; do
+      [[ "$line" == GPU\ [0-9]* ]] && n=$((n + 1))
+    done < <(nvidia-smi -L 2>/dev/null || true)
+  fi
   echo "$n"
 }
 
-# Number of AMD GPUs: distinct GPU[i] in `rocm-smi --showid`, else AMD render nodes.
+# Number of AMD GPUs: distinct GPU[i] in `rocm-smi --showid`, else AMD render nodes (PCI
+# vendor 0x1002, so another vendor's integrated GPU is not counted) when /dev/kfd exists.
 count_rocm() {
-  local line vendor node
+  local line vendor node n=0
   local -A seen=()
   if command -v rocm-smi >/dev/null 2>&1; then
     while IFS= read -r line; do
       [[ "$line" =~ ^GPU\[([0-9]+)\] ]] && seen["${BASH_REMATCH[1]}"]=1
-    done < <(rocm-smi --showid 2>/dev/null)
-    if ((${#seen[@]} > 0)); then
-      echo "${#seen[@]}"
-      return
-    fi
+    done < <(rocm-smi --showid 2>/dev/null || true)
   fi
-  # ROCm's kernel driver exposes /dev/kfd; count render nodes whose PCI vendor is AMD
-  # (0x1002), so an integrated GPU of another vendor is not counted.
-  local n=0
+  if ((${#seen[@]} > 0)); then
+    echo "${#seen[@]}"
+    return
+  fi
   if [[ -e "$DEV_DIR/kfd" ]]; then
     for node in "$DEV_DIR"/dri/renderD*; do
       [[ -e "$node" ]] || continue
       vendor=""
-      read -r vendor 2>/dev/null <"$SYSFS_DIR/class/drm/${node##*/}/device/vendor"
-      if [[ -z "$vendor" || "$vendor" == "0x1002" ]]; then
-        n=$((n + 1))
-      fi
+      read -r vendor 2>/dev/null <"$SYSFS_DIR/class/drm/${node##*/}/device/vendor" || true
+      [[ -z "$vendor" || "$vendor" == "0x1002" ]] && n=$((n + 1))
     done
   fi
   echo "$n"
@@ -178,7 +147,6 @@ count_tpu() {
   echo "$n"
 }
 
-# Exits unless JAXCORE_ACCELERATOR_PLATFORM is unset or one of the known platforms.
 check_platform_setting() {
   case "${JAXCORE_ACCELERATOR_PLATFORM:-}" in
     "" | cuda | rocm | tpu | generic) ;;
@@ -186,28 +154,28 @@ check_platform_setting() {
   esac
 }
 
-# Sets PLATFORM and COUNT from the settings, detecting what is not set.
+# Sets PLATFORM, COUNT and COUNT_SOURCE (found | default) from the settings and detection.
 detect_accelerators() {
   check_platform_setting
   PLATFORM="${JAXCORE_ACCELERATOR_PLATFORM:-}"
-  COUNT="${JAXCORE_ACCELERATOR_COUNT:-}"
-  if [[ -n "$COUNT" ]] && ! is_positive_int "$COUNT"; then
-    die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_COUNT='$COUNT' is not a positive integer"
+  COUNT=""
+  if [[ -n "${JAXCORE_ACCELERATOR_COUNT:-}" ]]; then
+    int_setting JAXCORE_ACCELERATOR_COUNT "$JAXCORE_ACCELERATOR_COUNT" 1 1024 COUNT
   fi
-  local n
+  local p n
+  local -a order=(cuda rocm tpu)
+  [[ -n "$PLATFORM" && "$PLATFORM" != generic ]] && order=("$PLATFORM")
   if [[ -z "$PLATFORM" || -z "$COUNT" ]]; then
-    local -a order=(cuda rocm tpu)
-    [[ -n "$PLATFORM" && "$PLATFORM" != generic ]] && order=("$PLATFORM")
-    local p
     for p in "${order[@]}"; do
       if [[ -n "$COUNT" ]]; then
         # Only the platform is unknown: decide it without running any tool.
         case "$p" in
-          cuda) command -v nvidia-smi >/dev/null 2>&1 || [[ -e "$DEV_DIR/nvidiactl" ]] && { PLATFORM=cuda; break; } ;;
-          rocm) command -v rocm-smi >/dev/null 2>&1 || [[ -e "$DEV_DIR/kfd" ]] && { PLATFORM=rocm; break; } ;;
-          tpu) (($(count_tpu) > 0)) && { PLATFORM=tpu; break; } ;;
+          cuda) command -v nvidia-smi >/dev/null 2>&1 || [[ -e "$DEV_DIR/nvidiactl" ]] || continue ;;
+          rocm) command -v rocm-smi >/dev/null 2>&1 || [[ -e "$DEV_DIR/kfd" ]] || continue ;;
+          tpu) (($(count_tpu) > 0)) || continue ;;
         esac
-        continue
+        PLATFORM="$p"
+        break
       fi
       case "$p" in
         cuda) n="$(count_cuda)" ;;
@@ -215,7 +183,7 @@ detect_accelerators() {
         tpu) n="$(count_tpu)" ;;
       esac
       if ((n > 0)); then
-        [[ -z "$PLATFORM" ]] && PLATFORM="$p"
+        [[ -n "$PLATFORM" ]] || PLATFORM="$p"
         COUNT="$n"
         break
       fi
@@ -224,41 +192,38 @@ detect_accelerators() {
   [[ -n "$PLATFORM" ]] || PLATFORM=generic
   COUNT_SOURCE=found
   [[ -n "$COUNT" ]] || { COUNT=1; COUNT_SOURCE=default; }
-  COUNT=$((10#$COUNT))
 }
 
 # detect_accelerators, reusing for DETECT_CACHE_S seconds what an earlier run with the same
-# settings found (kept in the lock directory), so a suite does not run `nvidia-smi` per test.
+# settings found, so a suite does not run `nvidia-smi` per test.
 cached_detect_accelerators() {
   local file="$LOCK_DIR/detected" key now_s platform count source when cached_key
   check_platform_setting
   printf -v key '%s|%s|%s|%s' "${JAXCORE_ACCELERATOR_PLATFORM:-}" "$DEV_DIR" "$SYSFS_DIR" "$PATH"
   now_s="${EPOCHREALTIME%%[!0-9]*}"
-  if read -r platform count source when cached_key 2>/dev/null <"$file" &&
-    [[ "$cached_key" == "$key" && "$count$when" != *[!0-9]* && -n "$count" && -n "$when" ]] &&
+  if [[ ! -L "$file" ]] && read -r platform count source when cached_key 2>/dev/null <"$file" &&
+    [[ "$cached_key" == "$key" && "$count" =~ ^[1-9][0-9]{0,3}$ && "$when" =~ ^[0-9]{1,12}$ ]] &&
     ((now_s - when >= 0 && now_s - when < DETECT_CACHE_S)); then
     PLATFORM="$platform" COUNT="$count" COUNT_SOURCE="$source"
     return 0
   fi
   detect_accelerators
-  # Rewritten in place at a fixed length (see write_owner for why there is no truncation).
   printf -v platform '%s %d %s %d %s' "$PLATFORM" "$COUNT" "$COUNT_SOURCE" "$now_s" "$key"
-  printf '%-*.*s\n' 1023 1023 "$platform" 2>/dev/null 1<>"$file" || true
+  rewrite_in_place "$file" 1024 "$platform" 2>/dev/null || true
 }
 
 # --- Finding the test executable -------------------------------------------------------------
 
 # Sets EXE to the executable for "$1", looking where Bazel's test wrappers look.
 resolve_executable() {
-  local cmd="${1#./}" candidate key path
+  local cmd="${1#./}" candidate key path base ws="${TEST_WORKSPACE:-}"
   local -a candidates=()
   if [[ "$1" != */* ]]; then
-    candidate="$(type -P -- "$1" 2>/dev/null)" && [[ -n "$candidate" ]] && { EXE="$candidate"; return; }
+    candidate="$(type -P -- "$1" 2>/dev/null || true)"
+    [[ -n "$candidate" ]] && { EXE="$candidate"; return; }
   else
     candidates+=("$1")
   fi
-  local ws="${TEST_WORKSPACE:-}"
-  local base
   for base in "${RUNFILES_DIR:-}" "${TEST_SRCDIR:-}"; do
     [[ -n "$base" ]] || continue
     [[ -n "$ws" ]] && candidates+=("$base/$ws/$cmd")
@@ -282,21 +247,77 @@ resolve_executable() {
   die "$EXIT_NOT_FOUND" "test '$1' not found (looked at the path itself, on PATH and in the runfiles: RUNFILES_DIR='${RUNFILES_DIR:-}', TEST_SRCDIR='${TEST_SRCDIR:-}', RUNFILES_MANIFEST_FILE='${RUNFILES_MANIFEST_FILE:-}')"
 }
 
-# --- Locks -------------------------------------------------------------------------------------
+# --- The lock directory and its files ----------------------------------------------------------
+
+# Sets LOCK_DIR, creating it 0700, and exits unless nobody but the caller can tamper with it:
+# a real directory (not a symlink), owned by the caller, rwx for the owner, not writable by
+# group or others. One lstat reads type, owner and mode together; a directory that passes
+# cannot be replaced by another user (in /tmp the sticky bit keeps others from renaming it).
+prepare_lock_dir() {
+  if [[ -n "${JAXCORE_LOCK_DIR:-}" ]]; then
+    LOCK_DIR="$JAXCORE_LOCK_DIR"
+  elif [[ -n "${XDG_RUNTIME_DIR:-}" && -d "$XDG_RUNTIME_DIR" && -O "$XDG_RUNTIME_DIR" ]]; then
+    LOCK_DIR="$XDG_RUNTIME_DIR/jaxcore_accelerator_locks"
+  else
+    LOCK_DIR="/tmp/jaxcore_accelerator_locks_$EUID"
+  fi
+  local fix="choose another directory with JAXCORE_LOCK_DIR" info type owner mode
+  if [[ ! -e "$LOCK_DIR" && ! -L "$LOCK_DIR" ]]; then
+    # shellcheck disable=SC2174 # parents get the umask's mode; only the lock dir needs 0700
+    mkdir -p -m 700 -- "$LOCK_DIR" 2>/dev/null || [[ -d "$LOCK_DIR" ]] ||
+      die "$EXIT_LOCK_DIR" "cannot create the lock directory '$LOCK_DIR' (JAXCORE_LOCK_DIR); $fix"
+  fi
+  info="$(LC_ALL=C stat -c '%F|%u|%a' -- "$LOCK_DIR" 2>&1)" ||
+    die "$EXIT_LOCK_DIR" "cannot inspect the lock directory '$LOCK_DIR' (JAXCORE_LOCK_DIR): $info"
+  IFS='|' read -r type owner mode <<<"$info"
+  [[ "$type" != "symbolic link" ]] ||
+    die "$EXIT_LOCK_DIR" "the lock directory '$LOCK_DIR' (JAXCORE_LOCK_DIR) is a symbolic link; refusing to follow it (someone else may have planted it): remove it or $fix"
+  [[ "$type" == directory ]] ||
+    die "$EXIT_LOCK_DIR" "the lock directory '$LOCK_DIR' (JAXCORE_LOCK_DIR) is a $type, not a directory; $fix"
+  ((owner == EUID)) ||
+    die "$EXIT_LOCK_DIR" "the lock directory '$LOCK_DIR' (JAXCORE_LOCK_DIR) belongs to uid $owner, not to you (uid $EUID); refusing to use it: $fix"
+  ((!(8#$mode & 8#022))) ||
+    die "$EXIT_LOCK_DIR" "the lock directory '$LOCK_DIR' (JAXCORE_LOCK_DIR) is writable by group or others (mode $mode); refusing to use it: run chmod 700 '$LOCK_DIR' or $fix"
+  (((8#$mode & 8#700) == 8#700)) ||
+    die "$EXIT_LOCK_DIR" "the lock directory '$LOCK_DIR' (JAXCORE_LOCK_DIR) is not readable, writable and searchable by its owner (mode $mode): run chmod 700 '$LOCK_DIR' or $fix"
+}
+
+# Exits if lock-directory file $1 is a symbolic link. Only the caller can create entries in the
+# checked directory, so nothing can be swapped in between this check and the open that follows.
+refuse_symlink() {
+  [[ ! -L "$1" ]] || die "$EXIT_LOCK_DIR" "'$1' in the lock directory is a symbolic link; refusing to follow it: remove it"
+}
+
+# Opens lock-directory file $2 for appending (created if missing, never truncated) on a new
+# descriptor whose number goes to variable $1; exits naming the file and the reason on failure.
+open_lock_file() {
+  local fd err
+  refuse_symlink "$2"
+  if ! { exec {fd}>>"$2"; } 2>/dev/null; then
+    err="$({ : >>"$2"; } 2>&1 || true)"
+    die "$EXIT_LOCK_DIR" "cannot open the lock file '$2': ${err##*: }"
+  fi
+  printf -v "$1" '%d' "$fd"
+}
+
+# Overwrites file $1 in place with $3 padded to $2 bytes (`<>`: no O_TRUNC, which would make
+# ext4 flush the file on close, costing milliseconds).
+rewrite_in_place() {
+  refuse_symlink "$1"
+  printf '%-*.*s\n' "$(($2 - 1))" "$(($2 - 1))" "$3" 1<>"$1"
+}
 
 # flock(1) with a '.' decimal point whatever the caller's locale.
 run_flock() {
   LC_ALL=C flock "$@"
 }
 
-# Locks descriptor $1, waiting at most for the rest of the wait budget. This caller's own queue
+# Locks descriptor $1, waiting at most for the rest of the wait budget. The caller's own queue
 # node stays locked in the wrapper only (flock's process does not keep a copy).
 flock_wait() {
-  local now left left_s
+  local now left_s
   now_us now
-  left=$((DEADLINE_US - now))
-  ((left > 0)) || left=0
-  us_to_s left_s "$left"
+  us_to_s left_s "$((DEADLINE_US > now ? DEADLINE_US - now : 0))"
   if [[ -n "$NODE_FD" ]]; then
     run_flock -w "$left_s" "$1" {NODE_FD}>&-
   else
@@ -304,36 +325,37 @@ flock_wait() {
   fi
 }
 
-# Writes owner record $1: "<busy $2> <place SEQ> <since_us $3> <pid $4> <test $5>". Always
-# OWNER_RECORD_BYTES bytes, overwritten in place (`<>`, no O_TRUNC): truncating and rewriting a
-# file makes ext4 flush it to disk on close (auto_da_alloc), which costs milliseconds.
+# Writes slot owner record $1: "<busy $2> <place SEQ> <since_us $3> <pid $4> <test $5>".
 write_owner() {
   local record
   printf -v record '%d %d %d %d %s' "$2" "$SEQ" "$3" "$4" "$5"
-  printf '%-*.*s\n' "$((OWNER_RECORD_BYTES - 1))" "$((OWNER_RECORD_BYTES - 1))" "$record" 1<>"$1"
+  rewrite_in_place "$1" "$OWNER_RECORD_BYTES" "$record"
 }
 
-# Reads slot ($1, $2)'s owner record "<busy> <place> <since_us> <pid> <test>" into O_BUSY,
-# O_SEQ, O_SINCE, O_PID (all 0 when there is none).
+# Reads slot ($1, $2)'s owner record into O_BUSY, O_SEQ, O_SINCE, O_PID (0 when there is none).
+# A busy record whose wrapper is gone is busy only while its test still holds the lock.
 read_owner() {
-  local file="$LOCK_DIR/accelerator_$1_slot_$2.owner" rest
+  local slot="$LOCK_DIR/accelerator_$1_slot_$2" rest
   for _ in 1 2; do
     O_BUSY="" O_SEQ="" O_SINCE="" O_PID=""
-    [[ -e "$file" ]] || break
-    read -r O_BUSY O_SEQ O_SINCE O_PID rest 2>/dev/null <"$file"
-    # Empty: read while its writer was rewriting it; look once more.
-    [[ -n "$O_BUSY" ]] && break
+    [[ -e "$slot.owner" ]] || break
+    read -r O_BUSY O_SEQ O_SINCE O_PID rest 2>/dev/null <"$slot.owner" || true
+    [[ -n "$O_BUSY" ]] && break # empty: read while being rewritten; look once more
   done
-  if [[ -n "$O_PID" && "$O_BUSY$O_SEQ$O_SINCE$O_PID" != *[!0-9]* ]]; then
-    O_SEQ=$((10#$O_SEQ))
-    return
+  if [[ "$O_BUSY$O_SEQ$O_SINCE$O_PID" =~ ^[0-9]{4,60}$ && "$O_SEQ" =~ ^[0-9]{1,15}$ && "$O_PID" =~ ^[0-9]{1,10}$ ]]; then
+    O_BUSY=$((O_BUSY != 0)) O_SEQ=$((10#$O_SEQ))
+    if ((O_BUSY)) && ! kill -0 "$O_PID" 2>/dev/null; then
+      # The wrapper was killed; its test may still run and hold the slot's lock.
+      [[ -e "$slot.lock" && ! -L "$slot.lock" ]] && ! run_flock -n "$slot.lock" true 2>/dev/null || O_BUSY=0
+    fi
+    return 0
   fi
   O_BUSY=0 O_SEQ=0 O_SINCE=0 O_PID=0
 }
 
 # Sets NODE_STATE for queue node file $1: done (had its turn, or is gone), queued (its caller
-# holds the node's lock while it waits, or has given up), or new (just made; its caller is
-# taking the slot right away or has not locked the node yet); NODE_PID to its caller's pid.
+# holds the node's lock while it waits, or has given up) or new (its caller is about to take
+# the slot or to lock the node); NODE_PID to its caller's pid.
 read_node() {
   local line
   NODE_STATE="done" NODE_PID=0
@@ -345,15 +367,13 @@ read_node() {
       queued) [[ "$NODE_STATE" == new ]] && NODE_STATE=queued ;;
       pid=*) NODE_PID="${line#pid=}" ;;
     esac
-  done 2>/dev/null <"$1"
-  [[ -n "$NODE_PID" && "$NODE_PID" != *[!0-9]* ]] || NODE_PID=0
+  done 2>/dev/null <"$1" || true
+  [[ "$NODE_PID" =~ ^[0-9]{1,10}$ ]] || NODE_PID=0
 }
 
-# Picks the slot this caller queues on and takes the next place in that slot's queue, without
-# any global lock: a place is a node file made with O_EXCL (noclobber), so two callers never
-# get one place; one that loses a race looks again. Sets DEVICE, SLOT, SEQ (this caller's
-# place), PRED_DONE (the place of the slot's last owner: every place up to it had its turn)
-# and MUST_WAIT (1 when the slot is busy or has callers queued ahead).
+# Picks the slot to queue on and takes the next place in its queue. Sets DEVICE, SLOT, SEQ
+# (this caller's place), NODE, PRED_DONE (the place of the slot's last owner: every place up
+# to it had its turn) and MUST_WAIT (1 when the slot is busy or has callers queued ahead).
 choose_slot() {
   local d s i n load key best_i best_load best_key node made
   local -a busy=() seq=() queued=() since=() acc=()
@@ -363,19 +383,11 @@ choose_slot() {
       for ((s = 0; s < PER_ACCELERATOR; s++)); do
         i=$((d * PER_ACCELERATOR + s))
         read_owner "$d" "$s"
-        # A busy record whose wrapper is gone (killed by SIGKILL) is stale: its lock is free.
-        if ((O_BUSY)) && ! kill -0 "$O_PID" 2>/dev/null; then
-          O_BUSY=0
-        fi
-        # Callers queued on the slot: the places after its owner's that exist.
-        for ((n = O_SEQ + 1; ; n++)); do
+        for ((n = O_SEQ + 1; ; n++)); do # callers queued: the places after the owner's
           [[ -e "$LOCK_DIR/accelerator_${d}_slot_${s}.node.$n" ]] || break
         done
-        busy[i]=$O_BUSY
-        seq[i]=$O_SEQ
-        queued[i]=$((n - 1 - O_SEQ))
-        since[i]=$O_SINCE
-        ((O_BUSY)) || since[i]=0
+        busy[i]=$O_BUSY seq[i]=$O_SEQ queued[i]=$((n - 1 - O_SEQ))
+        since[i]=$((O_BUSY ? O_SINCE : 0))
         acc[d]=$((acc[d] + O_BUSY + queued[i]))
       done
     done
@@ -384,9 +396,8 @@ choose_slot() {
       for ((s = 0; s < PER_ACCELERATOR; s++)); do
         i=$((d * PER_ACCELERATOR + s))
         load=$((busy[i] + queued[i]))
-        # Free slots: on the accelerator running the fewest tests. Busy ones: the one whose
-        # test started first (most likely to end first).
-        if ((load == 0)); then key=${acc[d]}; else key=${since[i]}; fi
+        # Free: the accelerator running the fewest tests. Busy: the test that started first.
+        key=$((load == 0 ? acc[d] : since[i]))
         if ((best_i < 0 || load < best_load || (load == best_load && key < best_key))); then
           best_i=$i best_load=$load best_key=$key DEVICE=$d SLOT=$s
         fi
@@ -394,17 +405,15 @@ choose_slot() {
     done
     SEQ=$((seq[best_i] + queued[best_i] + 1))
     node="$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}.node.$SEQ"
+    made=0
     set -C
-    { printf 'pid=%d\n' "$$" >"$node"; } 2>/dev/null
-    made=$?
+    { printf 'pid=%d\n' "$$" >"$node"; } 2>/dev/null || made=$?
     set +C
     if ((made == 0)); then
-      NODE="$node"
-      PRED_DONE=${seq[best_i]}
-      MUST_WAIT=$((best_load > 0))
+      NODE="$node" PRED_DONE=${seq[best_i]} MUST_WAIT=$((best_load > 0))
       return 0
     fi
-    [[ -e "$node" ]] || die "$EXIT_LOCK_DIR" "cannot create '$node' in the lock directory"
+    [[ -e "$node" || -L "$node" ]] || die "$EXIT_LOCK_DIR" "cannot create '$node' in the lock directory"
     # Another caller took that place a moment ago: look again.
   done
 }
@@ -415,12 +424,10 @@ acquire_slot() {
   local cur node pred_fd slot_file now
   NODE_FD=""
   choose_slot
-  # The test's variables are set now, so nothing but the fork is left once the slot is ours.
-  export_device_env "$DEVICE"
+  export_device_env "$DEVICE" # the test's variables are set before the slot is ours
   if ((MUST_WAIT)); then
-    # Callers queued behind this one on the same slot wait for this node's lock, so they
-    # cannot overtake it.
-    exec {NODE_FD}>>"$NODE"
+    # Callers queued behind this one wait for this node's lock, so they cannot overtake it.
+    open_lock_file NODE_FD "$NODE"
     if run_flock -n "$NODE_FD"; then
       printf 'queued\n' >&"$NODE_FD"
     else
@@ -428,14 +435,13 @@ acquire_slot() {
       NODE_FD=""
     fi
   fi
-
   # Wait until every caller queued ahead on this slot has taken it (or given up / died).
-  for ((cur = SEQ - 1; cur > PRED_DONE; )); do
+  for ((cur = SEQ - 1; cur > PRED_DONE; cur--)); do
     node="$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}.node.$cur"
     read_node "$node"
     [[ "$NODE_STATE" == "done" ]] && break
     if [[ "$NODE_STATE" == queued ]]; then
-      exec {pred_fd}>>"$node"
+      open_lock_file pred_fd "$node"
       if ! flock_wait "$pred_fd"; then
         exec {pred_fd}>&-
         return 1
@@ -444,16 +450,12 @@ acquire_slot() {
       read_node "$node"
       [[ "$NODE_STATE" == "done" ]] && break
     elif kill -0 "$NODE_PID" 2>/dev/null; then
-      # Made a moment ago and still alive: it is about to take the slot (or to lock its node);
-      # both now contend for the slot lock.
-      break
+      break # made a moment ago by a live caller: both now contend for the slot lock
     fi
     # Its caller died or gave up before its turn: wait for the one before it instead.
-    cur=$((cur - 1))
   done
-
   slot_file="$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}"
-  exec {SLOT_FD}>>"$slot_file.lock"
+  open_lock_file SLOT_FD "$slot_file.lock"
   if ! flock_wait "$SLOT_FD"; then
     exec {SLOT_FD}>&-
     return 1
@@ -466,7 +468,6 @@ acquire_slot() {
   else
     printf 'done\n' >>"$NODE"
   fi
-  return 0
 }
 
 # Frees the slot: its record says free (keeping its last place), then the lock goes.
@@ -477,29 +478,27 @@ release_slot() {
   exec {SLOT_FD}>&-
 }
 
-# Deletes this slot's old queue nodes, once every NODE_CLEANUP_EVERY places (one `rm` for many
-# tests). Every place before this caller's has had its turn, so nobody reads those any more.
+# Deletes this slot's old queue nodes once every NODE_CLEANUP_EVERY places. Every place before
+# this caller's has had its turn, so nobody reads those any more.
 queue_cleanup() {
   ((SEQ % NODE_CLEANUP_EVERY == 0)) || return 0
   local node n
   local -a old=()
   for node in "$LOCK_DIR/accelerator_${DEVICE}_slot_${SLOT}.node."*; do
     n="${node##*.}"
-    [[ "$n" =~ ^[0-9]+$ ]] && ((10#$n <= SEQ - NODE_CLEANUP_EVERY)) && old+=("$node")
+    [[ "$n" =~ ^[0-9]{1,15}$ ]] && ((10#$n <= SEQ - NODE_CLEANUP_EVERY)) && old+=("$node")
   done
-  ((${#old[@]} == 0)) || rm -f -- "${old[@]}"
+  ((${#old[@]} == 0)) || rm -f -- "${old[@]}" || true
 }
 
 # Appends one line about this test to JAXCORE_ACCELERATOR_LOG, if set.
 log_line() {
   [[ -n "${JAXCORE_ACCELERATOR_LOG:-}" ]] || return 0
-  local device="$1" slot="$2" wait_ms=$(($3 / 1000)) run_ms=$(($4 / 1000)) code="$5" when
+  local wait_ms=$(($3 / 1000)) run_ms=$(($4 / 1000)) when
   printf -v when '%(%Y-%m-%dT%H:%M:%S%z)T' -1
-  # Seconds with millisecond precision, formatted with integers (no locale decimal point).
   printf '%s\ttest=%s\tdevice=%s\tslot=%s\twait_s=%d.%03d\trun_s=%d.%03d\texit=%s\n' \
-    "$when" "$TEST_NAME" "$device" "$slot" "$((wait_ms / 1000))" "$((wait_ms % 1000))" \
-    "$((run_ms / 1000))" "$((run_ms % 1000))" "$code" \
-    >>"$JAXCORE_ACCELERATOR_LOG" ||
+    "$when" "$TEST_NAME" "$1" "$2" "$((wait_ms / 1000))" "$((wait_ms % 1000))" \
+    "$((run_ms / 1000))" "$((run_ms % 1000))" "$5" 2>/dev/null >>"$JAXCORE_ACCELERATOR_LOG" ||
     printf '%s: warning: cannot append to JAXCORE_ACCELERATOR_LOG=%s\n' "$PROG" "$JAXCORE_ACCELERATOR_LOG" >&2
 }
 
@@ -507,35 +506,23 @@ log_line() {
 
 # Restricts the test to accelerator $1 and makes PER_ACCELERATOR tests fit on one device.
 export_device_env() {
-  local device="$1"
   case "$PLATFORM" in
-    cuda)
-      export CUDA_VISIBLE_DEVICES="$device"
-      ;;
+    cuda) export CUDA_VISIBLE_DEVICES="$1" ;;
     rocm)
-      # ROCR filters at the lowest layer; HIP (and its CUDA_VISIBLE_DEVICES alias) then index
-      # the devices ROCR left visible, where the chosen one is number 0.
-      export ROCR_VISIBLE_DEVICES="$device"
-      export HIP_VISIBLE_DEVICES=0
-      export CUDA_VISIBLE_DEVICES=0
+      # ROCR filters at the lowest layer; HIP (and its CUDA alias) then number the devices
+      # ROCR left visible, where the chosen one is 0.
+      export ROCR_VISIBLE_DEVICES="$1" HIP_VISIBLE_DEVICES=0 CUDA_VISIBLE_DEVICES=0
       ;;
-    generic)
-      # Unknown vendor: the variables each runtime reads, all indexing the full device list.
-      export CUDA_VISIBLE_DEVICES="$device"
-      export HIP_VISIBLE_DEVICES="$device"
+    generic) # unknown vendor: every runtime's variable, all indexing the full device list
+      export CUDA_VISIBLE_DEVICES="$1" HIP_VISIBLE_DEVICES="$1"
       ;&
     tpu)
-      export TPU_VISIBLE_CHIPS="$device"
-      export TPU_CHIPS_PER_PROCESS_BOUNDS=1,1,1
-      export TPU_PROCESS_BOUNDS=1,1,1
+      export TPU_VISIBLE_CHIPS="$1" TPU_CHIPS_PER_PROCESS_BOUNDS=1,1,1 TPU_PROCESS_BOUNDS=1,1,1
       export ALLOW_MULTIPLE_LIBTPU_LOAD=true
       ;;
   esac
-  export JAXCORE_ACCELERATOR_INDEX="$device"
-  export JAXCORE_ACCELERATOR_SLOT="$SLOT"
-  if [[ -z "${XLA_PYTHON_CLIENT_PREALLOCATE+set}" ]]; then
-    export XLA_PYTHON_CLIENT_PREALLOCATE=false
-  fi
+  export JAXCORE_ACCELERATOR_INDEX="$1" JAXCORE_ACCELERATOR_SLOT="$SLOT"
+  [[ -n "${XLA_PYTHON_CLIENT_PREALLOCATE+set}" ]] || export XLA_PYTHON_CLIENT_PREALLOCATE=false
   if [[ -z "${XLA_PYTHON_CLIENT_MEM_FRACTION+set}" ]]; then
     # 0.9 of the device split evenly, in thousandths (bash has integer arithmetic only).
     local thousandths=$((900 / PER_ACCELERATOR))
@@ -547,32 +534,23 @@ export_device_env() {
 # --- Main --------------------------------------------------------------------------------------
 
 main() {
-  if (($# == 0)); then
-    die "$EXIT_USAGE" "no test given; usage: $PROG <test executable> [args...]"
-  fi
-
-  PER_ACCELERATOR="${JAXCORE_TESTS_PER_ACCELERATOR:-4}"
-  is_positive_int "$PER_ACCELERATOR" ||
-    die "$EXIT_USAGE" "JAXCORE_TESTS_PER_ACCELERATOR='$PER_ACCELERATOR' is not a positive integer"
-  PER_ACCELERATOR=$((10#$PER_ACCELERATOR))
-  local wait_setting="${JAXCORE_ACCELERATOR_WAIT_S:-3600}" wait_us
-  seconds_to_us wait_us "$wait_setting" ||
-    die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_WAIT_S='$wait_setting' is not a non-negative number of seconds"
+  (($# > 0)) || die "$EXIT_USAGE" "no test given; usage: $PROG <test executable> [args...]"
+  int_setting JAXCORE_TESTS_PER_ACCELERATOR "${JAXCORE_TESTS_PER_ACCELERATOR:-4}" 1 256 PER_ACCELERATOR
+  local wait_setting="${JAXCORE_ACCELERATOR_WAIT_S:-3600}" wait_us frac
+  [[ "$wait_setting" =~ ^0*([0-9]{1,9})(\.([0-9]*))?$ ]] ||
+    die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_WAIT_S='$wait_setting' is not a number of seconds from 0 to 999999999"
+  frac="${BASH_REMATCH[3]}000000"
+  wait_us=$((10#${BASH_REMATCH[1]} * 1000000 + 10#${frac:0:6}))
   if [[ "$1" == --detect ]]; then
     # For the ci/ scripts: report what detection finds, without running anything.
-    local origin="detected"
-    [[ -n "${JAXCORE_ACCELERATOR_COUNT:-}" ]] && origin="env"
     detect_accelerators
-    [[ "$origin" == "detected" && "$COUNT_SOURCE" == "default" ]] && origin="default"
+    local origin=detected
+    [[ -n "${JAXCORE_ACCELERATOR_COUNT:-}" ]] && origin="env"
+    [[ "$origin" == detected && "$COUNT_SOURCE" == default ]] && origin=default
     printf '%s %d %s\n' "$PLATFORM" "$COUNT" "$origin"
     exit 0
   fi
-  LOCK_DIR="${JAXCORE_LOCK_DIR:-/tmp/jaxcore_accelerator_locks_${USER:-$(id -un 2>/dev/null || echo "uid$UID")}}"
-  if [[ ! -d "$LOCK_DIR" ]]; then
-    mkdir -p -- "$LOCK_DIR" 2>/dev/null || [[ -d "$LOCK_DIR" ]] ||
-      die "$EXIT_LOCK_DIR" "cannot create the lock directory JAXCORE_LOCK_DIR='$LOCK_DIR'"
-  fi
-  [[ -w "$LOCK_DIR" ]] || die "$EXIT_LOCK_DIR" "the lock directory JAXCORE_LOCK_DIR='$LOCK_DIR' is not writable"
+  prepare_lock_dir
   if [[ -z "${JAXCORE_ACCELERATOR_COUNT:-}" ]]; then
     cached_detect_accelerators
   else
@@ -583,37 +561,27 @@ main() {
   TEST_NAME="${TEST_TARGET:-$EXE}"
   local start_us got_us end_us
   now_us start_us
-  DEADLINE_US=$((start_us + wait_us))
-  DEVICE=-1
-  SLOT=-1
-  SLOT_FD=""
+  DEADLINE_US=$((start_us + wait_us)) DEVICE=-1 SLOT=-1 SLOT_FD=""
   if ! acquire_slot; then
     now_us end_us
     log_line - - "$((end_us - start_us))" 0 "$EXIT_WAIT_TIMEOUT"
     die "$EXIT_WAIT_TIMEOUT" "no free accelerator slot for '$TEST_NAME' within JAXCORE_ACCELERATOR_WAIT_S=${wait_setting}s (${COUNT} accelerators x ${PER_ACCELERATOR} slots stayed busy, locks in '$LOCK_DIR'); raise JAXCORE_ACCELERATOR_WAIT_S or lower --local_test_jobs / pytest -n"
   fi
-
   now_us got_us
   # Signals aimed at the wrapper alone wait for the test (bash runs traps after a foreground
-  # child ends), so the slot stays taken while the device may still be in use.
-  local caught=""
-  trap 'caught=TERM' TERM
-  trap 'caught=INT' INT
-  trap 'caught=HUP' HUP
-  local code=0
-  "$EXE" "$@" {SLOT_FD}>&- || code=$?
+  # child ends), so the record says busy while the device may still be in use. The test
+  # inherits SLOT_FD: the slot stays locked as long as it (or anything it left) runs.
+  local caught="" code=0
+  trap 'caught=143' TERM
+  trap 'caught=130' INT
+  trap 'caught=129' HUP
+  "$EXE" "$@" || code=$?
   trap - TERM INT HUP
   now_us end_us
   release_slot
   log_line "$DEVICE" "$SLOT" "$((got_us - start_us))" "$((end_us - got_us))" "$code"
   queue_cleanup
-  if [[ -n "$caught" && "$code" == 0 ]]; then
-    case "$caught" in
-      TERM) code=143 ;;
-      INT) code=130 ;;
-      HUP) code=129 ;;
-    esac
-  fi
+  [[ -n "$caught" && "$code" == 0 ]] && code="$caught"
   exit "$code"
 }
 
