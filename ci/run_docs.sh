@@ -28,6 +28,7 @@ code=0
 ci_log "phase 2: mkdocs build --strict"
 site="$(mktemp -d "${TMPDIR:-/tmp}/jaxcore-site.XXXXXX")"
 trap 'rm -rf -- "$site"' EXIT
+export NO_MKDOCS_2_WARNING=1
 start=$SECONDS
 ci_run env JAX_PLATFORMS=cpu "$JAXCORE_PYTHON" -m mkdocs build --strict --clean \
   --config-file mkdocs.yml --site-dir "$site" || code=$?
