@@ -24,9 +24,9 @@ ci_log "phase 2: a second clean build in another directory must give the same by
 copy="$(mktemp -d "${TMPDIR:-/tmp}/jaxcore-rebuild.XXXXXX")"
 trap 'rm -rf -- "$copy"' EXIT
 ci_run tar --exclude=./.git --exclude='./bazel-*' --exclude=./dist --exclude=./.venv \
-  --exclude=./.jaxcore_configure.bazelrc -cf "$copy/src.tar" . || code=$?
+  --exclude=./.jaxcore_configure.bazelrc --exclude=./.cache -cf "$copy/src.tar" . || code=$?
 if ((code == 0)); then
-  ci_run mkdir -p "$copy/src" && ci_run tar -xf "$copy/src.tar" -C "$copy/src" || code=$?
+  mkdir -p "$copy/src" && ci_run tar -xf "$copy/src.tar" -C "$copy/src" || code=$?
 fi
 if ((code == 0)); then
   (cd "$copy/src" && ci_run python3 build/build.py build --wheels=all \
