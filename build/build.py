@@ -4,6 +4,7 @@
   python3 build/build.py build --wheels=all        # the five wheels, into dist/
   python3 build/build.py test                      # the whole CPU test suite
   python3 build/build.py setup                     # Bazel + .venv + generated bazelrc only
+  python3 build/build.py venv --python_version=3.13   # .venv-3.13 from the newest-JAX lock
 
 It finds (or, on Debian/Ubuntu as root, installs) Bazel and the C++ compiler, writes the
 machine-specific settings to .jaxcore_configure.bazelrc (which .bazelrc imports) -- among
@@ -42,7 +43,16 @@ CXX_COMPILER_VERSION = "12.2.0"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGURE_BAZELRC = REPO_ROOT / ".jaxcore_configure.bazelrc"
-LOCK_FILE = REPO_ROOT / "build" / "requirements_lock.txt"
+# The hash-locked test requirements, one per end of the tested JAX range
+# (jaxcore/_jax_internals.py), by the Python version each was locked for: the oldest end
+# (jax 0.10.2) for Python 3.11, the newest (jax 0.12.0.1) for Python 3.13. An interpreter
+# without a lock of its own installs the next newer one's (3.12 and later: the 3.13 lock).
+LOCK_FILES = {
+    (3, 11): REPO_ROOT / "build" / "requirements_lock.txt",
+    (3, 13): REPO_ROOT / "build" / "requirements_lock_3_13.txt",
+}
+# The default interpreter's lock (the oldest end); Docker images install this one.
+LOCK_FILE = LOCK_FILES[(3, 11)]
 # Docs and CI-check tools (mkdocs, actionlint), layered on the main lock; ci/run_docs.sh uses them.
 DEV_LOCK_FILE = REPO_ROOT / "build" / "requirements_dev_lock.txt"
 VERSION_BZL = REPO_ROOT / "jaxcore" / "version.bzl"
@@ -59,10 +69,11 @@ NATIVE_WHEELS = ("jaxcore-cpu",)
 # ($JAXCORE_CPU_KERNELS_LIB).
 NATIVE_KERNELS_TARGET = "//jaxcore_cpu:libjaxcore_cpu_kernels.so"
 NATIVE_KERNELS_PATH = "jaxcore_cpu/libjaxcore_cpu_kernels.so"
-# Packages the test suite imports, by distribution name, with pinned versions where pinned.
+# Packages the test suite imports, by distribution name; jax and jaxlib must have the
+# versions the interpreter's lock file pins (see locked_versions).
 TEST_REQUIREMENTS = {
-    "jax": "0.10.2",
-    "jaxlib": "0.10.2",
+    "jax": None,
+    "jaxlib": None,
     "numpy": None,
     "absl-py": None,
     "pytest": None,
@@ -173,12 +184,44 @@ def parse_wheels(value, cuda_major):
 # --- Python -------------------------------------------------------------------------------
 
 
-def venv_dir():
-    return Path(os.environ.get("JAXCORE_VENV") or REPO_ROOT / ".venv").resolve()
+def venv_dir(python_version=None):
+    """The managed venv: $JAXCORE_VENV, else .venv (or .venv-X.Y for another --python_version)."""
+    if os.environ.get("JAXCORE_VENV"):
+        return Path(os.environ["JAXCORE_VENV"]).resolve()
+    if python_version is None or python_version == sys.version_info[:2]:
+        return (REPO_ROOT / ".venv").resolve()
+    return (REPO_ROOT / f".venv-{_dotted(python_version)}").resolve()
+
+
+def _dotted(version):
+    return ".".join(map(str, version))
+
+
+def parse_python_version(value):
+    """Turns `--python_version=3.13` into (3, 13)."""
+    found = re.fullmatch(r"(\d+)\.(\d+)", value.strip())
+    if not found:
+        raise BuildError(f"--python_version={value!r} is not a MAJOR.MINOR version such as 3.13")
+    return int(found.group(1)), int(found.group(2))
+
+
+def python_version(python):
+    """Returns the (major, minor) version of the interpreter `python`."""
+    try:
+        out = subprocess.run(
+            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"{python} does not run as a Python interpreter: {e}") from None
+    if out.returncode != 0 or not re.fullmatch(r"\d+\.\d+", out.stdout.strip()):
+        raise BuildError(f"{python} does not run as a Python interpreter (--python_bin_path)")
+    major, minor = map(int, out.stdout.strip().split("."))
+    return major, minor
 
 
 def check_python(path):
-    """Checks that `path` is a Python 3.9+ interpreter; returns its absolute path."""
+    """Checks that `path` is a Python 3.11+ interpreter; returns its absolute path."""
     python = Path(path)
     if not python.is_absolute():
         found = shutil.which(str(path))
@@ -189,23 +232,89 @@ def check_python(path):
         raise BuildError(f"Python interpreter {python} does not exist (--python_bin_path)")
     if not os.access(python, os.X_OK):
         raise BuildError(f"Python interpreter {python} is not executable (--python_bin_path)")
-    try:
-        out = subprocess.run(
-            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60,
+    major, minor = python_version(python)
+    oldest = min(LOCK_FILES)
+    if (major, minor) < oldest:
+        raise BuildError(
+            f"{python} is Python {major}.{minor}; jaxcore needs Python {_dotted(oldest)} or newer"
         )
-    except OSError as e:
-        raise BuildError(f"{python} does not run as a Python interpreter: {e}") from None
-    if out.returncode != 0 or not re.fullmatch(r"\d+\.\d+", out.stdout.strip()):
-        raise BuildError(f"{python} does not run as a Python interpreter (--python_bin_path)")
-    major, minor = map(int, out.stdout.strip().split("."))
-    if (major, minor) < (3, 9):
-        raise BuildError(f"{python} is Python {major}.{minor}; jaxcore needs Python 3.9 or newer")
     return python
 
 
-def missing_requirements(python):
-    """Returns the test requirements `python` lacks, as 'name==version' strings."""
+def find_python(version):
+    """Finds an interpreter of Python `version` ((3, 13)): `python3.13` on PATH, else pyenv's.
+
+    A pyenv shim on PATH that does not run the version (pyenv has it, but another is selected)
+    is passed over for the interpreter under $PYENV_ROOT/versions (default ~/.pyenv).
+    """
+    name = f"python{_dotted(version)}"
+    candidates = []
+    if shutil.which(name):
+        candidates.append(Path(shutil.which(name)))
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    installed = sorted(
+        (pyenv_root / "versions").glob(f"{_dotted(version)}.*/bin/{name}"),
+        key=lambda p: [int(x) if x.isdigit() else -1 for x in re.split(r"[.]", p.parent.parent.name)],
+        reverse=True,
+    )
+    candidates += installed
+    for candidate in candidates:
+        try:
+            if python_version(candidate) == version:
+                return candidate
+        except BuildError:
+            continue
+    raise BuildError(
+        f"no Python {_dotted(version)} found (looked for {name} on PATH and under "
+        f"{pyenv_root / 'versions'}); install it (e.g. `pyenv install {_dotted(version)}`) or "
+        "pass --python_bin_path"
+    )
+
+
+def lock_file(version):
+    """The lock file for Python `version` ((3, 12)): its own, else the next newer Python's.
+
+    Pythons newer than every lock use the newest lock.
+    """
+    if version < min(LOCK_FILES):
+        raise BuildError(
+            f"jaxcore needs Python {_dotted(min(LOCK_FILES))} or newer, not {_dotted(version)}"
+        )
+    newer = sorted(v for v in LOCK_FILES if v >= version)
+    return LOCK_FILES[newer[0] if newer else max(LOCK_FILES)]
+
+
+def locked_versions(lock):
+    """The jax and jaxlib versions `lock` pins, e.g. {'jax': '0.10.2', 'jaxlib': '0.10.2'}."""
+    try:
+        text = lock.read_text()
+    except OSError as e:
+        raise BuildError(f"cannot read {lock}: {e.strerror}; it pins every test requirement with "
+                         "hashes") from None
+    pins = {}
+    for name in ("jax", "jaxlib"):
+        found = re.search(rf"^{name}==(\S+)", text, re.MULTILINE)
+        if not found:
+            raise BuildError(f"{lock} pins no {name} version")
+        pins[name] = found.group(1)
+    return pins
+
+
+def describe_lock(version, lock):
+    """One line saying which lock an interpreter of Python `version` uses."""
+    pins = locked_versions(lock)
+    return (f"Python {_dotted(version)}: test requirements from "
+            f"{lock.relative_to(REPO_ROOT)} (jax {pins['jax']}, jaxlib {pins['jaxlib']})")
+
+
+def missing_requirements(python, lock=None):
+    """Returns the test requirements `python` lacks, as 'name==version' strings.
+
+    jax and jaxlib must have the versions `lock` pins (default: the lock for `python`'s
+    version).
+    """
+    lock = lock or lock_file(python_version(python))
+    pins = {name: pin or locked_versions(lock).get(name) for name, pin in TEST_REQUIREMENTS.items()}
     probe = (
         "import json, sys\n"
         "from importlib import metadata\n"
@@ -216,14 +325,14 @@ def missing_requirements(python):
         "print(json.dumps(out))\n"
     )
     result = subprocess.run(
-        [str(python), "-c", probe, json.dumps(list(TEST_REQUIREMENTS))],
+        [str(python), "-c", probe, json.dumps(list(pins))],
         capture_output=True, text=True,
     )
     if result.returncode != 0:
         raise BuildError(f"cannot inspect the packages of {python}: {result.stderr.strip()}")
     found = json.loads(result.stdout)
     missing = []
-    for name, pinned in TEST_REQUIREMENTS.items():
+    for name, pinned in pins.items():
         have = found.get(name)
         if have is None or (pinned and have != pinned):
             want = f"{name}=={pinned}" if pinned else name
@@ -231,45 +340,70 @@ def missing_requirements(python):
     return missing
 
 
-def _lock_stamp(python):
-    digest = hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
+def _lock_stamp(python, lock=None):
+    digest = hashlib.sha256((lock or LOCK_FILE).read_bytes()).hexdigest()
     return f"{digest} {python}"
 
 
-def ensure_venv(*, verbose, dry_run):
-    """Creates the managed venv and installs the hash-locked requirements into it."""
-    venv = venv_dir()
+def ensure_venv(*, verbose, dry_run, python_version_wanted=None):
+    """Creates the managed venv and installs the hash-locked requirements of its Python into it.
+
+    The venv is made with this interpreter, or with Python `python_version_wanted` (found by
+    :func:`find_python`); the lock file is the one for the venv's Python version
+    (:func:`lock_file`), and which one is said.
+
+    Returns:
+      (the venv's interpreter, the lock file installed in it).
+    """
+    venv = venv_dir(python_version_wanted)
     python = venv / "bin" / "python"
     stamp = venv / ".jaxcore_requirements_stamp"
-    if not LOCK_FILE.exists():
-        raise BuildError(f"{LOCK_FILE} is missing; it pins every test requirement with hashes")
-    create = [sys.executable, "-m", "venv", str(venv)]
+    if python.exists():
+        version = python_version(python)
+        if python_version_wanted and version != python_version_wanted:
+            raise BuildError(
+                f"{venv} is a Python {_dotted(version)} venv, not {_dotted(python_version_wanted)} "
+                "(--python_version); remove it or set JAXCORE_VENV to another directory"
+            )
+        base = None
+    elif python_version_wanted:
+        base = find_python(python_version_wanted)
+        version = python_version_wanted
+    else:
+        base = Path(sys.executable)
+        version = sys.version_info[:2]
+    lock = lock_file(version)
+    if not lock.exists():
+        raise BuildError(f"{lock} is missing; it pins every test requirement with hashes")
+    create = [str(base or sys.executable), "-m", "venv", str(venv)]
     install = [str(python), "-m", "pip", "install", "--disable-pip-version-check",
-               "--require-hashes", "-r", str(LOCK_FILE)]
+               "--require-hashes", "-r", str(lock)]
     if dry_run:
+        print(f"# {describe_lock(version, lock)}")
         if not python.exists():
             print(_fmt(create))
         print(_fmt(install))
-        return python
+        return python, lock
+    _log(describe_lock(version, lock))
     if not python.exists():
-        _log(f"creating the virtual environment {venv}")
+        _log(f"creating the virtual environment {venv} with {base}")
         result = _run(create, verbose=verbose, check=False, capture=True)
         if result.returncode != 0:
             if "ensurepip" not in (result.stderr + result.stdout):
                 raise BuildError(f"could not create {venv}: {result.stderr.strip()}")
             shutil.rmtree(venv, ignore_errors=True)
-            minor = "%d.%d" % sys.version_info[:2]
-            apt_install([f"python{minor}-venv"], reason="Python's venv module", verbose=verbose)
+            apt_install([f"python{_dotted(version)}-venv"], reason="Python's venv module",
+                        verbose=verbose)
             _run(create, verbose=verbose)
-    if stamp.exists() and stamp.read_text() == _lock_stamp(python):
-        return python
-    _log(f"installing {LOCK_FILE.relative_to(REPO_ROOT)} into {venv}")
+    if stamp.exists() and stamp.read_text() == _lock_stamp(python, lock):
+        return python, lock
+    _log(f"installing {lock.relative_to(REPO_ROOT)} into {venv}")
     _run(install, verbose=verbose)
-    missing = missing_requirements(python)
+    missing = missing_requirements(python, lock)
     if missing:
         raise BuildError(f"{python} still lacks {', '.join(missing)} after installing the lock file")
-    stamp.write_text(_lock_stamp(python))
-    return python
+    stamp.write_text(_lock_stamp(python, lock))
+    return python, lock
 
 
 def ensure_dev_tools(python, *, verbose, dry_run):
@@ -419,11 +553,21 @@ def find_cxx_compiler(*, verbose, dry_run):
 _FFI_PROBE = "import jax.ffi; print(jax.ffi.include_dir())"
 
 
+def _lock_for_message(python):
+    """The lock file `python` should have installed (the default one if it does not run)."""
+    try:
+        return lock_file(python_version(python))
+    except BuildError:
+        return LOCK_FILE
+
+
 def xla_ffi_include(python, *, dry_run=False):
     """Returns the XLA FFI header directory of the jaxlib installed for `python`."""
     if dry_run and not Path(python).exists():
         return f"<jax.ffi.include_dir() of {python}>"
-    fix = (f"install {LOCK_FILE.relative_to(REPO_ROOT)} (jax/jaxlib==0.10.2) into it, or drop "
+    lock = _lock_for_message(python)
+    jaxlib = f"jaxlib=={locked_versions(lock)['jaxlib']}"
+    fix = (f"install {lock.relative_to(REPO_ROOT)} (jax/{jaxlib}) into it, or drop "
            "--python_bin_path to let build.py manage .venv")
     try:
         result = subprocess.run([str(python), "-c", _FFI_PROBE], capture_output=True, text=True,
@@ -441,7 +585,7 @@ def xla_ffi_include(python, *, dry_run=False):
     if not include.is_absolute() or not (include / "xla" / "ffi" / "api" / "ffi.h").is_file():
         raise BuildError(
             f"jaxlib's include directory {str(include)!r} (jax.ffi.include_dir() of {python}) "
-            f"has no xla/ffi/api/ffi.h; reinstall jaxlib==0.10.2 or {fix}"
+            f"has no xla/ffi/api/ffi.h; reinstall {jaxlib} or {fix}"
         )
     return include
 
@@ -523,11 +667,38 @@ def bazel_command(bazel, args, command, *options_and_targets):
     return [str(bazel), *args.bazel_startup_options, command, *args.bazel_options, *options_and_targets]
 
 
+def _wanted_python_version(args):
+    """--python_version as (major, minor), or None; it conflicts with --python_bin_path."""
+    if not args.python_version:
+        return None
+    if args.python_bin_path:
+        raise BuildError("give --python_bin_path or --python_version, not both")
+    return parse_python_version(args.python_version)
+
+
+def _checked_python(args):
+    """--python_bin_path, checked: a Python 3.11+ with the test requirements of its lock."""
+    python = check_python(args.python_bin_path)
+    version = python_version(python)
+    lock = lock_file(version)
+    missing = missing_requirements(python, lock)
+    if missing:
+        raise BuildError(
+            f"{python} lacks the test requirements {', '.join(missing)}; install "
+            f"{lock.relative_to(REPO_ROOT)} into it, or drop --python_bin_path to "
+            "let build.py manage .venv"
+        )
+    if not args.dry_run:
+        _log(f"{describe_lock(version, lock)}, installed in {python}")
+    return python
+
+
 def _build_python(args):
     """The interpreter whose jaxlib the build uses: --python_bin_path, else the managed venv."""
+    wanted = _wanted_python_version(args)
     if args.python_bin_path:
         return check_python(args.python_bin_path)
-    return ensure_venv(verbose=args.verbose, dry_run=args.dry_run)
+    return ensure_venv(verbose=args.verbose, dry_run=args.dry_run, python_version_wanted=wanted)[0]
 
 
 def cmd_build(args):
@@ -588,18 +759,15 @@ def install_outputs(paths, output):
 def setup(args):
     """Bazel, the managed venv (or a checked interpreter) and the generated bazelrc."""
     _check_versions(args)
+    wanted = _wanted_python_version(args)
     if args.python_bin_path:
-        python = check_python(args.python_bin_path)
-        missing = missing_requirements(python)
-        if missing:
-            raise BuildError(
-                f"{python} lacks the test requirements {', '.join(missing)}; install "
-                f"{LOCK_FILE.relative_to(REPO_ROOT)} into it, or drop --python_bin_path to "
-                "let build.py manage .venv"
-            )
+        python = _checked_python(args)
     else:
-        python = ensure_venv(verbose=args.verbose, dry_run=args.dry_run)
-        ensure_dev_tools(python, verbose=args.verbose, dry_run=args.dry_run)
+        python, lock = ensure_venv(verbose=args.verbose, dry_run=args.dry_run,
+                                   python_version_wanted=wanted)
+        if lock == LOCK_FILE:
+            # The docs/CI-check tools are locked beside the default lock only.
+            ensure_dev_tools(python, verbose=args.verbose, dry_run=args.dry_run)
     bazel = configure(args, python)
     return python, bazel
 
@@ -608,6 +776,16 @@ def cmd_setup(args):
     python, _ = setup(args)
     if not args.dry_run:
         _log(f"ready: tests run with {python}")
+    return 0
+
+
+def cmd_venv(args):
+    """Only the managed venv of --python_version (no Bazel, no bazelrc): for the newest-end job."""
+    wanted = _wanted_python_version(args)
+    python, _ = ensure_venv(verbose=args.verbose, dry_run=args.dry_run,
+                            python_version_wanted=wanted)
+    if not args.dry_run:
+        _log(f"ready: {python}")
     return 0
 
 
@@ -631,15 +809,28 @@ RUNNER_SCRIPTS = {
     "bazel": "run_bazel_test_{backend}.sh",
     "asan": "run_bazel_test_asan.sh",
     "pytest": "run_pytest_{backend}.sh",
+    # The whole pytest suite again on the newest Python found (3.13, else 3.12) with the
+    # newest end of the JAX range (build/requirements_lock_3_13.txt); CPU only.
+    "newest": "run_pytest_newest.sh",
     "docs": "run_docs.sh",
 }
 
 
+def default_runners(backend):
+    """The runners `test` runs without --runners: the newest-end job on CPU only."""
+    return [r for r in RUNNER_SCRIPTS if backend == "cpu" or r != "newest"]
+
+
 def cmd_test(args):
+    if args.runners is None:
+        args.runners = ",".join(default_runners(args.backend))
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = [r for r in runners if r not in RUNNER_SCRIPTS]
     if unknown or not runners:
-        raise BuildError(f"--runners must list bazel, asan, pytest and/or docs, got {args.runners!r}")
+        raise BuildError(f"--runners must list {', '.join(RUNNER_SCRIPTS)} (any of them), "
+                         f"got {args.runners!r}")
+    if "newest" in runners and args.backend != "cpu":
+        raise BuildError(f"the newest runner tests the CPU backend only, not --backend={args.backend}")
     python, bazel = setup(args)
     env = dict(
         os.environ,
@@ -649,8 +840,8 @@ def cmd_test(args):
         JAXCORE_BAZEL_OPTIONS=_fmt(args.bazel_options),
         JAXCORE_BAZEL_STARTUP_OPTIONS=_fmt(args.bazel_startup_options),
     )
-    if "pytest" in runners:
-        # pytest loads the library Bazel builds (the ci job keeps a path given here).
+    if "pytest" in runners or "newest" in runners:
+        # pytest loads the library Bazel builds (the ci jobs keep a path given here).
         lib = build_native_kernels(bazel, args)
         if lib is not None:
             env["JAXCORE_CPU_KERNELS_LIB"] = str(lib)
@@ -676,6 +867,10 @@ def cmd_test(args):
 def make_parser():
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--python_bin_path", help="Python for Bazel's toolchain (default: the managed .venv, else this interpreter)")
+    common.add_argument("--python_version",
+                        help="MAJOR.MINOR: make the managed venv with that Python (found on PATH or "
+                             "under pyenv; .venv-X.Y unless it is this interpreter's) and install the "
+                             "lock file for it (3.11: the oldest JAX, 3.12+: the newest)")
     common.add_argument("--bazel_path", help="Bazel binary (default: `bazel` on PATH, installed with apt-get if missing)")
     common.add_argument("--bazel_options", action="append", default=[], help="extra Bazel command option (repeatable)")
     common.add_argument("--bazel_startup_options", action="append", default=[], help="Bazel startup option (repeatable)")
@@ -694,14 +889,18 @@ def make_parser():
     build.set_defaults(func=cmd_build)
     test = sub.add_parser("test", parents=[common], help="run the test suite (Bazel, then pytest)")
     test.add_argument("--backend", choices=BACKENDS, default="cpu")
-    test.add_argument("--runners", default="bazel,asan,pytest,docs",
+    test.add_argument("--runners", default=None,
                       help="comma-separated, run in this order: bazel (Bazel tests), asan (native "
-                           "tests under AddressSanitizer/UBSan), pytest, docs (actionlint and "
-                           "mkdocs build --strict) (default: all four)")
+                           "tests under AddressSanitizer/UBSan), pytest, newest (pytest on the "
+                           "newest Python and JAX; cpu only), docs (actionlint and mkdocs build "
+                           "--strict) (default: all five; all but newest for an accelerator)")
     test.set_defaults(func=cmd_test)
     setup_parser = sub.add_parser("setup", parents=[common], help="install Bazel and .venv, write the bazelrc")
     setup_parser.add_argument("--backend", choices=BACKENDS, default="cpu")
     setup_parser.set_defaults(func=cmd_setup)
+    venv_parser = sub.add_parser("venv", parents=[common],
+                                 help="only create/update the managed venv (e.g. --python_version=3.13)")
+    venv_parser.set_defaults(func=cmd_venv)
     return parser
 
 

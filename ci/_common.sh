@@ -282,3 +282,64 @@ ci_pytest_accelerator_job() {
   ci_pytest_phase2_done "phase 2 (pytest, $platform, multiaccelerator)" "$code"
   ci_finish
 }
+
+# Prints the interpreter of Python $1 (MAJOR.MINOR): `pythonX.Y` on PATH when it runs that
+# version (a pyenv shim for a version pyenv has but does not select does not), else one under
+# $PYENV_ROOT/versions (default ~/.pyenv), as build/build.py's --python_version finds it.
+# Returns 1 when there is none.
+ci_find_python() {
+  local version="$1" candidate found
+  local -a candidates=()
+  if found="$(command -v "python$version")"; then
+    candidates+=("$found")
+  fi
+  for candidate in "${PYENV_ROOT:-$HOME/.pyenv}/versions/$version".*/bin/"python$version"; do
+    [[ -x "$candidate" ]] && candidates+=("$candidate")
+  done
+  for candidate in "${candidates[@]}"; do
+    found="$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" ||
+      continue
+    if [[ "$found" == "$version" ]]; then
+      printf '%s\n' "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# pytest job at the newest end of the tested JAX range: the CPU pytest job (the whole suite,
+# same phases, same native library) run by a venv of the newest Python found among
+# JAXCORE_NEWEST_PYTHONS, with build/requirements_lock_3_13.txt (jax/jaxlib 0.12.0.1). Without
+# such a Python the job says so and is skipped (exit 0), or fails when
+# JAXCORE_NEWEST_REQUIRED=1.
+ci_pytest_newest_job() {
+  JOB_STATUS=0
+  ci_setup cpu
+  local version base="" venv
+  for version in $JAXCORE_NEWEST_PYTHONS; do
+    if base="$(ci_find_python "$version")"; then
+      break
+    fi
+    base=""
+  done
+  if [[ -z "$base" ]]; then
+    local looked="python${JAXCORE_NEWEST_PYTHONS// /, python}"
+    if [[ "$JAXCORE_NEWEST_REQUIRED" == 1 ]]; then
+      ci_die "no Python for the newest JAX (looked for $looked on PATH and under pyenv), and JAXCORE_NEWEST_REQUIRED=1"
+    fi
+    ci_log "SKIPPED: no Python for the newest JAX (looked for $looked on PATH and under" \
+      "pyenv): the newest end of the JAX range was NOT tested"
+    ci_log "job skipped"
+    exit 0
+  fi
+  venv="${JAXCORE_NEWEST_VENV:-$PWD/.venv-$version}"
+  ci_log "newest end: Python $version ($base), venv $venv"
+  ci_run env JAXCORE_VENV="$venv" python3 build/build.py venv --python_version="$version" ||
+    ci_die "could not make the Python $version venv $venv (see above)"
+  # The JAX it runs, and that jaxcore imports there and calls it tested.
+  ci_run env JAX_PLATFORMS=cpu "$venv/bin/python" -m jaxcore ||
+    ci_die "python -m jaxcore failed under Python $version"
+  JAXCORE_PYTHON="$venv/bin/python"
+  JAXCORE_SKIP_SETUP=1
+  ci_pytest_cpu_job
+}

@@ -23,6 +23,22 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 VERSION = "0.1.0"
+# The hash-locked requirements, one per end of the tested JAX range, by Python version.
+LOCKS = {(3, 11): "requirements_lock.txt", (3, 13): "requirements_lock_3_13.txt"}
+
+
+def _load_build_py(path: Path):
+    spec = importlib.util.spec_from_file_location(f"build_py_{path.parent.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# build.py's lock for the interpreter running these tests (3.11: the oldest end, 3.12+: the
+# newest), and the jax/jaxlib it pins.
+BUILD_PY = _load_build_py(REPO / "build" / "build.py")
+THIS_LOCK = BUILD_PY.lock_file(sys.version_info[:2])
+THIS_PINS = BUILD_PY.locked_versions(THIS_LOCK)
 
 FAKE_BAZEL = """\
 #!/usr/bin/env bash
@@ -74,7 +90,8 @@ def repo(tmp_path):
     (root / "build").mkdir(parents=True)
     (root / "jaxcore" / "tools").mkdir(parents=True)
     shutil.copy(REPO / "build" / "build.py", root / "build" / "build.py")
-    shutil.copy(REPO / "build" / "requirements_lock.txt", root / "build" / "requirements_lock.txt")
+    for lock in LOCKS.values():
+        shutil.copy(REPO / "build" / lock, root / "build" / lock)
     shutil.copy(REPO / "jaxcore" / "version.bzl", root / "jaxcore" / "version.bzl")
     shutil.copy(REPO / "jaxcore" / "tools" / "platform_tags.bzl",
                 root / "jaxcore" / "tools" / "platform_tags.bzl")
@@ -86,7 +103,7 @@ def repo(tmp_path):
             zf.writestr("marker.txt", name)
     (bazel_bin / "jaxcore_cpu").mkdir()
     (bazel_bin / NATIVE_LIB).write_bytes(b"\x7fELF fake")
-    venv_python = _ready_venv(tmp_path / "venv", root / "build" / "requirements_lock.txt")
+    venv_python = _ready_venv(tmp_path / "venv", root / "build" / THIS_LOCK.name)
     env = dict(os.environ)
     env.pop("JAXCORE_CPU_KERNELS_LIB", None)
     env.update(
@@ -205,7 +222,8 @@ def test_missing_jaxlib_is_a_clear_error_and_keeps_the_old_bazelrc(repo, tmp_pat
     assert result.returncode == 1
     assert result.stderr.count("error:") == 1
     assert f"{bare} cannot import jax and jaxlib" in result.stderr
-    assert "jax.ffi.include_dir()" in result.stderr and "jaxlib==0.10.2" in result.stderr
+    assert "jax.ffi.include_dir()" in result.stderr
+    assert f"jaxlib=={THIS_PINS['jaxlib']}" in result.stderr and THIS_LOCK.name in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
     # A working configuration stays exactly as it was; nothing half-written is left.
     assert repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}").returncode == 0
@@ -310,7 +328,8 @@ def test_interpreter_without_test_requirements_is_refused(repo, tmp_path):
     result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={bare}")
     assert result.returncode == 1
     assert "lacks the test requirements" in result.stderr
-    assert "jax==0.10.2" in result.stderr and "pytest" in result.stderr
+    assert f"jax=={THIS_PINS['jax']}" in result.stderr and "pytest" in result.stderr
+    assert f"install build/{THIS_LOCK.name} into it" in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
@@ -351,6 +370,8 @@ def test_test_command_dry_run_lists_the_ci_scripts(repo):
         f"bash {repo.path / 'ci' / 'run_bazel_test_cpu.sh'}",
         f"bash {repo.path / 'ci' / 'run_bazel_test_asan.sh'}",
         f"bash {repo.path / 'ci' / 'run_pytest_cpu.sh'}",
+        f"bash {repo.path / 'ci' / 'run_pytest_newest.sh'}",
+        f"bash {repo.path / 'ci' / 'run_docs.sh'}",
     ]
     assert [line for line in lines if line in expected] == expected
 
@@ -381,7 +402,7 @@ def test_unknown_runner_is_refused(repo):
     result = repo.run("test", "--runners=nose", f"--bazel_path={repo.bazel}",
                       f"--python_bin_path={sys.executable}", "--dry_run")
     assert result.returncode == 1
-    assert "--runners must list bazel, asan, pytest and/or docs" in result.stderr
+    assert "--runners must list bazel, asan, pytest, newest, docs (any of them)" in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
@@ -395,3 +416,114 @@ def test_bazelrc_imports_generated_settings_last():
     for config in ("cpu", "cuda", "rocm", "tpu", "ci", "asan"):
         assert f"build:{config} " in text or f"test:{config} " in text, config
     assert "test --test_output=errors" in text
+
+
+# --- The lock file per end of the JAX range ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "version, lock",
+    [((3, 11), "requirements_lock.txt"), ((3, 12), "requirements_lock_3_13.txt"),
+     ((3, 13), "requirements_lock_3_13.txt"), ((3, 14), "requirements_lock_3_13.txt")],
+)
+def test_each_python_gets_the_lock_of_its_end_of_the_jax_range(version, lock):
+    assert BUILD_PY.lock_file(version).name == lock
+
+
+def test_locks_pin_the_two_ends_of_the_jax_range():
+    assert BUILD_PY.locked_versions(BUILD_PY.LOCK_FILES[(3, 11)]) == {"jax": "0.10.2", "jaxlib": "0.10.2"}
+    assert BUILD_PY.locked_versions(BUILD_PY.LOCK_FILES[(3, 13)]) == {
+        "jax": "0.12.0.1", "jaxlib": "0.12.0.1"}
+    assert BUILD_PY.LOCK_FILE == BUILD_PY.LOCK_FILES[(3, 11)]
+
+
+def test_python_older_than_every_lock_is_refused():
+    with pytest.raises(BUILD_PY.BuildError, match="jaxcore needs Python 3.11 or newer, not 3.10"):
+        BUILD_PY.lock_file((3, 10))
+
+
+def test_setup_says_which_lock_the_interpreter_uses(repo):
+    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}")
+    assert result.returncode == 0, result.stderr
+    version = "%d.%d" % sys.version_info[:2]
+    assert (f"build.py: Python {version}: test requirements from build/{THIS_LOCK.name} "
+            f"(jax {THIS_PINS['jax']}, jaxlib {THIS_PINS['jaxlib']}), installed in "
+            f"{sys.executable}") in result.stdout.splitlines()
+
+
+def test_managed_venv_takes_the_lock_of_its_own_python(repo):
+    # The ready venv runs this interpreter; its stamp is over this Python's lock, so nothing
+    # is installed and the line names that lock.
+    result = repo.run("setup", f"--bazel_path={repo.bazel}")
+    assert result.returncode == 0, result.stderr
+    assert f"test requirements from build/{THIS_LOCK.name}" in result.stdout
+
+
+def _fake_python(path: Path, version: str) -> Path:
+    """A `python` that reports `version` and otherwise runs this interpreter."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _executable(path, textwrap.dedent(f"""\
+        #!/bin/sh
+        if [ "$1" = "-c" ] && [ "$2" = "import sys; print('%d.%d' % sys.version_info[:2])" ]; then
+          echo {version}; exit 0
+        fi
+        exec "{sys.executable}" "$@"
+        """))
+
+
+def test_python_version_finds_pyenvs_interpreter_and_its_lock(repo, tmp_path):
+    # A Python other than the one running build.py (whose venv would be .venv).
+    other = "3.12" if sys.version_info[:2] == (3, 13) else "3.13"
+    pyenv = tmp_path / "pyenv"
+    found = _fake_python(pyenv / "versions" / f"{other}.4" / "bin" / f"python{other}", other)
+    # A shim on PATH that runs another version is passed over.
+    shims = tmp_path / "shims"
+    _fake_python(shims / f"python{other}", "3.11")
+    env = {"PYENV_ROOT": str(pyenv), "PATH": f"{shims}:{os.environ['PATH']}", "JAXCORE_VENV": ""}
+    result = repo.run("venv", "--dry_run", f"--python_version={other}", extra_env=env)
+    assert result.returncode == 0, result.stderr
+    venv = (repo.path / f".venv-{other}").resolve()
+    assert result.stdout.splitlines() == [
+        f"# Python {other}: test requirements from build/requirements_lock_3_13.txt "
+        "(jax 0.12.0.1, jaxlib 0.12.0.1)",
+        f"{found} -m venv {venv}",
+        f"{venv}/bin/python -m pip install --disable-pip-version-check --require-hashes "
+        f"-r {repo.path / 'build' / 'requirements_lock_3_13.txt'}",
+    ]
+    assert not venv.exists()
+
+
+def test_python_version_that_is_not_installed_is_a_clear_error(repo, tmp_path):
+    env = {"PYENV_ROOT": str(tmp_path / "nopyenv"), "JAXCORE_VENV": ""}
+    result = repo.run("venv", "--python_version=3.99", extra_env=env)
+    assert result.returncode == 1
+    assert "no Python 3.99 found (looked for python3.99 on PATH and under" in result.stderr
+    assert not (repo.path / ".venv-3.99").exists()
+
+
+def test_existing_venv_of_another_python_is_refused(repo):
+    # JAXCORE_VENV is the ready venv, which runs this interpreter.
+    other = "3.99" if sys.version_info[:2] != (3, 99) else "3.98"
+    result = repo.run("venv", f"--python_version={other}")
+    assert result.returncode == 1
+    version = "%d.%d" % sys.version_info[:2]
+    assert f"is a Python {version} venv, not {other} (--python_version)" in result.stderr
+
+
+def test_python_version_and_python_bin_path_exclude_each_other(repo):
+    result = repo.run("setup", f"--bazel_path={repo.bazel}", "--python_version=3.13",
+                      f"--python_bin_path={sys.executable}")
+    assert result.returncode == 1
+    assert "give --python_bin_path or --python_version, not both" in result.stderr
+
+
+def test_newest_runner_is_cpu_only_and_left_out_for_accelerators(repo):
+    result = repo.run("test", "--dry_run", "--backend=tpu", f"--bazel_path={repo.bazel}",
+                      f"--python_bin_path={sys.executable}")
+    assert result.returncode == 0, result.stderr
+    assert "run_pytest_newest.sh" not in result.stdout
+    assert f"bash {repo.path / 'ci' / 'run_pytest_tpu.sh'}" in result.stdout.splitlines()
+    result = repo.run("test", "--dry_run", "--backend=tpu", "--runners=newest",
+                      f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}")
+    assert result.returncode == 1
+    assert "the newest runner tests the CPU backend only, not --backend=tpu" in result.stderr
