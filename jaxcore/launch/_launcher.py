@@ -121,9 +121,26 @@ class _Process:
     def __init__(self, index: int, popen: subprocess.Popen, lock: threading.Lock, width: int):
         self.index = index
         self.popen = popen
-        prefix = f"[p{index:0{width}d}] ".encode()
-        self.stdout = _Output(popen.stdout, sys.stdout.buffer, prefix, lock)
-        self.stderr = _Output(popen.stderr, sys.stderr.buffer, prefix, lock)
+        self.prefix = f"[p{index:0{width}d}] ".encode()
+        self.stdout = _Output(popen.stdout, sys.stdout.buffer, self.prefix, lock)
+        self.stderr = _Output(popen.stderr, sys.stderr.buffer, self.prefix, lock)
+        # When the process exited (monotonic clock), recorded by a thread blocked in wait():
+        # when one process dies, the others often fail a moment later (their collectives
+        # lose a peer), and the first failure is the one to report.
+        self.exit_time: float | None = None
+        self._waiter = threading.Thread(target=self._wait, daemon=True)
+
+    def start_threads(self) -> None:
+        self.stdout.start()
+        self.stderr.start()
+        self._waiter.start()
+
+    def _wait(self) -> None:
+        self.popen.wait()
+        self.exit_time = time.monotonic()
+
+    def failed(self) -> bool:
+        return self.exit_time is not None and self.popen.returncode != 0
 
     def signal_group(self, signum: int) -> None:
         try:
@@ -214,8 +231,7 @@ def launch(command: Sequence[str], processes: int, devices_per_process: int = 1,
             )
             procs.append(_Process(i, popen, lock, width))
         for p in procs:
-            p.stdout.start()
-            p.stderr.start()
+            p.start_threads()
         return _watch(procs, timeout, stop_signal)
     finally:
         _stop(procs)
@@ -230,18 +246,21 @@ def launch(command: Sequence[str], processes: int, devices_per_process: int = 1,
 def _watch(procs: list[_Process], timeout: float | None, stop_signal: list[int]) -> int:
     start = time.monotonic()
     while True:
-        running = [p for p in procs if p.popen.poll() is None]
-        failed = [p for p in procs if p.popen.returncode not in (None, 0)]
+        running = [p for p in procs if p.exit_time is None]
+        failed = [p for p in procs if p.failed()]
         if failed:
-            first = failed[0]
+            # Others that fail within a moment are most likely failing because of it.
+            time.sleep(_POLL_S)
+            first = min((p for p in procs if p.failed()), key=lambda p: p.exit_time)
             code = first.popen.returncode
+            running = [p for p in procs if p.exit_time is None]
             _log(f"process {first.index} {_describe(code)}; stopping the {len(running)} still running")
             first.stderr.join(1.0)
             first.stdout.join(1.0)
             tail = list(first.stderr.tail) or list(first.stdout.tail)
             if tail:
                 _log(f"last lines of process {first.index}'s output:")
-                sys.stderr.buffer.write(b"".join(f"[p{first.index}] ".encode() + line for line in tail))
+                sys.stderr.buffer.write(b"".join(first.prefix + line for line in tail))
                 sys.stderr.flush()
             return _exit_status(code)
         if not running:
@@ -262,6 +281,7 @@ def _stop(procs: list[_Process]) -> None:
 
     Groups whose leader already exited get SIGKILL too, for anything the leader left behind.
     """
+    failed_before = sorted((p for p in procs if p.failed()), key=lambda p: p.exit_time)
     running = [p for p in procs if p.popen.poll() is None]
     for p in running:
         p.signal_group(signal.SIGTERM)
@@ -278,6 +298,9 @@ def _stop(procs: list[_Process]) -> None:
             p.popen.wait(5.0)
         except subprocess.TimeoutExpired:
             _log(f"process {p.index} (pid {p.popen.pid}) did not exit after SIGKILL")
+    if len(failed_before) > 1:
+        _log("failed on their own, in this order: " + ", ".join(
+            f"process {p.index} {_describe(p.popen.returncode)}" for p in failed_before))
 
 
 def make_parser() -> argparse.ArgumentParser:
