@@ -98,7 +98,7 @@ from jaxcore.named._tree import (
 )
 
 # --- Haliax's submodules: random numbers, higher-order functions, checkpointing ---
-from jaxcore.named import hof, jax_utils, random
+from jaxcore.named import hof, jax_utils, nn, random
 from jaxcore.named._checkpoint import ScanCheckpointPolicy
 from jaxcore.named.hof import fold, map, scan, vmap
 from jaxcore.named.jax_utils import filter_checkpoint, tree_checkpoint_name

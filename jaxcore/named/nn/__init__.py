@@ -1,0 +1,60 @@
+"""``hax.nn``: activations, losses, attention and layers on named arrays.
+
+Layers (``Linear``, ``Embedding``, ``LayerNorm``, ``RmsNorm``, ``Dropout``, ``MLP``) are
+frozen ``jaxcore.tree`` dataclasses rather than equinox modules: they are pytrees (arrays
+are leaves, axes and hyper-parameters static), so ``jax.jit``/``jax.grad`` and equinox's
+``filter_jit``/``filter_grad`` all accept them, and jaxcore needs no extra dependency.
+They are built with ``.init(...)`` and applied by calling, as in Haliax.
+"""
+
+# ruff: noqa: F401
+
+from jaxcore.named.nn._activations import (
+    celu,
+    elu,
+    gelu,
+    glu,
+    hard_sigmoid,
+    hard_silu,
+    hard_swish,
+    hard_tanh,
+    leaky_relu,
+    log_sigmoid,
+    log_softmax,
+    logsumexp,
+    one_hot,
+    quick_gelu,
+    relu,
+    relu6,
+    relu_squared,
+    selu,
+    sigmoid,
+    silu,
+    soft_sign,
+    softmax,
+    softplus,
+    sparse_plus,
+    squareplus,
+    standardize,
+    swish,
+)
+from jaxcore.named.nn._attention import (
+    causal_mask,
+    combine_masks_and,
+    combine_masks_or,
+    dot_product_attention,
+    dot_product_attention_weights,
+    dropout_mask,
+    mask_to_bias,
+    prefix_lm_mask,
+)
+from jaxcore.named.nn._layers import MLP, Dropout, Embedding, LayerNorm, RMSNorm, RmsNorm, dropout
+from jaxcore.named.nn._linear import Linear
+from jaxcore.named.nn._loss import (
+    binary_cross_entropy_loss,
+    cross_entropy_loss,
+    cross_entropy_loss_and_log_normalizers,
+    maybe_reduce_loss,
+)
+from jaxcore.named.nn import _attention as attention
+from jaxcore.named._checkpoint import ScanCheckpointPolicy

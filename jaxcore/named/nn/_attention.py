@@ -1,0 +1,180 @@
+"""Dot-product attention over named axes, and the usual masks.
+
+Queries and keys share the head-size axis (``Key``) by name; the attended-to axes
+(``KPos``) must be named differently from the query's positions (rename one side, e.g.
+``"position"`` -> ``"key_position"``). Masks and biases broadcast by name, so a
+``(QPos, KPos)`` mask applies to every head and batch element.
+"""
+
+from __future__ import annotations
+
+import math
+
+from jaxcore.named import _ops
+from jaxcore.named import random as hrandom
+from jaxcore.named._array import NamedArray
+from jaxcore.named._axis import Axis, AxisSelection, AxisSelector, AxisSpec
+from jaxcore.named._creation import arange
+from jaxcore.named._dot import dot
+from jaxcore.named.nn._activations import softmax
+
+__all__ = [
+    "causal_mask",
+    "combine_masks_and",
+    "combine_masks_or",
+    "dot_product_attention",
+    "dot_product_attention_weights",
+    "dropout_mask",
+    "mask_to_bias",
+    "prefix_lm_mask",
+]
+
+
+def _describe(axes) -> str:
+    return "(" + ", ".join(f"{a.name}={a.size}" for a in axes) + ")"
+
+
+def _names(sel) -> tuple[str, ...]:
+    if isinstance(sel, (Axis, str)):
+        sel = (sel,)
+    return tuple(a.name if isinstance(a, Axis) else a for a in sel)
+
+
+def dot_product_attention_weights(
+    Key: AxisSelector,  # noqa: N803 - Haliax's name
+    KPos: AxisSelection,  # noqa: N803
+    query: NamedArray,
+    key: NamedArray,
+    mask: NamedArray | None = None,
+    bias: NamedArray | None = None,
+    attention_dtype=None,
+    precision=None,
+    scaling_factor: float | None = None,
+) -> NamedArray:
+    """Softmax attention weights ``softmax(q . k / sqrt(size(Key)) + bias, masked)`` over ``KPos``.
+
+    Masked-out logits are set to -1e9 before the softmax. The result has the query's axes
+    (less ``Key``) and ``KPos``, in ``dot``'s order, and the query's dtype.
+    """
+    kname = _names(Key)[0]
+    if kname not in query._names or kname not in key._names:
+        raise ValueError(
+            f"attention: the head-size axis {kname!r} must be in both query {_describe(query.axes)} "
+            f"and key {_describe(key.axes)}"
+        )
+    orig = query.dtype
+    if scaling_factor is None:
+        scaling_factor = 1.0 / math.sqrt(query.axes[query._names.index(kname)].size)
+    query = query * scaling_factor
+    if attention_dtype is not None:
+        query = query.astype(attention_dtype)
+        key = key.astype(attention_dtype)
+    weights = dot(query, key, axis=kname, precision=precision)
+    if bias is not None:
+        weights = weights + bias
+    if mask is not None:
+        order = weights.axes
+        weights = _ops.where(mask, weights, -1e9)
+        if set(weights.axes) == set(order) and weights.axes != order:
+            weights = weights.rearrange(order)  # keep the query's layout, not the mask's
+    return softmax(weights, axis=_names(KPos)).astype(orig)
+
+
+def dot_product_attention(
+    KPos: AxisSelection,  # noqa: N803
+    Key: AxisSelector,  # noqa: N803
+    query: NamedArray,
+    key: NamedArray,
+    value: NamedArray,
+    mask: NamedArray | None = None,
+    bias: NamedArray | None = None,
+    attention_dtype=None,
+    precision=None,
+) -> NamedArray:
+    """Scaled dot-product attention (single- or multi-head: any extra axes are batch axes).
+
+    Args:
+      KPos: the attended-to axis (or axes) of ``key``/``value``; not in ``query``.
+      Key: the head-size axis shared by ``query`` and ``key``.
+      query: ``{..., QPos, Key}``.
+      key: ``{..., KPos, Key}``.
+      value: ``{..., KPos, ValueSize}``.
+      mask: boolean, broadcast by name against ``(..., QPos, KPos)``; False masks out.
+      bias: float, added to the logits.
+      attention_dtype: dtype for the logits and softmax.
+      precision: ``jax.lax`` precision for the products.
+
+    Returns:
+      ``{..., QPos, ValueSize}``.
+
+    Raises:
+      TypeError: if ``query`` is not a NamedArray (the old signature took ``QPos`` first).
+      ValueError: if an axis of ``KPos`` is also in ``query``, or missing from ``key``.
+    """
+    if not isinstance(query, NamedArray):
+        raise TypeError(
+            f"dot_product_attention: query must be a NamedArray, got {type(query).__name__} "
+            "(the signature is (KPos, Key, query, key, value, ...))"
+        )
+    for name in _names(KPos):
+        if name in query._names:
+            raise ValueError(
+                f"dot_product_attention: attended axis {name!r} is also in the query {_describe(query.axes)}; "
+                "give the key/value positions another name"
+            )
+        if name not in key._names:
+            raise ValueError(f"dot_product_attention: attended axis {name!r} is not in the key {_describe(key.axes)}")
+    weights = dot_product_attention_weights(
+        Key, KPos, query, key, mask=mask, bias=bias, attention_dtype=attention_dtype, precision=precision
+    )
+    return dot(weights, value, axis=_names(KPos), precision=precision)
+
+
+def mask_to_bias(mask: NamedArray, mask_value: float = -1e9) -> NamedArray:
+    """A float bias that is 0 where ``mask`` is True and ``mask_value`` where it is False."""
+    return _ops.where(mask, 0.0, mask_value)
+
+
+def combine_masks_and(mask1: NamedArray | None, mask2: NamedArray | None) -> NamedArray | None:
+    """``mask1 & mask2`` (either may be ``None``)."""
+    if mask1 is None:
+        return mask2
+    if mask2 is None:
+        return mask1
+    return mask1 & mask2.broadcast_axis(mask1.axes)
+
+
+def combine_masks_or(mask1: NamedArray | None, mask2: NamedArray | None) -> NamedArray | None:
+    """``mask1 | mask2`` (either may be ``None``)."""
+    if mask1 is None:
+        return mask2
+    if mask2 is None:
+        return mask1
+    return mask1 | mask2.broadcast_axis(mask1.axes)
+
+
+def causal_mask(QPos: Axis, KPos: Axis, q_start: int = 0, k_start: int = 0) -> NamedArray:  # noqa: N803
+    """Boolean ``(QPos, KPos)`` mask: query position ``q`` may see key positions ``k <= q``.
+
+    ``q_start``/``k_start`` offset the positions (e.g. decoding with a cache).
+    """
+    if QPos.name == KPos.name:
+        raise ValueError(f"causal_mask: QPos and KPos must have different names, both are {QPos.name!r}")
+    q = arange(QPos, start=q_start)
+    k = arange(KPos, start=k_start).broadcast_axis(QPos)
+    return q >= k
+
+
+def prefix_lm_mask(QSeqLen: Axis, KSeqLen: Axis, prefix_len, q_start: int = 0, k_start: int = 0) -> NamedArray:  # noqa: N803
+    """Prefix-LM mask: every query sees the first ``prefix_len`` keys, and is causal after."""
+    if isinstance(prefix_len, int) and prefix_len < 0:
+        raise ValueError(f"prefix_lm_mask: prefix_len must be >= 0, got {prefix_len}")
+    causal = causal_mask(QSeqLen, KSeqLen, q_start=q_start, k_start=k_start)
+    prefix = arange(KSeqLen, start=k_start) < (prefix_len + k_start)
+    return causal | prefix
+
+
+def dropout_mask(axes: AxisSpec, dropout_rate: float, *, key) -> NamedArray:
+    """A keep-mask: True with probability ``1 - dropout_rate`` (``hax.random.bernoulli``)."""
+    return hrandom.bernoulli(key, axes, 1 - dropout_rate)
+
