@@ -25,7 +25,7 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 SKIP_MODULES = {"jaxcore.__main__", "jaxcore.launch.__main__"}
 # Examples known to be broken in files other work is editing right now: they run, and their
 # failure is expected until fixed there (ste()'s example uses `w` and `x` it never defines).
-KNOWN_BROKEN = {"jaxcore.implicit._ste": "ste() example uses undefined w and x"}
+KNOWN_BROKEN: dict[str, str] = {}
 FENCE = re.compile(r"^\s*```.*$", re.MULTILINE)
 
 

@@ -3,8 +3,8 @@
 ``ste(f)(w)`` runs ``f`` (say, quantisation) in the forward pass and treats it as the
 identity in the backward pass, so gradients reach the float "master" weight ``w``.
 
-When ``f`` returns a dense array that is a ``custom_jvp`` whose tangent is ``w``'s.
-When it returns an implicit array (a quantised weight), the result is a
+When ``f`` returns a dense array, the result is that array with ``w``'s tangent (a
+``custom_jvp``). When it returns an implicit array (a quantised weight), the result is a
 :class:`StraightThrough`: an implicit array holding ``f``'s result (``value``, used by
 the forward pass exactly as it is, so ``x @ q`` keeps running the quantised kernel)
 and ``w`` (``master``, which only carries the gradient). Every primitive applied to
@@ -157,12 +157,16 @@ def _apply(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) -> tp.Any
     """``primitive`` on operands among which are :class:`StraightThrough` arrays."""
     wrapped = [type(a) is StraightThrough for a in args]
     forward = [a.value if w else a for a, w in zip(args, wrapped)]
-    types_ = tuple(type(v) for v in forward)
-    if not any(_base.is_implicit(v) for v in forward) or _dispatch.resolve(primitive, types_) is None:
-        # Nothing would keep the values implicit: materialise, with the straight-through
+    handled = any(_base.is_implicit(v) for v in forward) and (
+        _dispatch.resolve(primitive, tuple(type(v) for v in forward)) is not None
+    )
+    if not handled:
+        # No handler keeps the values implicit: materialise them, with the straight-through
         # gradient, and let JAX differentiate the primitive as usual.
         _trace.warn_for(primitive, forward)
-        dense = [a.materialize() if w else _base.materialize_full(a) for a, w in zip(args, wrapped)]
+        dense = [
+            a.materialize() if w else _base.materialize_full(a) for a, w in zip(args, wrapped)
+        ]
         return primitive.bind(*dense, **params)
 
     # What carries each operand's tangent: a wrapped operand's master (standing for the
@@ -254,7 +258,8 @@ def _straight_through_tangents(
                 continue
             ops = list(operands)
             ops[i] = t
-            term = [_base.materialize_full(o) for o in _outputs(primitive, _bind(primitive, ops, params))]
+            term = _outputs(primitive, _bind(primitive, ops, params))
+            term = [_base.materialize_full(o) for o in term]
             total = term if total is None else [a + b for a, b in zip(total, term)]
         return total
     dense = [_base.materialize_full(o) for o in operands]
@@ -296,11 +301,21 @@ def ste(func: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
     ``.T`` on it do that for you).
 
     Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxcore.implicit import implicit, ste
+        >>> from jaxcore.quant import ArrayNF4
         >>> @ste
-        ... def quantize_nf4(w, block_size=64):
-        ...     return ArrayNF4.quantize(w, block_size)
-        >>> loss = lambda w, x: jnp.sum(implicit(jnp.matmul)(x, quantize_nf4(w)) ** 2)
-        >>> g = jax.grad(loss)(w, x)  # the gradient of x @ (dequantised weight), w.r.t. w
+        ... def quantize_nf4(weights, block_size=64):
+        ...     return ArrayNF4.quantize(weights, block_size)
+        >>> w = jnp.linspace(-1.0, 1.0, 128 * 8).reshape(128, 8)  # float32 master weight
+        >>> x = jnp.ones((2, 128))
+        >>> q = quantize_nf4(w)  # forward: the NF4 weight itself, wrapped
+        >>> type(q).__name__, type(q.value).__name__
+        ('StraightThrough', 'ArrayNF4')
+        >>> loss = lambda w: jnp.sum(implicit(jnp.matmul)(x, quantize_nf4(w)))  # NF4 kernel
+        >>> g = jax.grad(loss)(w)  # straight through: d sum(x @ w) / dw = 2 everywhere
+        >>> bool(jnp.all(g == 2.0))
+        True
 
     Args:
         func: A function whose first argument is the array to pass gradients to.

@@ -101,17 +101,20 @@ class _QuantizedArray(ImplicitArray):
         """Dequantises the whole weight (the dense fallback; matmuls avoid it).
 
         Raises:
-          TypeError: if this is a cotangent (its codes are ``float0``), which happens when
-            `jaxcore.implicit.ste` wraps a function that returns a quantised array: that
-            cotangent has no slot for the dense gradient a straight-through estimator
-            needs. Use `jaxcore.quant.fake_quantize` (or ``ste`` of ``quantize(w).materialize()``).
+          TypeError: if this is a cotangent (its codes are ``float0``), i.e. a gradient
+            taken with respect to the quantised array itself: it has slots for codes and
+            scales, not for a dense weight. For quantisation-aware training differentiate
+            the float master weight instead, through `jaxcore.implicit.ste`
+            (``ste(ArrayNF4.quantize)(w)`` keeps the quantised forward pass) or
+            `jaxcore.quant.fake_quantize`.
         """
         if self.qvalue.dtype == jax.dtypes.float0:
             raise TypeError(
                 f"cannot materialise a cotangent of {type(self).__name__} (its qvalue is float0): "
-                "a straight-through gradient cannot pass through a function that returns a "
-                "quantised array; use jaxcore.quant.fake_quantize(w, ...) or "
-                "ste(lambda w: ArrayNF4.quantize(w).materialize()) for quantisation-aware training"
+                "a gradient with respect to a quantised array has slots for its codes and scales, "
+                "not for a dense weight; for quantisation-aware training differentiate the float "
+                "master weight w through jaxcore.implicit.ste(ArrayNF4.quantize)(w) (the forward "
+                "pass keeps the quantised weight) or jaxcore.quant.fake_quantize(w, ...)"
             )
         fmt, block_size = self.fmt, self.block_size
         dense = self._over_leading(lambda qv, sc: dequantize(fmt, qv, sc, block_size))(

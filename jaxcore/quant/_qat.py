@@ -30,8 +30,9 @@ def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
     The forward value is exactly what the quantised weight materialises to, so a model
     trained through it sees the quantisation error; the gradient is the identity
     (`jaxcore.implicit.ste`), so it reaches the float master weights ``w`` unchanged.
-    (``ste`` of a function that returns the quantised array itself cannot do this: that
-    array's cotangent has slots for codes and scales only, not for the dense gradient.)
+    To keep the quantised weight itself in the forward pass (so that matmuls run the
+    quantised kernel), wrap the quantiser instead: ``ste(ArrayNF4.quantize)(w)`` under
+    `jaxcore.implicit.implicit` gives the same gradient.
 
     Args:
       w: float (K, N) master weight.
