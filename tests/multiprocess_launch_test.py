@@ -125,7 +125,7 @@ def test_timeout_stops_everything_with_exit_code_124(tmp_path):
     (["-n", "2"], "give the command to run after `--`"),
     (["-n", "0", "--", "true"], "--processes must be >= 1"),
     (["-n", "1", "-d", "0", "--", "true"], "--devices-per-process must be >= 1"),
-    (["-n", "1", "--", "/nonexistent/program"], "No such file or directory"),
+    (["-n", "1", "--", "/nonexistent/program"], "command not found or not executable: '/nonexistent/program'"),
 ])
 def test_bad_usage_is_reported(argv, message, capsys):
     try:

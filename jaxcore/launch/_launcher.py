@@ -13,6 +13,7 @@ import collections
 import ctypes
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -187,7 +188,7 @@ def launch(command: Sequence[str], processes: int, devices_per_process: int = 1,
 
     Raises:
       ValueError: for an empty command or non-positive counts or timeout.
-      FileNotFoundError: if the command cannot be started.
+      FileNotFoundError: if the command is not found (checked before any process starts).
     """
     if not command:
         raise ValueError("jaxcore.launch: no command given (put it after `--`)")
@@ -198,6 +199,8 @@ def launch(command: Sequence[str], processes: int, devices_per_process: int = 1,
     if timeout is not None and timeout <= 0:
         raise ValueError(f"jaxcore.launch: --timeout must be positive, got {timeout}")
     base = dict(os.environ if env is None else env)
+    if shutil.which(command[0], path=base.get("PATH")) is None:
+        raise FileNotFoundError(f"command not found or not executable: {command[0]!r}")
 
     stop_signal: list[int] = []
     previous = {}
