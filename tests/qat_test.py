@@ -8,6 +8,7 @@ on the materialised weight; the code under test never materialises it.
 import re
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -92,7 +93,53 @@ def test_each_use_alone_eagerly(use):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.abs(b).max()))
 
 
-def _weight_shaped_values(fn, *args):
+def _is_weight_shaped(aval):
+    return tuple(aval.shape) in ((K, N), (N, K)) and jnp.issubdtype(aval.dtype, jnp.floating)
+
+
+def _sub_jaxprs(eqn):
+    for param in eqn.params.values():
+        for sub in param if isinstance(param, (tuple, list)) else (param,):
+            inner = getattr(sub, "jaxpr", sub)
+            if hasattr(inner, "eqns"):
+                yield inner
+
+
+def _dequantised(jaxpr, tainted, top=True):
+    """Float (K, N) or (N, K) values computed from quantised codes, in ``jaxpr`` and below.
+
+    A value is tainted when it is an integer array made at the top level (the codes a
+    quantiser returns; its own integer intermediates do not count) or is computed from
+    one; taint follows operands into nested jaxprs (jit, custom_jvp...). Primitives
+    without a nested jaxpr, such as the quantised-matmul kernel, are opaque: what a
+    kernel does inside is its own business, what counts is that nothing around it
+    dequantises the weight.
+    """
+    found = []
+    for eqn in jaxpr.eqns:
+        hit = [not isinstance(v, jax.extend.core.Literal) and v in tainted for v in eqn.invars]
+        subs = list(_sub_jaxprs(eqn))
+        out_tainted = [False] * len(eqn.outvars)
+        for sub in subs:
+            if len(sub.invars) == len(eqn.invars):
+                inner = {v for v, t in zip(sub.invars, hit) if t}
+            else:  # operands do not map one to one: taint conservatively
+                inner = set(sub.invars) if any(hit) else set()
+            inner_found, inner_out = _dequantised(sub, inner, top=False)
+            found += inner_found
+            if len(inner_out) == len(eqn.outvars):
+                out_tainted = [a or b for a, b in zip(out_tainted, inner_out)]
+        if not subs and any(hit):
+            out_tainted = [True] * len(eqn.outvars)
+        for var, t in zip(eqn.outvars, out_tainted):
+            if t or (top and jnp.issubdtype(var.aval.dtype, jnp.integer)):
+                tainted.add(var)
+                if t and _is_weight_shaped(var.aval):
+                    found.append(eqn.primitive.name)
+    return found, [v in tainted for v in jaxpr.outvars]
+
+
+def _weight_shaped_in_hlo(fn, *args):
     """How many float32 (K, N) or (N, K) arrays the compiled ``fn`` computes."""
     hlo = jax.jit(fn).lower(*args).compile().as_text()
     return len(re.findall(rf"= f32\[(?:{K},{N}|{N},{K})\]", hlo))
@@ -104,21 +151,22 @@ def test_forward_pass_runs_the_kernel_and_forms_no_dense_weight(fmt):
     w, x = _operands()
     uses = lambda x, q: jax.nn.relu(x @ q) + (q.T @ x.T).T + jnp.einsum("mk,kn->mn", x, q)
     forward = lambda w, x: implicit(uses)(x, ste(quantize)(w))
-    assert "quantized_matmul" in str(jax.make_jaxpr(forward)(w, x))
-    # Quantising w reads the dense (K, N) master weight: that much is expected, no more.
-    quantizing = _weight_shaped_values(lambda w: ste(quantize)(w).value, w)
-    assert _weight_shaped_values(forward, w, x) == quantizing, "a dense (K, N) weight was formed"
-    # The check has teeth: ste of the materialised weight forms the dense weight.
+    jaxpr = jax.make_jaxpr(forward)(w, x).jaxpr
+    assert "quantized_matmul" in {eqn.primitive.name for eqn in jaxpr.eqns} | {
+        eqn.primitive.name for e in jaxpr.eqns for sub in _sub_jaxprs(e) for eqn in sub.eqns
+    }
+    assert _dequantised(jaxpr, set())[0] == [], "the forward pass dequantised the weight"
+    # The check has teeth: ste of the materialised weight dequantises it.
     through_dense = ste(lambda v: quantize(v).materialize())
-    assert _weight_shaped_values(lambda w, x: uses(x, through_dense(w)), w, x) > quantizing
+    dense_jaxpr = jax.make_jaxpr(lambda w, x: uses(x, through_dense(w)))(w, x).jaxpr
+    assert _dequantised(dense_jaxpr, set())[0] != []
     wq = quantize(w).materialize()
     np.testing.assert_allclose(forward(w, x), uses(x, wq), rtol=1e-5, atol=1e-4)
-    # Where the kernel itself works on dense slabs (the transposed int8 reference does,
-    # for ``y @ q.T``), ste adds nothing to what the quantised array alone costs.
-    both = lambda x, q: (x @ q) @ q.T
-    assert _weight_shaped_values(
-        lambda w, x: implicit(both)(x, ste(quantize)(w)), w, x
-    ) == _weight_shaped_values(lambda w, x: implicit(both)(x, quantize(w)), w, x)
+    # In the compiled program too, ste adds no (K, N) array to what the quantised array
+    # alone costs (the kernel's own work included: the portable reference dequantises
+    # slab by slab, and XLA may give a slab the whole weight's shape).
+    plain = lambda w, x: implicit(uses)(x, quantize(w))
+    assert _weight_shaped_in_hlo(forward, w, x) == _weight_shaped_in_hlo(plain, w, x)
 
 
 def test_scan_over_layers_and_vmap():
@@ -137,20 +185,18 @@ def test_scan_over_layers_and_vmap():
     loss = jax.jit(jax.value_and_grad(network, argnums=(0, 1)), static_argnums=2)
     (value, grads), (ref_value, ref_grads) = loss(layers, x, True), loss(layers, x, False)
     np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+    # Gradients are O(1): compare to float32 rounding of the kernel's summation order.
+    close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     for a, b in zip(grads, ref_grads):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        close(a, b)
     assert "quantized_matmul" in str(jax.make_jaxpr(network, static_argnums=2)(layers, x, True))
 
     # Per-example gradients (vmap over the batch) and a batch of models (vmap over weights).
     per_example = jax.jit(jax.vmap(jax.grad(network), in_axes=(None, 0, None)), static_argnums=2)
-    np.testing.assert_allclose(
-        per_example(layers, x[:, None], True), per_example(layers, x[:, None], False), rtol=1e-4, atol=1e-6
-    )
+    close(per_example(layers, x[:, None], True), per_example(layers, x[:, None], False))
     per_model = jax.jit(jax.vmap(jax.grad(network), in_axes=(0, None, None)), static_argnums=2)
     models = jnp.stack([layers, 0.5 * layers])
-    np.testing.assert_allclose(
-        per_model(models, x, True), per_model(models, x, False), rtol=1e-4, atol=1e-6
-    )
+    close(per_model(models, x, True), per_model(models, x, False))
 
 
 def test_extra_arguments_get_no_gradient_and_keywords_pass_through():
