@@ -272,11 +272,17 @@ _FORWARDING_METHODS = (
 )  # fmt: skip
 
 
+_CLASS_MACHINERY = frozenset({
+    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__hash__",
+    "__firstlineno__", "__static_attributes__",
+})
+
+
 def _bind() -> None:
     for name, value in vars(_Methods).items():
-        # Class machinery, and the __hash__ = None Python adds for the __eq__ below
-        # (NamedArray already sets it).
-        if name in ("__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__hash__"):
+        # Class machinery (Python 3.13 adds __firstlineno__ and __static_attributes__), and
+        # the __hash__ = None Python adds for the __eq__ below (NamedArray already sets it).
+        if name in _CLASS_MACHINERY:
             continue
         target = value.fget if isinstance(value, property) else value
         target.__qualname__ = f"NamedArray.{name}"
