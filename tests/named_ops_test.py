@@ -508,9 +508,11 @@ def test_pad_trace_tril_triu():
     raw = np.asarray(sq.array)
     _assert_named(hax.tril(sq, "r", "c"), np.tril(raw), sq.axes)
     _assert_named(hax.triu(sq, "r", "c", k=1), np.triu(raw, 1), sq.axes)
-    # the matrix is (c, r) here: lower-triangular in (c, r) is upper in (r, c)
-    _assert_named(hax.tril(sq, "c", "r"), np.triu(raw), sq.axes)
-    _assert_named(hax.tril(sq, "h", "c", k=-1), np.moveaxis(np.tril(np.moveaxis(raw, 1, 0), -1), 0, 1), sq.axes)
+    # As in Haliax the result is laid out (..., axis1, axis2): here (h, c, r)
+    h_, r_, c_ = sq.axes
+    _assert_named(hax.tril(sq, "c", "r"), np.tril(raw.transpose(0, 2, 1)), (h_, c_, r_))
+    _assert_named(hax.tril(sq, "h", "c", k=-1), np.tril(raw.transpose(1, 0, 2), -1), (r_, h_, c_))
+    _assert_named(hax.triu(sq, "h", "r"), np.triu(raw.transpose(2, 0, 1)), (c_, h_, r_))
     with pytest.raises(ValueError, match="tril needs two different axes"):
         hax.tril(sq, "r", "r")
     f = lambda x: (hax.tril(hax.named(x, ("h", "r", "c")), "r", "c") + hax.trace(hax.named(x, ("h", "r", "c")), "r", "c")).array  # noqa: E731

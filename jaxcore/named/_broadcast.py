@@ -9,6 +9,7 @@ tuples computed once and cached; ``broadcast_to`` / ``broadcast_axis`` /
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -125,6 +126,55 @@ def _cache_put(cache: dict, key, value):
     return value
 
 
+def _broadcast_pair(a1: tuple[Axis, ...], a2: tuple[Axis, ...], require_subset: bool = True) -> tuple[Axis, ...]:
+    """The axes two operands broadcast to, as Haliax orders them.
+
+    With ``require_subset`` (the rule for elementwise ops) one operand's axes must contain
+    the other's, and the result is the larger operand's axes in its own order, so only the
+    smaller operand moves. Without it, the axes of the operand with fewer elements that the
+    other lacks go in front of the other's axes.
+
+    Raises:
+        ValueError: if same-named axes differ in size, or (with ``require_subset``) neither
+            operand's axes contain the other's; the message names both axis sets.
+    """
+    if a1 == a2:
+        return a1
+    if not a1:
+        return a2
+    if not a2:
+        return a1
+    _merge_axes((a1, a2))  # a size clash between same-named axes is reported as such
+    if require_subset:
+        s1, s2 = set(a1), set(a2)
+        if s2 <= s1:
+            return a1
+        if s1 <= s2:
+            return a2
+        raise ValueError(
+            f"Cannot broadcast arrays with axes {_describe(a1)} and {_describe(a2)}: neither's axes "
+            "contain the other's. Add the missing axes explicitly (hax.broadcast_axis) first"
+        )
+    if math.prod(a.size for a in a1) < math.prod(a.size for a in a2):
+        a1, a2 = a2, a1
+    return tuple(a for a in a2 if a not in a1) + a1
+
+
+def _broadcast_all(axes_list: Sequence[tuple[Axis, ...]], require_subset: bool = True) -> tuple[Axis, ...]:
+    """The axes several operands broadcast to: pairwise ``_broadcast_pair``, largest first.
+
+    Operands are taken in decreasing number of elements (ties keep argument order), so
+    the result follows the layout of the largest operand.
+    """
+    if not axes_list:
+        return ()
+    order = sorted(range(len(axes_list)), key=lambda i: -math.prod(a.size for a in axes_list[i]))
+    out = axes_list[order[0]]
+    for i in order[1:]:
+        out = _broadcast_pair(out, axes_list[i], require_subset)
+    return out
+
+
 _BINARY_PLANS: dict = {}
 
 
@@ -132,7 +182,7 @@ def _binary_plan(a1: tuple[Axis, ...], a2: tuple[Axis, ...]):
     key = (a1, a2)
     plan = _BINARY_PLANS.get(key)
     if plan is None:
-        out = _merge_axes((a1, a2))
+        out = _broadcast_pair(a1, a2)
         plan = _cache_put(
             _BINARY_PLANS, key, (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out), {})
         )
@@ -183,12 +233,15 @@ def _check_scalar_operand(x, other: NamedArray):
 def elementwise_binary(fn, x1, x2):
     """Applies positional ``fn(x1, x2)`` after matching the operands' axes by name.
 
-    The result's axes are ``x1``'s followed by ``x2``'s axes that ``x1`` lacks. Scalars
-    (Python numbers, 0-d arrays) broadcast against anything.
+    As in Haliax, one operand's axes must contain the other's; the result has the axes of
+    the operand that has them all, in that operand's order (``x1``'s when both have the
+    same set). Scalars (Python numbers, 0-d arrays) broadcast against anything; a NamedArray
+    with no axes combined with a positional array gives a positional result.
 
     Raises:
-        ValueError: if same-named axes differ in size, or if a non-scalar positional
-            array is mixed with a ``NamedArray``.
+        ValueError: if same-named axes differ in size, if neither operand's axes contain
+            the other's, or if a non-scalar positional array is mixed with a NamedArray
+            that has axes.
     """
     if type(x1) is NamedArray:
         if type(x2) is NamedArray:
@@ -197,9 +250,13 @@ def elementwise_binary(fn, x1, x2):
                 return _wrap_result(fn(x1.array, x2.array), a1, x1._names)
             plan = _binary_plan(a1, a2)
             return _wrap_result(_aligned_call(fn, plan, x1.array, x2.array), plan[0], plan[1])
+        if not x1.axes and not _is_scalar_like(x2):
+            return fn(x1.array, x2)
         _check_scalar_operand(x2, x1)
         return _wrap_result(fn(x1.array, x2), x1.axes, x1._names)
     if type(x2) is NamedArray:
+        if not x2.axes and not _is_scalar_like(x1):
+            return fn(x1, x2.array)
         _check_scalar_operand(x1, x2)
         return _wrap_result(fn(x1, x2.array), x2.axes, x2._names)
     if isinstance(x1, NamedArray) or isinstance(x2, NamedArray):  # subclasses: slow path
@@ -213,14 +270,18 @@ _NARY_KERNELS: dict = {}
 def elementwise_nary(fn, *args, **kwargs):
     """Applies positional ``fn(*args, **kwargs)`` after aligning every NamedArray by name.
 
-    Result axes are the union of the operands' axes in first-appearance order.
+    As in Haliax's ``broadcast_arrays``, the operands' axes must nest (each pair: one
+    contains the other) and the result takes the layout of the largest operand.
     Non-named operands must be scalars (or ``None``, passed through). Eagerly, a
     registered ``fn`` (see ``EAGER_KERNEL_FNS``) runs as one cached jitted kernel.
+
+    Raises:
+        ValueError: if same-named axes differ in size or two operands' axes do not nest.
     """
     named_args = [a for a in args if isinstance(a, NamedArray)]
     if not named_args:
         return fn(*args, **kwargs)
-    out = _merge_axes([a.axes for a in named_args])
+    out = _broadcast_all([a.axes for a in named_args])
     for a in args:
         if not isinstance(a, NamedArray) and a is not None:
             _check_scalar_operand(a, named_args[0])
@@ -255,20 +316,27 @@ def _nary_kernel(fn, layout, out, kwargs):
     return kernel
 
 
-def broadcast_arrays(*arrays) -> tuple:
-    """Broadcasts NamedArrays to the union of their axes (first-appearance order).
+def broadcast_arrays(*arrays, require_subset: bool = True, ensure_order: bool = True) -> tuple:
+    """Broadcasts NamedArrays to a common set of axes (Haliax's rule).
 
-    Scalars and ``None`` pass through unchanged.
+    Args:
+        *arrays: NamedArrays, scalars or ``None`` (scalars and ``None`` pass through).
+        require_subset: Each pair of operands must nest (one's axes contain the other's);
+            the result takes the largest operand's layout. Without it any axes combine:
+            the smaller operand's extra axes go in front.
+        ensure_order: Lay every result out in the common order; otherwise new axes go in
+            front and each array keeps the order of its own axes.
 
     Raises:
-        ValueError: if same-named axes differ in size.
+        ValueError: if same-named axes differ in size, or (with ``require_subset``) two
+            operands' axes do not nest.
     """
     named_args = [a for a in arrays if isinstance(a, NamedArray)]
     if not named_args:
         return tuple(arrays)
-    out = _merge_axes([a.axes for a in named_args])
+    out = _broadcast_all([a.axes for a in named_args], require_subset)
     return tuple(
-        broadcast_to(a, out) if isinstance(a, NamedArray) else a for a in arrays
+        broadcast_to(a, out, ensure_order=ensure_order) if isinstance(a, NamedArray) else a for a in arrays
     )
 
 

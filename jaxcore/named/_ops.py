@@ -468,22 +468,29 @@ def _same_axis_set(a: NamedArray, b: NamedArray) -> bool:
 
 
 def array_equal(a, b):
-    """True if ``a`` and ``b`` have the same axes (any order) and equal elements."""
+    """True if ``a`` and ``b`` have the same axes (any order) and equal elements.
+
+    Different axes give the Python ``False`` (as in Haliax), else a boolean scalar array.
+    """
     if isinstance(a, NamedArray) and isinstance(b, NamedArray):
         if not _same_axis_set(a, b):
-            return jnp.asarray(False)
+            return False
         return jnp.array_equal(a.array, broadcast_to(b, a.axes).array)
     if isinstance(a, NamedArray) or isinstance(b, NamedArray):
-        return jnp.asarray(False)
+        return False
     return jnp.array_equal(a, b)
 
 
 def array_equiv(a, b):
-    """True if ``a`` and ``b`` broadcast against each other by name and are equal."""
+    """True if ``a`` and ``b`` broadcast against each other by name and are equal.
+
+    Axes that do not broadcast (neither's contain the other's, or a size clash) give the
+    Python ``False`` as in Haliax; otherwise a boolean scalar array (works under ``jit``).
+    """
     try:
         eq = elementwise_binary(jnp.equal, a, b)
     except ValueError:
-        return jnp.asarray(False)
+        return False
     return jnp.all(eq.array if isinstance(eq, NamedArray) else eq)
 
 
@@ -630,19 +637,21 @@ def _tri(fn, array, axis1, axis2, k):
     p1, p2 = array._index_of(axis1), array._index_of(axis2)
     if p1 == p2:
         raise ValueError(f"{fn.__name__} needs two different axes, got {axis1!r} twice")
-    x = jnp.moveaxis(array.array, (p1, p2), (-2, -1))
-    x = fn(x, k=k)
-    return NamedArray._new(jnp.moveaxis(x, (-2, -1), (p1, p2)), array.axes, array._names)
+    # As in Haliax, the result is laid out (..., axis1, axis2): the matrix axes go last.
+    rest = [i for i in range(array.ndim) if i not in (p1, p2)]
+    perm = rest + [p1, p2]
+    x = array.array if perm == list(range(array.ndim)) else jnp.transpose(array.array, perm)
+    return NamedArray._new(fn(x, k=k), tuple(array.axes[i] for i in perm))
 
 
 def tril(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int = 0) -> NamedArray:
-    """Zeros elements above the ``k``-th diagonal of the (``axis1``, ``axis2``) matrices."""
+    """Zeros elements above the ``k``-th diagonal; the result's axes end ``axis1, axis2`` (Haliax)."""
     _check_named(array, "tril")
     return _tri(jnp.tril, array, axis1, axis2, k)
 
 
 def triu(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, k: int = 0) -> NamedArray:
-    """Zeros elements below the ``k``-th diagonal of the (``axis1``, ``axis2``) matrices."""
+    """Zeros elements below the ``k``-th diagonal; the result's axes end ``axis1, axis2`` (Haliax)."""
     _check_named(array, "triu")
     return _tri(jnp.triu, array, axis1, axis2, k)
 
