@@ -28,7 +28,7 @@ from jaxcore.named._axis import (
     AxisSelector,
     check_unique,
 )
-from jaxcore.named._broadcast import _cache_put, _merge_axes, broadcast_to
+from jaxcore.named._broadcast import _broadcast_all, _cache_put, broadcast_to
 
 # ----------------------------------------------------------------------------- dslice
 
@@ -137,6 +137,21 @@ def _is_int_array(x) -> bool:
     return dt is not None and (jnp.issubdtype(dt, jnp.integer))
 
 
+def _unnamed_index_axis(axes, kinds, pos: int, key, idx) -> Axis:
+    """The axis a 1-d positional index array for ``axes[pos]`` is given, as Haliax names it.
+
+    It takes the name of the first other axis that is still kept whole or sliced (not yet
+    indexed by an int or an array, in the order the index lists them) and has the index's
+    length, so the two are matched elementwise; failing that, the name the index was keyed
+    by, with the index's length.
+    """
+    n = idx.shape[0]
+    for i, ax in enumerate(axes):
+        if i != pos and kinds[i] in (None, "slice") and ax.size == n:
+            return Axis(ax.name, n)
+    return Axis(key if isinstance(key, str) else key.name, n)
+
+
 def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
     axes = array.axes
     n = len(axes)
@@ -144,6 +159,7 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
     basic: list = [builtins.slice(None)] * n
     new_sizes = [ax.size for ax in axes]
     adv: dict[int, NamedArray] = {}
+    adv_order: list[int] = []  # positions of the index arrays, in the order they were given
     dynamic = False
     for key, idx in slices.items():
         pos = array._index_of(key)
@@ -158,6 +174,7 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
                 )
             kinds[pos] = "adv"
             adv[pos] = idx
+            adv_order.append(pos)
         elif isinstance(idx, dslice):
             out_axis = idx.axis if idx.axis is not None else Axis(name, idx.size)
             kinds[pos] = "adv"
@@ -168,6 +185,7 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
                 # the end (filled on read, dropped on write), not wrapped to the end.
                 ix = jnp.where(ix < 0, size, ix)
             adv[pos] = NamedArray._new(ix, (out_axis,))
+            adv_order.append(pos)
             dynamic = True
         elif isinstance(idx, builtins.slice):
             for b in (idx.start, idx.stop, idx.step):
@@ -187,15 +205,34 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
         elif getattr(idx, "ndim", None) == 0 and _is_int_array(idx):
             kinds[pos] = "int"
             basic[pos] = idx
-        elif getattr(idx, "ndim", None) is not None and getattr(idx, "ndim") > 0:
-            raise TypeError(
-                f"Index for axis {name!r} is a positional array of shape {idx.shape}; wrap it "
-                "with hax.named(idx, axes) so its axes have names"
+        elif isinstance(idx, list):
+            # A list of ints picks those positions; the axis keeps its name and place.
+            ix = jnp.asarray(idx, dtype=jnp.int32) if idx else jnp.zeros((0,), jnp.int32)
+            if ix.ndim != 1 or not _is_int_array(ix):
+                raise TypeError(f"A list index for axis {name!r} must be a flat list of ints, got {idx!r}")
+            kinds[pos] = "adv"
+            adv[pos] = NamedArray._new(ix, (Axis(name, ix.shape[0]),))
+            adv_order.append(pos)
+        elif getattr(idx, "ndim", None) is not None and getattr(idx, "shape", None) is not None:
+            # An un-named positional index array (Haliax's rule): 1-d only, see
+            # _unnamed_index_axis for the name its axis gets.
+            if not _is_int_array(idx):
+                raise TypeError(f"Index array for axis {name!r} must have an integer dtype, got {idx.dtype}")
+            if idx.ndim != 1:
+                raise ValueError(
+                    f"Only 0-d or 1-d un-named arrays can index an axis; axis {name!r} got one of shape "
+                    f"{tuple(idx.shape)} (wrap it with hax.named(idx, axes) to give its axes names)"
+                )
+            kinds[pos] = "adv"
+            adv[pos] = NamedArray._new(
+                idx if isinstance(idx, (jax.Array, _Tracer)) else jnp.asarray(idx),
+                (_unnamed_index_axis(axes, kinds, pos, key, idx),),
             )
+            adv_order.append(pos)
         else:
             raise TypeError(
                 f"Unsupported index for axis {name!r}: {idx!r} ({type(idx).__name__}); use an int, "
-                "a slice, hax.ds(start, size) or an integer NamedArray"
+                "a slice, hax.ds(start, size), an integer NamedArray or a 1-d integer array"
             )
 
     if not adv:
@@ -208,7 +245,7 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
 
     # Axes the index arrays share with un-indexed array axes are matched elementwise
     # (a batched gather): index them with an iota along that axis.
-    idx_names = {ax.name: ax for ix in adv.values() for ax in ix.axes}
+    idx_names = {ax.name: ax for p in adv_order for ax in adv[p].axes}
     for i, ax in enumerate(axes):
         if ax.name in idx_names:
             if kinds[i] is None:
@@ -219,12 +256,15 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
                     )
                 kinds[i] = "adv"
                 adv[i] = NamedArray._new(jnp.arange(ax.size), (ax,))
+                adv_order.append(i)
             elif kinds[i] == "slice":
                 raise ValueError(
                     f"Axis {ax.name!r} is sliced and also appears in an index array; rename one of them"
                 )
+    # The index arrays broadcast together as Haliax's broadcast_arrays(require_subset=False)
+    # does; their axes then replace the indexed axes.
+    u_axes = _broadcast_all([adv[p].axes for p in adv_order], require_subset=False)
     adv_pos = sorted(adv)
-    u_axes = _merge_axes([adv[p].axes for p in adv_pos])
     int_pos = [i for i in range(n) if kinds[i] == "int"]
     rest_pos = [i for i in range(n) if kinds[i] in (None, "slice")]
     perm = tuple(int_pos + adv_pos + rest_pos)
@@ -234,12 +274,18 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
         axes[i] if kinds[i] is None else Axis(axes[i].name, new_sizes[i]) for i in rest_pos
     )
     canon = u_axes + rest_axes
-    # User-facing order: the gathered axes sit where the first indexed axis was.
-    first = adv_pos[0] if not int_pos else min(adv_pos[0], int_pos[0])
-    before = [k for k, i in enumerate(rest_pos) if i < first]
-    after = [k for k, i in enumerate(rest_pos) if i > first]
+    # User-facing order (NumPy's rule, which Haliax follows; ints count as array indices):
+    # when the indexed axes are contiguous the gathered axes take their place, otherwise
+    # they go first.
+    indexed = [i for i in range(n) if kinds[i] in ("int", "adv")]
     nu = len(u_axes)
-    final = [nu + k for k in before] + list(range(nu)) + [nu + k for k in after]
+    if indexed[-1] - indexed[0] + 1 == len(indexed):
+        first = indexed[0]
+        before = [k for k, i in enumerate(rest_pos) if i < first]
+        after = [k for k, i in enumerate(rest_pos) if i > first]
+        final = [nu + k for k in before] + list(range(nu)) + [nu + k for k in after]
+    else:
+        final = list(range(len(canon)))
     final_perm = tuple(final) if final != list(range(len(canon))) else None
     final_axes = tuple(canon[k] for k in final)
     return _IndexPlan(
@@ -300,19 +346,24 @@ def _gather(array: NamedArray, plan: _IndexPlan, **kwargs):
         x = x[plan.pos]
     if plan.final_perm is not None:
         x = jnp.transpose(x, plan.final_perm)
-    return NamedArray._new(x, plan.final_axes) if plan.final_axes else x
+    return NamedArray._new(x, plan.final_axes)
 
 
 def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
     """Selects from ``array`` by axis name; usually written ``array[...]``.
 
     Each entry maps an axis to an int (removes the axis), a slice with static bounds, a
-    ``dslice`` (a dynamic-start window; reads past the end give 0), or an integer
+    ``dslice`` (a dynamic-start window; reads past the end give 0), an integer
     ``NamedArray`` (a gather: the axis is replaced by the index's axes; axes the index
-    shares with the array are matched elementwise).
+    shares with the array are matched elementwise), a list of ints, or an un-named 1-d
+    integer array. As in Haliax, the axis of an un-named array is named after the first
+    other whole or sliced axis of the same length (the two are then matched elementwise),
+    else after the indexed axis. Gathered axes take the place of the indexed axes when
+    those are contiguous (ints count as indexed), else they go first (NumPy's rule).
 
     Returns:
-        A NamedArray, or a 0-d ``jax.Array`` when every axis is indexed away.
+        A NamedArray; when every axis is indexed away it has no axes (``x.scalar()``
+        gives the 0-d array, ``x.item()`` the Python value).
 
     Raises:
         ValueError: if an axis is missing or indexed twice, or sizes clash.
@@ -325,8 +376,7 @@ def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
     if plan.perm is None and plan.final_perm is None and not isinstance(x, _Tracer):
         getter = _static_indexer("get", plan.pos)
         if getter is not None:  # eager, static ints/slices: one compiled dispatch
-            x = getter(x)
-            return NamedArray._new(x, plan.final_axes) if plan.final_axes else x
+            return NamedArray._new(getter(x), plan.final_axes)
     return _gather(array, plan)
 
 
@@ -527,11 +577,10 @@ def take(array: NamedArray, axis: AxisSelector, index: int | NamedArray) -> Name
     """Selects along ``axis`` by an int (removes it) or an integer NamedArray (gathers).
 
     With a NamedArray index the axis is replaced by the index's axes; index axes that the
-    array also has are matched elementwise. Unlike ``index``, the result is always a
-    NamedArray (with no axes when the last axis is taken).
+    array also has are matched elementwise. Taking the last axis gives a NamedArray with
+    no axes.
     """
-    out = _index_fn(array, {axis: index})
-    return out if isinstance(out, NamedArray) else NamedArray._new(out, ())
+    return _index_fn(array, {axis: index})
 
 
 def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: NamedArray) -> NamedArray:
@@ -541,10 +590,24 @@ def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: 
     array axes the update lacks are broadcast (size 1 along axes in ``start``, full size
     otherwise). Traced starts are clamped so the window fits (``lax.dynamic_update_slice``).
 
+    A start may be a NamedArray with axes (a per-row start, as in Haliax): the write is
+    then mapped over those axes, which the array must have; each row of ``array`` gets
+    the matching row of ``update`` (or all of ``update`` if it lacks that axis) at its own
+    start.
+
     Raises:
         ValueError: if ``update`` has an axis the array lacks, an update axis is longer
-            than the array's, or a static window runs past the end.
+            than the array's, a static window runs past the end, or a per-row start has an
+            axis the array lacks.
     """
+    map_axes: list[Axis] = []
+    for st in start.values():
+        if isinstance(st, NamedArray):
+            for ax in st.axes:
+                if ax not in map_axes:
+                    map_axes.append(ax)
+    if map_axes:
+        return _updated_slice_rows(array, start, update, tuple(map_axes))
     starts = [0] * array.ndim
     started = set()
     for key, st in start.items():
@@ -577,3 +640,54 @@ def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: 
     upd = broadcast_to(update, tuple(target)).array.astype(array.dtype)
     x = lax.dynamic_update_slice(array.array, upd, [jnp.asarray(s) for s in starts])
     return NamedArray._new(x, array.axes, array._names)
+
+
+def _updated_slice_rows(array: NamedArray, start: Mapping, update, map_axes: tuple[Axis, ...]) -> NamedArray:
+    """``updated_slice`` with per-row starts: one ``jax.vmap`` level per axis of the starts."""
+    for ax in map_axes:
+        if ax.name not in array._names:
+            raise ValueError(
+                f"updated_slice: a start has axis {ax.name!r}, which the array (axes "
+                f"{_describe(array.axes)}) does not have; per-row starts map over the array's axes"
+            )
+        array._index_of(ax)  # size check
+    if not isinstance(update, NamedArray):
+        if not _is_scalar_like(update):
+            raise ValueError(
+                f"updated_slice needs a NamedArray update (or a scalar), got shape {getattr(update, 'shape', None)}"
+            )
+        update = NamedArray._new(jnp.asarray(update, dtype=array.dtype), ())
+    names = [ax.name for ax in map_axes]
+    rows = tuple(ax for ax in array.axes if ax.name not in names)
+    arr = broadcast_to(array, map_axes + rows).array  # mapped axes first
+    upd_mapped = tuple(ax for ax in map_axes if ax.name in update._names)
+    upd_rows = tuple(ax for ax in update.axes if ax.name not in names)
+    for ax in upd_mapped:
+        update._index_of(ax)  # the update's row axis must match the array's
+    upd = broadcast_to(update, upd_mapped + upd_rows).array
+    keys = list(start)
+    raw_starts = []
+    start_mapped = []
+    for k in keys:
+        st = start[k]
+        if isinstance(st, NamedArray) and st.axes:
+            present = tuple(ax for ax in map_axes if ax.name in st._names)
+            raw_starts.append(broadcast_to(st, present).array)
+            start_mapped.append({ax.name for ax in present})
+        else:
+            raw_starts.append(st.array if isinstance(st, NamedArray) else st)
+            start_mapped.append(set())
+
+    def row(a, u, *sts):
+        out = updated_slice(NamedArray._new(a, rows), dict(zip(keys, sts)), NamedArray._new(u, upd_rows))
+        return out.array
+
+    fn = row
+    for ax in reversed(map_axes):
+        in_axes = (0, 0 if ax.name in update._names else None) + tuple(
+            0 if ax.name in m else None for m in start_mapped
+        )
+        fn = jax.vmap(fn, in_axes=in_axes)
+    out = fn(arr, upd, *raw_starts)
+    result = NamedArray._new(out, map_axes + rows)
+    return broadcast_to(result, array.axes)

@@ -5,7 +5,9 @@ per-axis selectors staged with ``NamedRef.slice``. Reads and writes through a vi
 indices relative to the view and are translated into indices on the whole buffer, so
 ``cache.slice({"layer": slice(4, 8)})[{"layer": 0}]`` touches layer 4 of ``cache``.
 
-Selectors are ints (Python or traced integer scalars) and slices with static bounds. Values
+Selectors are ints (Python or traced integer scalars), slices with static bounds and
+``dslice`` windows (``hax.ds(start, size)``; a traced start is clamped so the window fits
+the axis, as ``lax.dynamic_slice`` does). Values
 written are aligned by axis name (and broadcast over missing axes) before they reach the
 buffer.
 """
@@ -19,6 +21,7 @@ import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelector
 from jaxcore.named._array import NamedArray
+from jaxcore.named._indexing import dslice
 
 __all__ = ["NamedRef", "freeze", "new_ref", "swap"]
 
@@ -34,9 +37,58 @@ def _is_int_like(x: Any) -> bool:
     return hasattr(x, "dtype") and getattr(x, "shape", None) == () and jnp.issubdtype(x.dtype, jnp.integer)
 
 
+class _Window:
+    """A staged window with a traced start: buffer positions ``start + k * step``, k < ``size``."""
+
+    __slots__ = ("start", "size", "step")
+
+    def __init__(self, start, size: int, step: int):
+        self.start, self.size, self.step = start, size, step
+
+    def __len__(self):
+        return self.size
+
+
+def _is_static_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _compose_dslice(name: str, base, sel: dslice):
+    """A ``dslice`` (view coordinates) on top of ``base`` (a range or a ``_Window``)."""
+    start, n = sel.start, sel.size
+    if not _is_int_like(start):
+        raise TypeError(f"Axis {name!r}: a dslice start must be an integer scalar, got {start!r}")
+    if _is_static_int(start) or (hasattr(start, "shape") and not isinstance(start, jax.core.Tracer)):
+        s = int(start)
+        if s < 0 or s + n > len(base):
+            raise IndexError(f"dslice({s}, {n}) is out of bounds for axis {name!r} of size {len(base)}")
+        if isinstance(base, range):
+            return base[s : s + n]
+        return _Window(base.start + s * base.step, n, base.step)
+    # A traced start: the window is clamped into the axis when read or written.
+    return _Window(base.start + start * base.step, n, base.step)
+
+
 def _compose(name: str, size: int, staged, sel):
     """Applies ``sel`` (view coordinates) on top of ``staged`` (buffer coordinates)."""
     base = range(size) if staged is None else staged
+    if isinstance(sel, dslice):
+        return _compose_dslice(name, base, sel)
+    if isinstance(base, _Window):
+        if isinstance(sel, slice):
+            r = range(base.size)[sel]
+            return _Window(base.start + r.start * base.step, len(r), base.step * r.step)
+        if _is_int_like(sel):
+            if _is_static_int(sel):
+                if not -base.size <= sel < base.size:
+                    raise IndexError(f"Index {sel} is out of bounds for axis {name!r} of size {base.size}")
+                sel = sel % base.size
+            else:
+                sel = jnp.where(sel < 0, sel + base.size, sel)
+            return base.start + sel * base.step
+        raise TypeError(
+            f"Axis {name!r}: NamedRef selectors must be ints, slices or dslices, got {type(sel).__name__} {sel!r}"
+        )
     if isinstance(sel, slice):
         for part in (sel.start, sel.stop, sel.step):
             if part is not None and not isinstance(part, int):
@@ -50,8 +102,24 @@ def _compose(name: str, size: int, staged, sel):
         sel = jnp.where(sel < 0, sel + len(base), sel)
         return base.start + sel * base.step
     raise TypeError(
-        f"Axis {name!r}: NamedRef selectors must be ints or slices, got {type(sel).__name__} {sel!r}"
+        f"Axis {name!r}: NamedRef selectors must be ints, slices or dslices, got {type(sel).__name__} {sel!r}"
     )
+
+
+def _ds(w: _Window):
+    """The ref indexer for a window with a traced start (Pallas' public ``ds``)."""
+    from jax.experimental.pallas import ds  # noqa: PLC0415 - only views with a traced start need it
+
+    return ds(w.start, w.size, None if w.step == 1 else w.step)
+
+
+def _indexer(s):
+    """The ref indexer for one staged selector."""
+    if s is None:
+        return slice(None)
+    if isinstance(s, range):
+        return _as_slice(s)
+    return _ds(s) if isinstance(s, _Window) else s
 
 
 def _as_slice(r: range) -> slice:
@@ -149,16 +217,14 @@ class NamedRef:
         return NamedRef(self._ref, self._axes)
 
     def _index(self, prefix: tuple) -> tuple:
-        return tuple(
-            slice(None) if s is None else (_as_slice(s) if isinstance(s, range) else s) for s in prefix
-        )
+        return tuple(_indexer(s) for s in prefix)
 
     @staticmethod
     def _axes_for(axes: tuple[Axis, ...], prefix: tuple) -> tuple[Axis, ...]:
         return tuple(
             a if s is None else Axis(a.name, len(s))
             for a, s in zip(axes, prefix)
-            if s is None or isinstance(s, range)
+            if s is None or isinstance(s, (range, _Window))
         )
 
     # -- reads and writes -----------------------------------------------------------------
@@ -213,11 +279,21 @@ def _aligned(value, target: tuple[Axis, ...], dtype) -> jax.Array:
     return jnp.broadcast_to(raw, shape)
 
 
+def _is_dynamic(s) -> bool:
+    return s is not None and not isinstance(s, (range, int))
+
+
 jax.tree_util.register_pytree_node(
     NamedRef,
     lambda r: (
-        (r._ref, tuple(s for s in r._prefix if s is not None and not isinstance(s, (range, int)))),
-        (r._axes, tuple(("d",) if s is not None and not isinstance(s, (range, int)) else s for s in r._prefix)),
+        (r._ref, tuple(s.start if isinstance(s, _Window) else s for s in r._prefix if _is_dynamic(s))),
+        (
+            r._axes,
+            tuple(
+                ("w", s.size, s.step) if isinstance(s, _Window) else ("d",) if _is_dynamic(s) else s
+                for s in r._prefix
+            ),
+        ),
     ),
     lambda aux, children: _unflatten_ref(aux, children),
 )
@@ -227,7 +303,9 @@ def _unflatten_ref(aux, children) -> NamedRef:
     axes, layout = aux
     ref, dynamic = children
     it = iter(dynamic)
-    prefix = tuple(next(it) if s == ("d",) else s for s in layout)
+    prefix = tuple(
+        next(it) if s == ("d",) else _Window(next(it), s[1], s[2]) if isinstance(s, tuple) else s for s in layout
+    )
     obj = object.__new__(NamedRef)
     obj._ref, obj._axes, obj._prefix = ref, axes, prefix
     return obj
