@@ -206,8 +206,8 @@ def test_einsum_aliases_and_ellipses():
     # x, y alias H, W: H is named on the left only -> contracted; D is unmentioned -> kept
     _close(hax.einsum("{x y} -> y", a, b, x=H, y=W), np.einsum("hwd,dwh->dw", ar, br), (D, W))
     _close(hax.einsum("{x y} -> y", a, b, x="H", y="W"), np.einsum("hwd,dwh->dw", ar, br), (D, W))
-    # output ellipsis keeps whatever is not contracted, in first-occurrence order
-    _close(hax.einsum("{D} -> ... H", a, b), np.einsum("hwd,dwh->wh", ar, br), (W, H))
+    # As in Haliax, an output '...' with braces keeps every axis (nothing is contracted)
+    _close(hax.einsum("{D} -> ... H", a, b), np.einsum("hwd,dwh->wdh", ar, br), (W, D, H))
     # lhs ellipsis without one on the right: keep exactly the named outputs
     _close(hax.einsum("{... D} -> D", a, b), np.einsum("hwd,dwh->d", ar, br), (D,))
     _close(hax.einsum("-> ...", a, b), np.einsum("hwd,dwh->hwd", ar, br), (H, W, D))
@@ -248,7 +248,7 @@ def test_einsum_single_operand_jit_grad_and_lowering():
         ("{Q} -> H", {}, "Axis 'Q' is not in any operand"),
         ("{H} -> Q", {}, "Output axis 'Q' is not in any operand"),
         ("{H} -> W W", {}, "Output axis 'W' occurs twice"),
-        ("{H} -> ... W ...", {}, "At most one '...' is allowed in the einsum output"),
+        ("h w d, d w h -> ... w ...", {}, "At most one '...' is allowed in this einsum output"),
         ("{x} -> W", {"x": hax.Axis("H", 4)}, "has size 4, but the operands' axis 'H' has size 3"),
         ("{x} -> W", {"x": "Q"}, "names no axis of the operands"),
         ("h w d, d w h -> h", {"h": W}, "'h' is aliased to Axis('W', 4) but binds axis Axis('H', 3)"),

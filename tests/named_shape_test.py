@@ -159,8 +159,9 @@ def test_rearrange_sequence_form():
     assert hax.rearrange(a, (...,)) is a
     with pytest.raises(ValueError, match="axes \\['H', 'W'\\] are not mentioned"):
         hax.rearrange(a, (C, B))
-    with pytest.raises(ValueError, match="at most one \\.\\.\\."):
-        hax.rearrange(a, (..., C, ...))
+    # several ... share the other axes out as Haliax does
+    _assert_named(hax.rearrange(a, (..., C, ...)), X, (B, H, W, C))
+    _assert_named(hax.rearrange(a, (C, ..., ...)), X.transpose(3, 0, 1, 2), (C, B, H, W))
     with pytest.raises(ValueError, match="names an axis twice"):
         hax.rearrange(a, (C, C, ...))
     with pytest.raises(ValueError, match="Axis 'Z' not found"):

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from jaxcore.named._axis import Axis, AxisSelection, selection_items
 from jaxcore.named._array import NamedArray, _Tracer
-from jaxcore.named._rearrange import Side, _binding_name, parse_einsum, raise_parse_error
+from jaxcore.named._rearrange import Side, _binding_name, fill_ellipses, parse_einsum, raise_parse_error
 
 __all__ = ["dot", "einsum", "order_for_partial_spec"]
 
@@ -38,11 +38,11 @@ def order_for_partial_spec(
 ) -> tuple[Axis, ...]:
     """Orders ``axes`` to agree with a partial spec such as ``(..., "H", "W")``.
 
-    Axes named in ``spec`` appear in that order; the others fill the ``...`` slots. With
-    several ``...`` an unnamed axis goes into the first slot that comes after every named
-    axis preceding it in ``axes`` (so it is placed as soon as everything before it in the
-    natural order has been placed; the last slot if that is impossible), in ``axes`` order
-    within a slot.
+    Axes named in ``spec`` appear in that order; the others fill the ``...`` slots, in
+    ``axes`` order. With several ``...`` they are shared out by Haliax's greedy rule
+    (``rearrange_for_partial_order``; see ``_rearrange.fill_ellipses``): an unnamed axis
+    goes to the current target slot, which moves to the first still-empty ``...`` after
+    each named axis met in ``axes``.
 
     Args:
       spec: axes or names, with any number of ``...``.
@@ -82,19 +82,10 @@ def order_for_partial_spec(
                 f"Axes {[a.name for a in free]} are missing from {tuple(spec)!r} (add ... to place them)"
             )
         return tuple(by_name[e.name if isinstance(e, Axis) else e] for e in spec)
-    buckets: list[list[Axis]] = [[] for _ in range(slots)]
-    for a in free:
-        earlier = [named_slot[n] for n in named_slot if natural[n] < natural[a.name]]
-        buckets[min(max(earlier, default=0), slots - 1)].append(a)
-    out: list[Axis] = []
-    slot = 0
-    for entry in spec:
-        if entry is Ellipsis:
-            out.extend(buckets[slot])
-            slot += 1
-        else:
-            out.append(by_name[entry.name if isinstance(entry, Axis) else entry])
-    return tuple(out)
+    filled = fill_ellipses(
+        [e if e is Ellipsis else ((e.name if isinstance(e, Axis) else e),) for e in spec], list(natural)
+    )
+    return tuple(by_name[name] for slot in filled for name in slot)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -378,18 +369,20 @@ def _plan_einsum(
             return real
         return name
 
-    out_names: list[str | EllipsisType] = []
+    n_out_ellipses = 0
     for item in rhs.items:
         if item is Ellipsis:
-            if Ellipsis in out_names:
-                raise_parse_error("At most one '...' is allowed in the einsum output", equation, None)
-            out_names.append(Ellipsis)
+            n_out_ellipses += 1
         elif item.is_group:
             raise_parse_error("Parenthesized groups are not supported in einsum outputs", equation, item.span)
-    rhs_has_ellipsis = Ellipsis in out_names
+    rhs_has_ellipsis = n_out_ellipses > 0
+    output_only = len(inputs) == 1 and inputs[0].ordered and not inputs[0].items
+    unordered = len(inputs) == 1 and not inputs[0].ordered
+    if n_out_ellipses > 1 and not unordered:
+        # Several '...' only make sense as a partial order over kept axes ("{D} -> ... D ...").
+        raise_parse_error("At most one '...' is allowed in this einsum output", equation, None)
 
-    named_only = len(inputs) == 1 and (not inputs[0].ordered or not inputs[0].items)
-    if named_only:
+    if output_only or unordered:
         lhs = inputs[0]
         lhs_names = set()
         for item in _simple_names(equation, lhs, "inputs"):
@@ -413,13 +406,20 @@ def _plan_einsum(
                 raise_parse_error(f"Output axis {real!r} occurs twice", equation, item.span)
             out_real.append(real)
         named_out = {n for n in out_real if n is not Ellipsis}
-        if not lhs.items or (lhs.has_ellipsis and not rhs_has_ellipsis):
-            # "-> H W" or "{... x} -> H W": keep exactly the output axes.
-            contracted = frozenset(n for n in known if n not in named_out) if not rhs_has_ellipsis else frozenset()
+        # Haliax's rules: "-> H W" keeps exactly the output axes ("-> ... H" keeps all).
+        # With braces: a '...' on the right keeps every axis, ordered by the right side
+        # (nothing is contracted); else a '...' on the left keeps exactly the output axes;
+        # else the axes named on the left but not the right are contracted and the others
+        # kept, the output axes last ("{} ->" contracts nothing).
+        if output_only or rhs_has_ellipsis:
+            contracted = frozenset() if rhs_has_ellipsis else frozenset(n for n in known if n not in named_out)
+            spec = tuple(out_real)
+        elif lhs.has_ellipsis:
+            contracted = frozenset(n for n in known if n not in named_out)
             spec = tuple(out_real)
         else:
             contracted = frozenset(lhs_names - named_out)
-            spec = tuple(out_real) if rhs_has_ellipsis else (Ellipsis, *out_real)
+            spec = (Ellipsis, *out_real)
     else:
         if len(inputs) != len(operands):
             raise_parse_error(
@@ -518,10 +518,13 @@ def einsum(
     * ordered, one input per array: ``einsum("h w d, d w h -> h w", a, b)``; letters bind to
       axes by position and the result takes the arrays' axis names;
     * named: ``einsum("{H W D} -> H W", a, b)`` sums over the axes named in braces but not in
-      the output; axes not mentioned are kept (placed before the output axes);
+      the output; axes not mentioned are kept (placed before the output axes), so
+      ``"{} ->"`` contracts nothing. As in Haliax, a ``...`` in the output keeps every axis
+      (``"{D} -> D ..."`` only reorders); ``{... D} -> D`` keeps exactly ``D``;
     * output only: ``einsum("-> H W", a, b)`` keeps exactly the output axes.
 
-    ``...`` in the output places the remaining (uncontracted) axes. Keyword aliases map
+    ``...`` in the output places the remaining (uncontracted) axes; the named form takes
+    several (``"{D} -> ... D ..."``, shared out by Haliax's greedy rule). Keyword aliases map
     identifiers in the equation to axes or axis names (``einsum("{x y} -> y", a, b, x=H, y=W)``).
 
     Args:

@@ -8,12 +8,14 @@ Grammar (one side of ``lhs -> rhs``)::
     ident   := [A-Za-z_][A-Za-z0-9_]* | quoted string
 
 * An **ordered** lhs binds its items to the array's axes by position (``...`` skips any
-  number of axes, at most once). An **unordered** lhs (``{...}``) binds every item to the
-  array axis of that name (after alias lookup) and leaves the other axes alone.
+  number of axes, at most once); a group's name there is only a label. An **unordered**
+  lhs (``{...}``) binds every item to the array axis of that name (after alias lookup)
+  and leaves the other axes alone.
 * A group on the lhs splits one axis into several (at most one size may be unknown; the
   others come from the keyword bindings). A group on the rhs merges lhs variables, in order,
   into one new axis whose name is the group's name.
 * ``...`` on the rhs stands for every axis the rhs does not name, in their current order.
+  With several ``...`` those axes are shared out as Haliax does (see ``fill_ellipses``).
 
 The parser is shared with ``einsum`` (see ``parse_einsum``); parse results and the
 reshape/transpose plans are cached, so repeated eager calls only pay a dict lookup.
@@ -36,6 +38,7 @@ from jaxcore.named._array import NamedArray
 __all__ = [
     "Capture",
     "Side",
+    "fill_ellipses",
     "parse_einsum",
     "parse_rearrangement",
     "raise_parse_error",
@@ -260,6 +263,39 @@ class _Plan:
         return jax.jit(self.apply)
 
 
+def fill_ellipses(items, order) -> list[list]:
+    """Places the keys of ``order`` not named in ``items`` into its ``...`` slots (Haliax's rule).
+
+    ``items`` is a partial order: each entry is ``Ellipsis`` or a sequence of keys. Keys
+    that ``items`` names stay in their slots. The others go, in their ``order``, into the
+    current target slot: at first the first ``...``; after each named key, the first still
+    empty ``...`` that comes after both that key and the current target (if there is none,
+    the target stays). So ``"d ... c ... h"`` over ``h w d c`` gives ``d w c h``. With a
+    single ``...`` every unnamed key lands there in its current order.
+
+    Returns:
+        One list of keys per entry of ``items``.
+    """
+    slots = [[] if it is Ellipsis else list(it) for it in items]
+    holes = [it is Ellipsis for it in items]
+    where = {k: j for j, it in enumerate(items) if it is not Ellipsis for k in it}
+
+    def first_empty(start: int):
+        return next((j for j in range(start, len(slots)) if holes[j] and not slots[j]), None)
+
+    target = first_empty(0)
+    for key in order:
+        if key in where:
+            later = first_empty(max(where[key] + 1, target if target is not None else 0))
+            if later is not None:
+                target = later
+        elif target is not None:
+            slots[target].append(key)
+        else:
+            raise ValueError(f"{key!r} has no place: the partial order has no '...'")
+    return slots
+
+
 def _normalize_bindings(bindings: Mapping[str, object]) -> tuple[tuple[str, Axis | str | int], ...]:
     out = []
     for key, value in bindings.items():
@@ -350,14 +386,8 @@ def _bind_lhs(
     def assign(index: int, capture: Capture) -> None:
         if per_axis[index] is not None:
             raise_parse_error(f"Axis {names[index]!r} is matched twice", expr, capture.span)
-        if capture.is_group and capture.name is not None and lhs.ordered:
-            expected = _binding_name(capture.name, bindings)
-            if expected != names[index]:
-                raise_parse_error(
-                    f"Group name {capture.name!r} does not match axis {names[index]!r} at this position",
-                    expr,
-                    capture.span,
-                )
+        # In an ordered lhs a group binds by position: its name, as in Haliax, is only a
+        # label and need not be the axis's name ("(q: h w) d" splits whatever axis is first).
         pieces = _split(expr, axes[index], capture, bindings)
         for var, new_axis in pieces:
             if var in variables:
@@ -448,8 +478,6 @@ def _build_rhs(
 
     for item in rhs.items:
         if item is Ellipsis:
-            if None in groups:
-                raise_parse_error("At most one '...' is allowed on the right", expr, None)
             groups.append(None)
         elif not item.is_group:
             index = take(item.name, item)
@@ -486,12 +514,18 @@ def _build_rhs(
         raise_parse_error(
             f"Axes {missing} are not on the right side (add '...' to keep them)", expr, None
         )
+    # The unnamed axes fill the '...' slots (several '...' split them as Haliax does).
+    filled = (
+        fill_ellipses([Ellipsis if g is None else g[0] for g in groups], range(len(intermediate)))
+        if None in groups
+        else None
+    )
     perm: list[int] = []
     final: list[Axis] = []
-    for group in groups:
+    for k, group in enumerate(groups):
         if group is None:
-            perm.extend(rest)
-            final.extend(intermediate[i] for i in rest)
+            perm.extend(filled[k])
+            final.extend(intermediate[i] for i in filled[k])
         else:
             perm.extend(group[0])
             final.append(group[1])

@@ -264,12 +264,13 @@ def rearrange(array: NamedArray, *args, **kwargs) -> NamedArray:
     """Permutes axes (sequence form) or applies an einops-style expression (string form).
 
     Sequence form: ``rearrange(x, ("c", ..., "b"))`` puts the named axes in that order;
-    one ``...`` stands for every unnamed axis in its current order. String form:
+    one ``...`` stands for every unnamed axis in its current order (several ``...`` share
+    them out as Haliax does: each goes to the first ``...`` after the last named axis seen). String form:
     ``rearrange(x, "b h w c -> b (e: h w c)", **bindings)`` (see ``_rearrange``).
 
     Raises:
-        ValueError: if an axis is missing or repeated, there is more than one ``...``,
-            or (without ``...``) not every axis is named.
+        ValueError: if an axis is missing or repeated, or (without ``...``) not every
+            axis is named.
     """
     _check_named(array, "rearrange")
     if len(args) == 1 and isinstance(args[0], str):
@@ -282,8 +283,6 @@ def rearrange(array: NamedArray, *args, **kwargs) -> NamedArray:
         spec = args[0]
     else:
         spec = args
-    if sum(1 for a in spec if a is Ellipsis) > 1:
-        raise ValueError(f"rearrange: at most one ... is allowed, got {spec!r}")
     named_pos = [array._index_of(a) for a in spec if a is not Ellipsis]
     named_set = set(named_pos)
     if len(named_set) != len(named_pos):
@@ -294,9 +293,16 @@ def rearrange(array: NamedArray, *args, **kwargs) -> NamedArray:
             f"rearrange: axes {[array.axes[i].name for i in rest]} are not mentioned in {spec!r} "
             "(add ... to keep them in their current order)"
         )
-    perm, it = [], iter(named_pos)
-    for a in spec:
-        perm.extend(rest if a is Ellipsis else [next(it)])
+    if sum(1 for a in spec if a is Ellipsis) > 1:
+        from jaxcore.named._rearrange import fill_ellipses
+
+        it = iter(named_pos)
+        slots = fill_ellipses([a if a is Ellipsis else (next(it),) for a in spec], range(array.ndim))
+        perm = [i for slot in slots for i in slot]
+    else:
+        perm, it = [], iter(named_pos)
+        for a in spec:
+            perm.extend(rest if a is Ellipsis else [next(it)])
     if perm == list(range(array.ndim)):
         return array
     axes = tuple(array.axes[i] for i in perm)
