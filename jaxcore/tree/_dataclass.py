@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, TypeVar, overload
 
 import jax
 
-from jaxcore.tree._static_check import StaticData, check_static_value, keyed, needs_key
+from jaxcore.tree._static_check import StaticData, check_static_value, keyed
 
 T = TypeVar("T")
 
@@ -257,7 +257,9 @@ def register_pytree_dataclass(cls: type[T]) -> type[T]:
 
         def get_static(obj: Any) -> Any:
             values = get_values(obj)
-            if needs_key(values):
+            try:
+                hash(values)  # one C-level call: fails iff some static value is unhashable
+            except TypeError:
                 return keyed(values, static_names, owner)
             return values
 

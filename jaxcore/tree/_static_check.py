@@ -157,18 +157,6 @@ class StaticData:
         return repr(self.values)
 
 
-def needs_key(values: tuple[Any, ...]) -> bool:
-    """Whether any of ``values`` is unhashable (so the content key must be used)."""
-    for value in values:
-        if type(value) in _PLAIN_TYPES:
-            continue
-        try:
-            hash(value)
-        except TypeError:
-            return True
-    return False
-
-
 def keyed(values: tuple[Any, ...], names: tuple[str, ...], owner: str) -> StaticData:
     """Wraps an object's static values with their content key."""
     return StaticData(
