@@ -82,13 +82,13 @@ us_to_s() {
   printf -v "$1" '%d.%06d' "$(($2 / 1000000))" "$(($2 % 1000000))"
 }
 
-# Validates setting $1 (value $2) as an integer from $3 to $4 and stores it in variable $5.
+# Validates setting $1 (value $2) as an integer from 1 to $3 and stores it in variable $4.
 # At most 9 significant digits are read, so no value can overflow bash's arithmetic.
 int_setting() {
-  if [[ "$2" =~ ^0*([0-9]{1,9})$ ]] && ((10#${BASH_REMATCH[1]} >= $3 && 10#${BASH_REMATCH[1]} <= $4)); then
-    printf -v "$5" '%d' "$((10#${BASH_REMATCH[1]}))"
+  if [[ "$2" =~ ^0*([0-9]{1,9})$ ]] && ((10#${BASH_REMATCH[1]} >= 1 && 10#${BASH_REMATCH[1]} <= $3)); then
+    printf -v "$4" '%d' "$((10#${BASH_REMATCH[1]}))"
   else
-    die "$EXIT_USAGE" "$1='$2' is not an integer from $3 to $4"
+    die "$EXIT_USAGE" "$1='$2' is not a positive integer (at most $3)"
   fi
 }
 
@@ -160,7 +160,7 @@ detect_accelerators() {
   PLATFORM="${JAXCORE_ACCELERATOR_PLATFORM:-}"
   COUNT=""
   if [[ -n "${JAXCORE_ACCELERATOR_COUNT:-}" ]]; then
-    int_setting JAXCORE_ACCELERATOR_COUNT "$JAXCORE_ACCELERATOR_COUNT" 1 1024 COUNT
+    int_setting JAXCORE_ACCELERATOR_COUNT "$JAXCORE_ACCELERATOR_COUNT" 1024 COUNT
   fi
   local p n
   local -a order=(cuda rocm tpu)
@@ -535,7 +535,7 @@ export_device_env() {
 
 main() {
   (($# > 0)) || die "$EXIT_USAGE" "no test given; usage: $PROG <test executable> [args...]"
-  int_setting JAXCORE_TESTS_PER_ACCELERATOR "${JAXCORE_TESTS_PER_ACCELERATOR:-4}" 1 256 PER_ACCELERATOR
+  int_setting JAXCORE_TESTS_PER_ACCELERATOR "${JAXCORE_TESTS_PER_ACCELERATOR:-4}" 256 PER_ACCELERATOR
   local wait_setting="${JAXCORE_ACCELERATOR_WAIT_S:-3600}" wait_us frac
   [[ "$wait_setting" =~ ^0*([0-9]{1,9})(\.([0-9]*))?$ ]] ||
     die "$EXIT_USAGE" "JAXCORE_ACCELERATOR_WAIT_S='$wait_setting' is not a number of seconds from 0 to 999999999"
