@@ -347,7 +347,9 @@ def test_jit_grad_vmap_match_materialised(name, no_materialize):
     ]
     assert float_leaves
     for got, expected in float_leaves:
-        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
+        # A scale's gradient sums K products that can cancel: float32 summation order
+        # (kernel versus XLA's dot) moves it by ~1e-6 of the largest entry.
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-5 * float(np.abs(expected).max()))
         assert np.any(np.asarray(got) != 0)
 
 
