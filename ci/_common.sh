@@ -204,7 +204,7 @@ ci_bazel_accelerator_job() {
     scheduler_env+=(--test_env=JAXCORE_ACCELERATOR_LOG="$JAXCORE_ACCELERATOR_LOG"
       --sandbox_writable_path="$(dirname -- "$JAXCORE_ACCELERATOR_LOG")")
   fi
-  [[ "$JAXCORE_DRY_RUN" == 1 ]] || mkdir -p -- "$JAXCORE_LOCK_DIR"
+  [[ "$JAXCORE_DRY_RUN" == 1 ]] || mkdir -p -m 700 -- "$JAXCORE_LOCK_DIR"  # the scheduler refuses a dir others can write
   ci_log "phase 1: single-accelerator tests on $ACCELERATOR_COUNT $platform devices x" \
     "$JAXCORE_TESTS_PER_ACCELERATOR, --local_test_jobs=$jobs"
   code=0
