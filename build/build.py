@@ -125,6 +125,36 @@ def jaxcore_version():
     return found.group(1)
 
 
+def jax_range():
+    """The tested JAX range as ("0.10.2", "0.12.1"): inclusive low, exclusive high.
+
+    Read from the wheels' JAX_REQUIREMENT in jaxcore/version.bzl (which
+    tests/jax_version_test.py keeps equal to jaxcore/_jax_internals.py's range).
+    """
+    try:
+        text = VERSION_BZL.read_text()
+    except OSError as e:
+        raise BuildError(f"cannot read {VERSION_BZL}: {e.strerror}") from None
+    found = re.search(r'^JAX_REQUIREMENT\s*=\s*"jax>=([\d.]+),<([\d.]+)"', text, re.MULTILINE)
+    if not found:
+        raise BuildError(f'{VERSION_BZL} defines no JAX_REQUIREMENT = "jax>=LOW,<HIGH"')
+    return found.group(1), found.group(2)
+
+
+def _release(version):
+    """The leading numbers of a version string: "0.12.0.1" -> (0, 12, 0, 1)."""
+    return tuple(int(part) for part in re.match(r"\d+(?:\.\d+)*", version).group(0).split("."))
+
+
+def in_jax_range(version):
+    """Whether a jax/jaxlib version string lies in the tested range (jax_range)."""
+    low, high = jax_range()
+    try:
+        return _release(low) <= _release(version) < _release(high)
+    except AttributeError:  # no leading number
+        return False
+
+
 def wheel_specs(cuda_major):
     """Maps each wheel's dist name to its Bazel target."""
     return {
@@ -307,11 +337,12 @@ def describe_lock(version, lock):
             f"{lock.relative_to(REPO_ROOT)} (jax {pins['jax']}, jaxlib {pins['jaxlib']})")
 
 
-def missing_requirements(python, lock=None):
+def missing_requirements(python, lock=None, *, exact=True):
     """Returns the test requirements `python` lacks, as 'name==version' strings.
 
-    jax and jaxlib must have the versions `lock` pins (default: the lock for `python`'s
-    version).
+    With `exact`, jax and jaxlib must have the versions `lock` pins (default: the lock for
+    `python`'s version); otherwise any version in the tested JAX range (jax_range) will do,
+    e.g. an interpreter of one's own with jax 0.11.2.
     """
     lock = lock or lock_file(python_version(python))
     pins = {name: pin or locked_versions(lock).get(name) for name, pin in TEST_REQUIREMENTS.items()}
@@ -334,10 +365,25 @@ def missing_requirements(python, lock=None):
     missing = []
     for name, pinned in pins.items():
         have = found.get(name)
+        if pinned and not exact and name in ("jax", "jaxlib"):
+            if have is None or not in_jax_range(have):
+                low, high = jax_range()
+                missing.append(f"{name}>={low},<{high}" + (f" (has {have})" if have else ""))
+            continue
         if have is None or (pinned and have != pinned):
             want = f"{name}=={pinned}" if pinned else name
             missing.append(want + (f" (has {have})" if have else ""))
     return missing
+
+
+def installed_jax(python):
+    """The jax and jaxlib versions installed for `python`, e.g. {'jax': '0.11.2', ...}."""
+    probe = ("import json\nfrom importlib import metadata\n"
+             "print(json.dumps({n: metadata.version(n) for n in ('jax', 'jaxlib')}))\n")
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"cannot inspect the packages of {python}: {result.stderr.strip()}")
+    return json.loads(result.stdout)
 
 
 def _lock_stamp(python, lock=None):
@@ -677,11 +723,12 @@ def _wanted_python_version(args):
 
 
 def _checked_python(args):
-    """--python_bin_path, checked: a Python 3.11+ with the test requirements of its lock."""
+    """--python_bin_path, checked: a Python 3.11+ with the test requirements, and a jax and
+    jaxlib in the tested range (its lock's pins, or any other tested release)."""
     python = check_python(args.python_bin_path)
     version = python_version(python)
     lock = lock_file(version)
-    missing = missing_requirements(python, lock)
+    missing = missing_requirements(python, lock, exact=False)
     if missing:
         raise BuildError(
             f"{python} lacks the test requirements {', '.join(missing)}; install "
@@ -689,7 +736,13 @@ def _checked_python(args):
             "let build.py manage .venv"
         )
     if not args.dry_run:
-        _log(f"{describe_lock(version, lock)}, installed in {python}")
+        have, pins = installed_jax(python), locked_versions(lock)
+        if have == pins:
+            _log(f"{describe_lock(version, lock)}, installed in {python}")
+        else:
+            _log(f"Python {_dotted(version)}: jax {have['jax']}, jaxlib {have['jaxlib']} in "
+                 f"{python}, inside the tested range (its lock, {lock.relative_to(REPO_ROOT)}, "
+                 f"pins jax {pins['jax']})")
     return python
 
 

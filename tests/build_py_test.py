@@ -328,7 +328,7 @@ def test_interpreter_without_test_requirements_is_refused(repo, tmp_path):
     result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={bare}")
     assert result.returncode == 1
     assert "lacks the test requirements" in result.stderr
-    assert f"jax=={THIS_PINS['jax']}" in result.stderr and "pytest" in result.stderr
+    assert "jax>=0.10.2,<0.12.1" in result.stderr and "pytest" in result.stderr
     assert f"install build/{THIS_LOCK.name} into it" in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
@@ -442,13 +442,46 @@ def test_python_older_than_every_lock_is_refused():
         BUILD_PY.lock_file((3, 10))
 
 
-def test_setup_says_which_lock_the_interpreter_uses(repo):
-    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}")
+def _fake_jax_distributions(root: Path, version: str) -> str:
+    """A directory that, first on PYTHONPATH, makes jax and jaxlib report `version`."""
+    for name in ("jax", "jaxlib"):
+        info = root / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return str(root)
+
+
+def test_setup_says_which_lock_the_interpreter_uses(repo, tmp_path):
+    # The interpreter has exactly its lock's jax and jaxlib.
+    fake = _fake_jax_distributions(tmp_path / "locked", THIS_PINS["jax"])
+    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
+                      extra_env={"PYTHONPATH": fake})
     assert result.returncode == 0, result.stderr
     version = "%d.%d" % sys.version_info[:2]
     assert (f"build.py: Python {version}: test requirements from build/{THIS_LOCK.name} "
             f"(jax {THIS_PINS['jax']}, jaxlib {THIS_PINS['jaxlib']}), installed in "
             f"{sys.executable}") in result.stdout.splitlines()
+
+
+def test_an_interpreter_with_another_tested_jax_is_accepted(repo, tmp_path):
+    """--python_bin_path with any JAX of the tested range (the GPU machine's 0.11.2) works."""
+    fake = _fake_jax_distributions(tmp_path / "mid", "0.11.2")
+    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
+                      extra_env={"PYTHONPATH": fake})
+    assert result.returncode == 0, result.stderr
+    assert (f"jax 0.11.2, jaxlib 0.11.2 in {sys.executable}, inside the tested range (its lock, "
+            f"build/{THIS_LOCK.name}, pins jax {THIS_PINS['jax']})") in result.stdout
+
+
+@pytest.mark.parametrize("version", ["0.10.1", "0.12.1", "0.13.0"])
+def test_an_interpreter_with_an_untested_jax_is_refused(repo, tmp_path, version):
+    fake = _fake_jax_distributions(tmp_path / "old", version)
+    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
+                      extra_env={"PYTHONPATH": fake})
+    assert result.returncode == 1
+    assert (f"lacks the test requirements jax>=0.10.2,<0.12.1 (has {version}), "
+            f"jaxlib>=0.10.2,<0.12.1 (has {version})") in result.stderr
+    assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
 def test_managed_venv_takes_the_lock_of_its_own_python(repo):
