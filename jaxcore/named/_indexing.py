@@ -573,14 +573,93 @@ def _slice_many(array, start: Mapping, length: Mapping | None = None) -> NamedAr
     return NamedArray._new(x, axes)
 
 
-def take(array: NamedArray, axis: AxisSelector, index: int | NamedArray) -> NamedArray:  # noqa: F811
+_TAKE_MODES = (None, "clip", "wrap", "fill", "promise_in_bounds")
+
+
+def take(
+    array: NamedArray,
+    axis: AxisSelector,
+    index: int | NamedArray,
+    *,
+    mode: str | None = None,
+    fill_value=None,
+) -> NamedArray:
     """Selects along ``axis`` by an int (removes it) or an integer NamedArray (gathers).
 
     With a NamedArray index the axis is replaced by the index's axes; index axes that the
     array also has are matched elementwise. Taking the last axis gives a NamedArray with
-    no axes.
+    no axes. Negative indices count from the end, as in NumPy.
+
+    Args:
+        array: The array to select from.
+        axis: The axis to select along.
+        index: A Python/NumPy int, a 0-d integer array, or an integer NamedArray.
+        mode: What an index outside ``[-size, size)`` does, as in ``jnp.take``:
+            ``None`` (the default) raises ``IndexError`` for a concrete index (an int or a
+            concrete array); a traced one, whose value is unknown until run time, counts
+            negative values from the end and is then clamped to the nearest end.
+            ``"clip"`` clamps into ``[0, size)`` (NumPy's rule: a negative index becomes
+            0); ``"wrap"`` takes the index modulo the size; ``"fill"`` gives ``fill_value``;
+            ``"promise_in_bounds"`` promises there are none (out-of-range results are
+            undefined).
+        fill_value: The value ``mode="fill"`` gives; by default NaN for inexact dtypes,
+            the most negative value for signed integers, the largest for unsigned ones and
+            True for booleans (``jnp.take``'s defaults).
+
+    Raises:
+        IndexError: for a concrete out-of-range index with ``mode=None``.
+        ValueError: for an unknown ``mode``.
     """
-    return _index_fn(array, {axis: index})
+    if mode not in _TAKE_MODES:
+        raise ValueError(f"take: unknown mode {mode!r}; expected one of {_TAKE_MODES}")
+    _check_named(array, "take")
+    pos = array._index_of(axis)
+    name, size = array.axes[pos].name, array.axes[pos].size
+    raw = index.array if isinstance(index, NamedArray) else index
+    concrete = not isinstance(raw, _Tracer)
+    if mode is None and concrete:
+        values = np.asarray(raw)
+        bad = (values < -size) | (values >= size)
+        if bad.any():
+            shown = values[bad].ravel()[:5].tolist()
+            raise IndexError(
+                f"take: index {shown if values.ndim else int(values)} is out of bounds for axis "
+                f"{name!r} of size {size} (pass mode='clip', 'wrap' or 'fill' to allow it)"
+            )
+    if mode in (None, "promise_in_bounds") or (concrete and mode == "fill" and _in_range(raw, size)):
+        return _index_fn(array, {axis: index})
+    raw = jnp.asarray(raw)
+    if mode == "wrap":
+        fixed = jnp.mod(raw, size)
+    elif mode == "clip":  # NumPy's clip: a negative index is clipped to 0, not counted from the end
+        fixed = jnp.clip(raw, 0, size - 1)
+    else:
+        fixed = jnp.clip(jnp.where(raw < 0, raw + size, raw), 0, size - 1)
+    fixed_index = NamedArray._new(fixed, index.axes, index._names) if isinstance(index, NamedArray) else fixed
+    out = _index_fn(array, {axis: fixed_index})
+    if mode != "fill":
+        return out
+    valid = (raw >= -size) & (raw < size)
+    if isinstance(index, NamedArray):
+        valid = broadcast_to(NamedArray._new(valid, index.axes, index._names), out.axes).array
+    fill = _default_fill(out.dtype) if fill_value is None else fill_value
+    return NamedArray._new(jnp.where(valid, out.array, jnp.asarray(fill, out.dtype)), out.axes, out._names)
+
+
+def _in_range(raw, size: int) -> bool:
+    values = np.asarray(raw)
+    return bool(((values >= -size) & (values < size)).all())
+
+
+def _default_fill(dtype):
+    """``jnp.take``'s fill value for ``mode="fill"``."""
+    dtype = np.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return np.nan
+    if jnp.issubdtype(dtype, jnp.bool_):
+        return True
+    info = jnp.iinfo(dtype)
+    return info.min if jnp.issubdtype(dtype, jnp.signedinteger) else info.max
 
 
 def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: NamedArray) -> NamedArray:

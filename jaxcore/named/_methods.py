@@ -80,8 +80,8 @@ class _Methods:
     def updated_slice(self, start, update) -> NamedArray:
         return updated_slice(self, start, update)
 
-    def take(self, axis: AxisSelector, index) -> NamedArray:
-        return take(self, axis, index)
+    def take(self, axis: AxisSelector, index, *, mode=None, fill_value=None) -> NamedArray:
+        return take(self, axis, index, mode=mode, fill_value=fill_value)
 
     def dot(self, *args, **kwargs) -> NamedArray:
         return _dot.dot(self, *args, **kwargs)
