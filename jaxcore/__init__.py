@@ -9,7 +9,7 @@ import importlib as _importlib
 from jaxcore._version import __version__
 
 _SUBMODULES = frozenset(
-    {"implicit", "kernels", "launch", "lens", "named", "plugins", "quant", "tree", "utils"}
+    {"implicit", "io", "kernels", "launch", "lens", "named", "plugins", "quant", "tree", "utils"}
 )
 
 
