@@ -28,8 +28,12 @@ from typing import Any
 
 import jax
 import numpy as np
-import safetensors
-import safetensors.numpy
+
+try:
+    import safetensors
+    import safetensors.numpy
+except ImportError:  # an optional dependency of the jaxcore wheel
+    safetensors = None
 
 FORMAT = "jaxcore.pytree"
 VERSION = 1
@@ -84,6 +88,11 @@ def _to_storage(key: str, leaf) -> tuple[np.ndarray, str]:
     return np.ascontiguousarray(array), str(dtype)
 
 
+def _require_safetensors() -> None:
+    if safetensors is None:
+        raise ImportError("jaxcore.io needs the safetensors package: pip install safetensors")
+
+
 def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(array.tobytes()).hexdigest()
 
@@ -105,6 +114,7 @@ def save(path: str | os.PathLike, tree) -> None:
         CheckpointError: for a leaf that is not an array, a dtype safetensors cannot hold,
             or a global array this process cannot read whole.
     """
+    _require_safetensors()
     leaves, treedef = _leaves_with_keys(tree)
     tensors, described, digests = {}, {}, {}
     for key, leaf in leaves:
@@ -145,6 +155,7 @@ def save(path: str | os.PathLike, tree) -> None:
 
 
 def _read(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    _require_safetensors()
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
