@@ -35,7 +35,10 @@ def compress_scales(absmax: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]
     flat = absmax.astype(jnp.float32).reshape(-1)
     finite = jnp.isfinite(flat)
     count = jnp.maximum(finite.sum(), 1).astype(jnp.float32)
-    offset = jnp.where(finite, flat, 0).sum() / count
+    finite_values = jnp.where(finite, flat, 0)
+    # The mean, dividing before summing: the sum of absmax values near float32's max
+    # overflowed to inf and made every block NaN. Rounding cannot take it past the largest.
+    offset = jnp.minimum((finite_values / count).sum(), finite_values.max(initial=0))
     centred = jnp.where(finite, flat - offset, 0)
     n_groups = -(-flat.size // GROUP_SIZE)
     group = _group_index(flat.size)
@@ -57,4 +60,6 @@ def expand_scales(codes: jax.Array, group_scale: jax.Array, offset: jax.Array) -
     groups = group_scale.shape[0]
     padded = jnp.pad(flat, (0, groups * GROUP_SIZE - count)).reshape(groups, GROUP_SIZE)
     values = (padded * group_scale[:, None] + offset).reshape(-1)[:count]
+    # A finite absmax is at most float32's max; rounding must not turn it into inf (NaN stays).
+    values = jnp.minimum(values, jnp.finfo(jnp.float32).max)
     return values.reshape(codes.shape)
