@@ -234,6 +234,19 @@ def lowering_target(platform: str) -> tp.ContextManager[None]:
     return jax.sharding.use_abstract_mesh(mesh)
 
 
+def lowering_context_key() -> tp.Hashable:
+    """What a cache of traced kernel jaxprs must key on besides shapes, to lower correctly.
+
+    From jax 0.11.0 a jaxpr records the abstract mesh it was traced under, and Pallas'
+    Triton lowering targets that mesh's abstract device (see :func:`lowering_target`): a
+    jaxpr traced outside :func:`lowering_target` must not be reused inside it. jax 0.10
+    lowers the same jaxpr for any target.
+    """
+    if _JAX_0_11:
+        return jax.sharding.get_abstract_mesh()
+    return None
+
+
 def _has_devices(platform: str) -> bool:
     try:
         return bool(jax.devices(platform))

@@ -81,6 +81,15 @@ def test_triton_launch_parameters_follow_the_block_table(platform, stages):
     assert sorted((int(gy) for _, gy, _ in grids)) == [2, 4]
 
 
+def test_a_gpu_export_after_another_platforms_lowers_for_the_gpu():
+    """The kernel's cached jaxpr is not reused across lowering targets: from jax 0.11 it
+    records the abstract mesh, and one traced for tpu (no abstract GPU) broke a later cuda
+    export of the same shapes."""
+    for platform in ("tpu", "cpu", "cuda", "rocm", "tpu", "cuda"):
+        _, text = _export(platform, "int8", 3)
+        assert (_CUSTOM_CALL.get(platform, "custom_call") in text) == (platform != "cpu"), platform
+
+
 def test_cpu_export_runs_the_reference():
     _, text = _export("cpu", "nf4", 4)
     assert _TRITON not in text and _MOSAIC not in text

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, Hashable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,7 @@ import jax.extend.core as jex_core
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from jaxcore import _jax_internals
 from jaxcore.kernels import _batching, _formats, _interpret, _reference, _registry
 
 KERNEL_NAME = "quantized_matmul"
@@ -97,7 +98,8 @@ def _abstract_eval(prim, x2d, qvalue, scale, *, cfg: _Config):
     # Kernels run in interpret mode call back into Python (an ordered effect): declared,
     # so that jit threads the effect's token through the product.
     operands = tuple((tuple(a.shape), a.dtype) for a in (x2d, qvalue, scale))
-    return out, _forward_jaxpr(prim, cfg, operands).effects
+    jaxpr = _forward_jaxpr(prim, cfg, operands, _jax_internals.lowering_context_key())
+    return out, jaxpr.effects
 
 
 def _manual_axes_empty(aval) -> bool:
@@ -106,19 +108,26 @@ def _manual_axes_empty(aval) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _forward_jaxpr(prim, cfg: _Config, operands: tuple) -> jex_core.ClosedJaxpr:
-    """The traced kernel dispatch, once per configuration and operand shapes.
+def _forward_jaxpr(
+    prim, cfg: _Config, operands: tuple, context: Hashable = None
+) -> jex_core.ClosedJaxpr:
+    """The traced kernel dispatch, once per configuration, operand shapes and JAX context.
 
     Lowering runs again for every program that contains the product; tracing every
-    platform's kernel each time would be slow, the jaxpr is not.
+    platform's kernel each time would be slow, the jaxpr is not. ``context`` is
+    :func:`jaxcore._jax_internals.lowering_context_key` and only keys the cache: from jax
+    0.11 the jaxpr records the abstract mesh, whose abstract device the Triton lowering
+    targets, so one traced under another mesh must not be reused.
     """
+    del context
     specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in operands]
     return jax.make_jaxpr(lambda x2d, qvalue, scale: _FORWARD[prim](x2d, qvalue, scale, cfg))(*specs)
 
 
 def _lower(prim, ctx, x2d, qvalue, scale, *, cfg: _Config):
     operands = tuple((tuple(a.shape), a.dtype) for a in ctx.avals_in)
-    fn = jex_core.jaxpr_as_fun(_forward_jaxpr(prim, cfg, operands))
+    jaxpr = _forward_jaxpr(prim, cfg, operands, _jax_internals.lowering_context_key())
+    fn = jex_core.jaxpr_as_fun(jaxpr)
     return mlir.lower_fun(fn, multiple_results=True)(ctx, x2d, qvalue, scale)
 
 
