@@ -482,6 +482,22 @@ void CheckValidate() {
 namespace jaxcore_cpu {
 namespace {
 
+// The problem of `o` with float32 activations and output, writing to `out`.
+Problem F32Problem(const Operands& o, float* out, Precision precision) {
+  Problem p;
+  p.fmt = o.fmt;
+  p.m = o.m;
+  p.k = o.k;
+  p.n = o.n;
+  p.block_size = o.block;
+  p.x = o.x.data();
+  p.qvalue = o.qvalue.data();
+  p.scale = o.scale.data();
+  p.out = out;
+  p.precision = precision;
+  return p;
+}
+
 // Precision::kInt8 sums integers exactly, so every instruction set must agree with the
 // portable kernels to float32 rounding: a stricter check than the int8 tolerance.
 void CheckInt8AcrossIsas() {
@@ -494,17 +510,7 @@ void CheckInt8AcrossIsas() {
     for (int i = 0; i < 2; ++i) {
       SetIsa(i == 0 ? Isa::kPortable : best);
       out[i].assign(o.m * o.n, 0.0f);
-      Problem p;
-      p.fmt = fmt;
-      p.m = o.m;
-      p.k = o.k;
-      p.n = o.n;
-      p.block_size = o.block;
-      p.x = o.x.data();
-      p.qvalue = o.qvalue.data();
-      p.scale = o.scale.data();
-      p.out = out[i].data();
-      p.precision = Precision::kInt8;
+      const Problem p = F32Problem(o, out[i].data(), Precision::kInt8);
       SerialRunner serial;
       Run(p, Path::kAuto, serial);
     }
@@ -552,17 +558,7 @@ void CheckScheduleIndependence() {
       std::vector<float> first;
       for (unsigned seed = 0; seed < 4; ++seed) {
         std::vector<float> out(o.m * o.n, 0.0f);
-        Problem p;
-        p.fmt = fmt;
-        p.m = o.m;
-        p.k = o.k;
-        p.n = o.n;
-        p.block_size = o.block;
-        p.x = o.x.data();
-        p.qvalue = o.qvalue.data();
-        p.scale = o.scale.data();
-        p.out = out.data();
-        p.precision = precision;
+        const Problem p = F32Problem(o, out.data(), precision);
         ShuffledRunner runner(4, seed);
         Run(p, Path::kGemv, runner);
         if (seed == 0) {
