@@ -16,8 +16,9 @@ import pytest
 _PLATFORMS = ("cuda", "rocm", "tpu", "generic")
 
 
-def device_environment(worker_id: str, count: int, platform: str, workers: int,
-                       environ=None) -> dict:
+def device_environment(
+    worker_id: str, count: int, platform: str, workers: int, environ=None
+) -> dict:
     """The variables that restrict xdist worker `worker_id` to its device.
 
     Args:
@@ -54,8 +55,12 @@ def device_environment(worker_id: str, count: int, platform: str, workers: int,
     else:
         if platform == "generic":
             env.update(CUDA_VISIBLE_DEVICES=device, HIP_VISIBLE_DEVICES=device)
-        env.update(TPU_VISIBLE_CHIPS=device, TPU_CHIPS_PER_PROCESS_BOUNDS="1,1,1",
-                   TPU_PROCESS_BOUNDS="1,1,1", ALLOW_MULTIPLE_LIBTPU_LOAD="true")
+        env.update(
+            TPU_VISIBLE_CHIPS=device,
+            TPU_CHIPS_PER_PROCESS_BOUNDS="1,1,1",
+            TPU_PROCESS_BOUNDS="1,1,1",
+            ALLOW_MULTIPLE_LIBTPU_LOAD="true",
+        )
     env["JAXCORE_ACCELERATOR_INDEX"] = device
     if "XLA_PYTHON_CLIENT_PREALLOCATE" not in environ:
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
@@ -68,7 +73,8 @@ def device_environment(worker_id: str, count: int, platform: str, workers: int,
 def _positive_int_setting(name: str, value: str) -> int:
     if not re.fullmatch(r"\d+", value or "") or int(value) < 1:
         raise pytest.UsageError(
-            f"{name}={value!r}: JAXCORE_ENABLE_XDIST_PINNING needs it to be a positive integer")
+            f"{name}={value!r}: JAXCORE_ENABLE_XDIST_PINNING needs it to be a positive integer"
+        )
     return int(value)
 
 
@@ -79,8 +85,9 @@ def pytest_configure(config):
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         return  # The xdist controller, or a run without xdist: every device stays visible.
-    count = _positive_int_setting("JAXCORE_ACCELERATOR_COUNT",
-                                  os.environ.get("JAXCORE_ACCELERATOR_COUNT", ""))
+    count = _positive_int_setting(
+        "JAXCORE_ACCELERATOR_COUNT", os.environ.get("JAXCORE_ACCELERATOR_COUNT", "")
+    )
     workers = int(workerinput.get("workercount", os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1)))
     platform = os.environ.get("JAXCORE_ACCELERATOR_PLATFORM", "generic")
     try:

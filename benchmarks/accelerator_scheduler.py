@@ -72,9 +72,13 @@ def run_suite(wrapper, durations, callers, lock_dir):
     Returns:
       (makespan in seconds, number of tests that exited non-zero).
     """
-    env = dict(os.environ, JAXCORE_ACCELERATOR_COUNT=str(ACCELERATORS),
-               JAXCORE_TESTS_PER_ACCELERATOR=str(SLOTS_PER_ACCELERATOR),
-               JAXCORE_ACCELERATOR_PLATFORM="cuda", JAXCORE_LOCK_DIR=str(lock_dir))
+    env = dict(
+        os.environ,
+        JAXCORE_ACCELERATOR_COUNT=str(ACCELERATORS),
+        JAXCORE_TESTS_PER_ACCELERATOR=str(SLOTS_PER_ACCELERATOR),
+        JAXCORE_ACCELERATOR_PLATFORM="cuda",
+        JAXCORE_LOCK_DIR=str(lock_dir),
+    )
     env.pop("JAXCORE_ACCELERATOR_LOG", None)
     lock_dir.mkdir(parents=True, exist_ok=True)
     sleep = shutil.which("sleep")
@@ -109,35 +113,48 @@ def main():
     parser.add_argument("--tests", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median is shown")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--compare", type=pathlib.Path, default=None,
-                        help="another version of the script, measured in the same run")
+    parser.add_argument(
+        "--compare",
+        type=pathlib.Path,
+        default=None,
+        help="another version of the script, measured in the same run",
+    )
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
     durations = [round(rng.uniform(0.05, 0.4), 3) for _ in range(args.tests)]
     slots = ACCELERATORS * SLOTS_PER_ACCELERATOR
     ideal = ideal_makespan(durations, slots)
-    print(f"{args.tests} sleep-tests of 0.05-0.4 s (total {sum(durations):.2f} s) on "
-          f"{ACCELERATORS} fake accelerators x {SLOTS_PER_ACCELERATOR} slots; "
-          f"ideal makespan {ideal:.3f} s; median of {args.repeats} runs")
+    print(
+        f"{args.tests} sleep-tests of 0.05-0.4 s (total {sum(durations):.2f} s) on "
+        f"{ACCELERATORS} fake accelerators x {SLOTS_PER_ACCELERATOR} slots; "
+        f"ideal makespan {ideal:.3f} s; median of {args.repeats} runs"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         polling = pathlib.Path(tmp) / "polling_wrapper.sh"
         polling.write_text(_POLLING_WRAPPER)
         polling.chmod(0o755)
-        rows = [("parallel_accelerator_execute.sh", SCRIPT, 16),
-                ("parallel_accelerator_execute.sh", SCRIPT, 8),
-                ("poll-and-sleep baseline", polling, 16),
-                ("no wrapper (machine floor)", None, slots)]
+        rows = [
+            ("parallel_accelerator_execute.sh", SCRIPT, 16),
+            ("parallel_accelerator_execute.sh", SCRIPT, 8),
+            ("poll-and-sleep baseline", polling, 16),
+            ("no wrapper (machine floor)", None, slots),
+        ]
         if args.compare is not None:
-            rows[2:2] = [(f"compare: {args.compare.name}", args.compare.resolve(), 16),
-                         (f"compare: {args.compare.name}", args.compare.resolve(), 8)]
+            rows[2:2] = [
+                (f"compare: {args.compare.name}", args.compare.resolve(), 16),
+                (f"compare: {args.compare.name}", args.compare.resolve(), 8),
+            ]
         results = {}
         for repeat in range(args.repeats):
             for row, (name, wrapper, callers) in enumerate(rows):
                 lock_dir = pathlib.Path(tmp) / f"locks_{repeat}_{row}"
                 results.setdefault((name, callers), []).append(
-                    run_suite(wrapper, durations, callers, lock_dir))
-        print(f"{'wrapper':34s} {'callers':>7s} {'makespan_s':>10s} {'/ideal':>7s} {'failures':>8s}")
+                    run_suite(wrapper, durations, callers, lock_dir)
+                )
+        print(
+            f"{'wrapper':34s} {'callers':>7s} {'makespan_s':>10s} {'/ideal':>7s} {'failures':>8s}"
+        )
         medians = {}
         for (name, callers), runs in results.items():
             makespan = statistics.median(m for m, _ in runs)

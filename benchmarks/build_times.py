@@ -16,8 +16,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BUILD = [sys.executable, str(REPO / "build" / "build.py"), "build", "--wheels=all",
-         "--output_path", "/tmp/jaxcore_build_times_dist"]
+BUILD = [
+    sys.executable,
+    str(REPO / "build" / "build.py"),
+    "build",
+    "--wheels=all",
+    "--output_path",
+    "/tmp/jaxcore_build_times_dist",
+]
 EDITED = REPO / "jaxcore" / "tree" / "__init__.py"
 GOALS = {"no-op rebuild": 2.0, "one-file rebuild": 10.0}
 

@@ -30,14 +30,14 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax  # noqa: E402 - after the environment set-up above
+import jax.numpy as jnp  # noqa: E402 - after the environment set-up above
+import numpy as np  # noqa: E402 - after the environment set-up above
 
-import jaxcore.implicit as ji  # noqa: E402
+import jaxcore.implicit as ji  # noqa: E402 - after the environment set-up above
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _quax_anchor  # noqa: E402
+import _quax_anchor  # noqa: E402 - after the environment set-up above
 
 
 @dataclasses.dataclass
@@ -64,7 +64,9 @@ def _per_call(fn, number: int) -> tuple[float, float]:
     return (time.perf_counter() - wall) / number, (time.process_time() - cpu) / number
 
 
-def compare(plain, candidate, number: int, rounds: int = 7, anchor=None) -> dict[str, tuple[float, ...]]:
+def compare(
+    plain, candidate, number: int, rounds: int = 7, anchor=None
+) -> dict[str, tuple[float, ...]]:
     """Best per-call seconds {"wall": (plain, candidate[, anchor]), "cpu": (...)}."""
     sides = (plain, candidate) if anchor is None else (plain, candidate, anchor)
     for fn in sides:
@@ -84,7 +86,9 @@ def _fifty_ops(a):
     return a
 
 
-def _report(name: str, times: dict[str, tuple[float, ...]], unit: str = "us", goal: float | None = None):
+def _report(
+    name: str, times: dict[str, tuple[float, ...]], unit: str = "us", goal: float | None = None
+):
     scale = 1e6 if unit == "us" else 1e3
     goal_text = f"   goal <= {goal:g}x" if goal is not None else ""
     for clock in ("wall", "cpu"):
@@ -129,7 +133,9 @@ def _report_tracing_goal(handled_times, tracing_times) -> None:
     factors = {"plain jnp op": handled_times["cpu"][0] / _PLAIN_OP_ANCHOR_S}
     if len(tracing_times["cpu"]) == 3:
         factors["quax tracing"] = tracing_times["cpu"][2] / _QUAX_ANCHORS["tracing"]
-    print(f"tracing goal: <= {_TRACING_GOAL_S * 1e3:g} ms on the issue's reference machine; here {ours * 1e3:.2f} ms")
+    print(
+        f"tracing goal: <= {_TRACING_GOAL_S * 1e3:g} ms on the issue's reference machine; here {ours * 1e3:.2f} ms"
+    )
     for basis, factor in factors.items():
         scaled = ours / factor
         verdict = "met" if scaled <= _TRACING_GOAL_S else "missed"
@@ -172,7 +178,9 @@ def main() -> None:
     _report("tracing 50 handled ops", times, unit="ms")
 
     if quax_sides:
-        print(f"anchor: quax {quax_sides['version']}, measured in the same rounds as the lines above")
+        print(
+            f"anchor: quax {quax_sides['version']}, measured in the same rounds as the lines above"
+        )
         _report_anchor("eager handled op (mul)", "handled", handled_times, "us")
         _report_anchor("eager fallback (sin, materialise)", "fallback", fallback_times, "us")
         _report_anchor("tracing 50 handled ops", "tracing", times, "ms")

@@ -52,7 +52,12 @@ def _rows(n: int):
     img_raw = img.array
 
     return [
-        ("add", lambda: (a + b).array.block_until_ready(), lambda: (a_raw + b_raw).block_until_ready(), "jnp add"),
+        (
+            "add",
+            lambda: (a + b).array.block_until_ready(),
+            lambda: (a_raw + b_raw).block_until_ready(),
+            "jnp add",
+        ),
         (
             "add (operand transposed by name)",
             lambda: (a + b_t).array.block_until_ready(),
@@ -99,7 +104,9 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=500, help="calls per timing repeat")
     args = parser.parse_args()
 
-    print(f"jax {jax.__version__}, backend {jax.default_backend()}, eager, {args.size}x{args.size} float32")
+    print(
+        f"jax {jax.__version__}, backend {jax.default_backend()}, eager, {args.size}x{args.size} float32"
+    )
     print(f"{'named op':38s} {'named us':>9s} {'baseline':>22s} {'base us':>9s} {'ratio':>7s}")
     for name, named_fn, base_fn, base_name in _rows(args.size):
         t_named, t_base = _side_by_side_us(named_fn, base_fn, args.number, args.repeats)

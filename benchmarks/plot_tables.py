@@ -57,8 +57,11 @@ def write_png(path: Path, title: str, header: list[str], rows: list[list[str]]) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    columns = [c for c in range(1, len(header))
-               if any(cell_value(r[c]) is not None for r in rows if c < len(r))]
+    columns = [
+        c
+        for c in range(1, len(header))
+        if any(cell_value(r[c]) is not None for r in rows if c < len(r))
+    ]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(rows) * max(1, len(columns)) / 2.5), 3.6))
     width = 0.8 / max(1, len(columns))
     for k, c in enumerate(columns):
@@ -70,8 +73,9 @@ def write_png(path: Path, title: str, header: list[str], rows: list[list[str]]) 
                 ys.append(value)
         ax.bar(xs, ys, width=width, label=header[c])
     ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
-    ax.set_xticks(range(len(rows)), [f"{header[0]} = {r[0]}" if len(r[0]) < 6 else r[0]
-                                     for r in rows])
+    ax.set_xticks(
+        range(len(rows)), [f"{header[0]} = {r[0]}" if len(r[0]) < 6 else r[0] for r in rows]
+    )
     ax.set_ylabel("ratio (lower is faster)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=min(5, len(columns)), loc="upper left")
@@ -88,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401 - availability probe
     except ImportError:
-        print("plot_tables.py: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+        print(
+            "plot_tables.py: matplotlib is not installed (pip install matplotlib)", file=sys.stderr
+        )
         return 2
     for name, header, rows in parse_tables(args.page.read_text()):
         write_png(args.out / name, name[:-4].replace("_", " "), header, rows)

@@ -59,6 +59,7 @@ from jaxcore import kernels, quant
 # Peak HBM bandwidth (bytes/s) by device kind substring.
 _PEAK_HBM = {"H100": 3.35e12, "H200": 4.8e12}
 
+
 def _formats(w):
     k = w.shape[0]
     return {
@@ -95,26 +96,48 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=None, help="contracted size (default 4096)")
     parser.add_argument("--n", type=int, default=None, help="output columns (default 4096)")
-    parser.add_argument("--model-shape", action="store_true",
-                        help="K=4096, N=14336 (an MLP up-projection of a 7B-class model)")
+    parser.add_argument(
+        "--model-shape",
+        action="store_true",
+        help="K=4096, N=14336 (an MLP up-projection of a 7B-class model)",
+    )
     parser.add_argument("--m", type=int, nargs="+", default=[1, 16, 256])
     parser.add_argument("--reps", type=int, default=None, help="default 50 (accelerator), 15 (CPU)")
     parser.add_argument("--peak-tbps", type=float, default=None)
-    parser.add_argument("--rotate-mb", type=float, default=None,
-                        help="CPU: weight bytes each contender rotates over (default: "
-                             "max(128, 4 x L3) MB)")
-    parser.add_argument("--path", choices=["auto", "gemv", "gemm"], default="auto",
-                        help="CPU: the native kernel's path")
-    parser.add_argument("--precision", choices=["float32", "int8", "both"], default="both",
-                        help="CPU: the native kernel's activation precision(s) to time "
-                             "(int8 = jaxcore_cpu's llama.cpp-style int8 activations)")
-    parser.add_argument("--ort-block", type=int, default=32,
-                        help="CPU: rows per block of ONNX Runtime's MatMulNBits (16..256)")
-    parser.add_argument("--no-reference", action="store_true",
-                        help="CPU: skip the (slow) portable reference kernel")
-    parser.add_argument("--busy-core", action="store_true",
-                        help="CPU: keep one core busy with another process while timing, to "
-                             "see how each contender copes with a core it cannot have")
+    parser.add_argument(
+        "--rotate-mb",
+        type=float,
+        default=None,
+        help="CPU: weight bytes each contender rotates over (default: max(128, 4 x L3) MB)",
+    )
+    parser.add_argument(
+        "--path",
+        choices=["auto", "gemv", "gemm"],
+        default="auto",
+        help="CPU: the native kernel's path",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["float32", "int8", "both"],
+        default="both",
+        help="CPU: the native kernel's activation precision(s) to time "
+        "(int8 = jaxcore_cpu's llama.cpp-style int8 activations)",
+    )
+    parser.add_argument(
+        "--ort-block",
+        type=int,
+        default=32,
+        help="CPU: rows per block of ONNX Runtime's MatMulNBits (16..256)",
+    )
+    parser.add_argument(
+        "--no-reference", action="store_true", help="CPU: skip the (slow) portable reference kernel"
+    )
+    parser.add_argument(
+        "--busy-core",
+        action="store_true",
+        help="CPU: keep one core busy with another process while timing, to "
+        "see how each contender copes with a core it cannot have",
+    )
     args = parser.parse_args()
     if args.model_shape:
         args.k, args.n = args.k or 4096, args.n or 14336
@@ -146,8 +169,10 @@ def _accelerator_main(args, device):
     n = args.n or 4096
     reps = args.reps or 50
     info = jaxcore.plugins.info()
-    print(f"device: {device.device_kind} ({device.platform}); K={k} N={n}; "
-          f"plugins for {', '.join(info.platforms) or 'none'}; median of {reps}")
+    print(
+        f"device: {device.device_kind} ({device.platform}); K={k} N={n}; "
+        f"plugins for {', '.join(info.platforms) or 'none'}; median of {reps}"
+    )
 
     w = jax.random.normal(jax.random.key(0), (k, n), jnp.float32) * 0.02
     weights = _formats(w)
@@ -157,9 +182,14 @@ def _accelerator_main(args, device):
 
     act_dtype = jnp.bfloat16
     fused = jax.jit(lambda x, q: kernels.quantized_matmul(x, q))
-    xla_dequant = jax.jit(lambda x, q: jnp.dot(x, q.materialize().astype(x.dtype),
-                                               preferred_element_type=jnp.float32).astype(x.dtype))
-    dense = jax.jit(lambda x, wd: jnp.dot(x, wd, preferred_element_type=jnp.float32).astype(x.dtype))
+    xla_dequant = jax.jit(
+        lambda x, q: jnp.dot(
+            x, q.materialize().astype(x.dtype), preferred_element_type=jnp.float32
+        ).astype(x.dtype)
+    )
+    dense = jax.jit(
+        lambda x, wd: jnp.dot(x, wd, preferred_element_type=jnp.float32).astype(x.dtype)
+    )
     w_dense = w.astype(act_dtype)
     peak = _peak(device, args.peak_tbps)
 
@@ -173,12 +203,15 @@ def _accelerator_main(args, device):
         t = _time(fns, call_args, reps)
         print(f"\nM = {m}: dense {act_dtype.__name__} matmul {t['dense'] * 1e3:.3f} ms")
         for name, q in weights.items():
-            line = (f"  {name:7s} kernel {t[name] * 1e3:8.3f} ms   "
-                    f"kernel/dense {t[name] / t['dense']:6.2f}")
+            line = (
+                f"  {name:7s} kernel {t[name] * 1e3:8.3f} ms   "
+                f"kernel/dense {t[name] / t['dense']:6.2f}"
+            )
             moved = q.storage_nbytes + x.nbytes + m * n * x.dtype.itemsize
             bw = moved / t[name]
-            line += (f"   kernel/xla_dequant {t[name] / t[name + '/xla']:5.2f}"
-                     f"   {bw / 1e12:5.2f} TB/s")
+            line += (
+                f"   kernel/xla_dequant {t[name] / t[name + '/xla']:5.2f}   {bw / 1e12:5.2f} TB/s"
+            )
             if peak:
                 line += f" = {100 * bw / peak:5.1f} % of peak HBM"
             print(line)
@@ -212,10 +245,22 @@ def _cpu_model() -> tuple[str, list[str]]:
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
+            if key.strip() == "model name" and model in (
+                "",
+                platform.machine(),
+                platform.processor(),
+            ):
                 model = value.strip()
             elif key.strip() == "flags" and not flags:
-                wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_tile")
+                wanted = (
+                    "avx2",
+                    "fma",
+                    "avx512f",
+                    "avx512bw",
+                    "avx512_vnni",
+                    "avx_vnni",
+                    "amx_tile",
+                )
                 flags = [f for f in wanted if f in value.split()]
     except OSError:
         pass
@@ -237,8 +282,9 @@ def _native():
 
 def _copies(tree, count):
     """``count`` copies of a pytree of arrays, each in its own buffers."""
-    return [tree] + [jax.tree_util.tree_map(lambda a: jnp.array(a, copy=True), tree)
-                     for _ in range(count - 1)]
+    return [tree] + [
+        jax.tree_util.tree_map(lambda a: jnp.array(a, copy=True), tree) for _ in range(count - 1)
+    ]
 
 
 def _nbytes(tree) -> int:
@@ -284,20 +330,35 @@ def _ort_sessions(k, n, block, count, accuracy_level):
         packed = rng.integers(0, 256, (n, blocks, block // 2), dtype=np.uint8)
         scales = rng.uniform(0.001, 0.01, (n, blocks)).astype(np.float32)
         node = helper.make_node(
-            "MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft",
-            K=k, N=n, bits=4, block_size=block, accuracy_level=accuracy_level,
+            "MatMulNBits",
+            ["A", "B", "scales"],
+            ["Y"],
+            domain="com.microsoft",
+            K=k,
+            N=n,
+            bits=4,
+            block_size=block,
+            accuracy_level=accuracy_level,
         )
         graph = helper.make_graph(
-            [node], "matmul_nbits",
+            [node],
+            "matmul_nbits",
             [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", k])],
             [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", n])],
-            initializer=[numpy_helper.from_array(packed, "B"),
-                         numpy_helper.from_array(scales.reshape(-1), "scales")],
+            initializer=[
+                numpy_helper.from_array(packed, "B"),
+                numpy_helper.from_array(scales.reshape(-1), "scales"),
+            ],
         )
-        model = helper.make_model(graph, opset_imports=[
-            helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-        sessions.append(ort.InferenceSession(model.SerializeToString(), options,
-                                             providers=["CPUExecutionProvider"]))
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        )
+        sessions.append(
+            ort.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+        )
         if i == 0:
             check = (packed, scales)
     # One correctness check: q = nibble - 8 (no zero points given), element 2j in the low
@@ -323,24 +384,34 @@ def _cpu_main(args):
     model, flags = _cpu_model()
     native, why_not = _native()
     info = jaxcore.plugins.info()
-    print(f"machine: {model}; {os.cpu_count()} logical CPUs; {', '.join(flags) or 'no AVX2'}; "
-          f"L3 {l3 / 2**20:.0f} MB" if l3 else f"machine: {model}; {os.cpu_count()} logical CPUs")
+    print(
+        f"machine: {model}; {os.cpu_count()} logical CPUs; {', '.join(flags) or 'no AVX2'}; "
+        f"L3 {l3 / 2**20:.0f} MB"
+        if l3
+        else f"machine: {model}; {os.cpu_count()} logical CPUs"
+    )
     if native is not None:
         serves = kernels.registered_kernels("quantized_matmul").get("cpu") is native.IMPLS["cpu"]
-        print(f"native kernels: ISA {native.isa()} (CPU supports {native.detected_isa()}), "
-              f"path {args.path}; {native.library_path()}"
-              f"{'' if serves else ' (loaded here; jaxcore itself is not using it)'}")
+        print(
+            f"native kernels: ISA {native.isa()} (CPU supports {native.detected_isa()}), "
+            f"path {args.path}; {native.library_path()}"
+            f"{'' if serves else ' (loaded here; jaxcore itself is not using it)'}"
+        )
     else:
         print(f"native kernels: unavailable ({why_not})")
-    print(f"jax {jax.__version__}, plugins for {', '.join(info.platforms) or 'none'}; "
-          f"K={k} N={n}, float32 activations; each contender rotates over >= "
-          f"{rotate / 2**20:.0f} MB of weights; median of {reps} interleaved repetitions")
+    print(
+        f"jax {jax.__version__}, plugins for {', '.join(info.platforms) or 'none'}; "
+        f"K={k} N={n}, float32 activations; each contender rotates over >= "
+        f"{rotate / 2**20:.0f} MB of weights; median of {reps} interleaved repetitions"
+    )
 
     w = jax.random.normal(jax.random.key(0), (k, n), jnp.float32) * 0.02
     weights = _cpu_formats(w)
     dense_copies = _copies(w, max(2, math.ceil(rotate / w.nbytes)))
-    copies = {name: _copies(q, max(2, math.ceil(rotate / q.storage_nbytes)))
-              for name, q in weights.items()}
+    copies = {
+        name: _copies(q, max(2, math.ceil(rotate / q.storage_nbytes)))
+        for name, q in weights.items()
+    }
     print("\nweights (codes + scales): bytes per weight, copies rotated")
     print(f"  {'dense f32':10s} 4.0000  x{len(dense_copies)}")
     for name, q in weights.items():
@@ -360,16 +431,29 @@ def _cpu_main(args):
         print(f"  {ort_note}")
 
     dense = jax.jit(lambda x, wd: jnp.dot(x, wd))
-    ref = jax.jit(lambda x, q: kernels.reference_quantized_matmul(
-        x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size))
+    ref = jax.jit(
+        lambda x, q: kernels.reference_quantized_matmul(
+            x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size
+        )
+    )
     precisions = ["float32", "int8"] if args.precision == "both" else [args.precision]
     nat = {}
     if native is not None:
         for prec in precisions:
-            nat[prec] = jax.jit(functools.partial(
-                lambda x, q, prec: native.quantized_matmul(
-                    x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size,
-                    path=args.path, precision=prec), prec=prec))
+            nat[prec] = jax.jit(
+                functools.partial(
+                    lambda x, q, prec: native.quantized_matmul(
+                        x,
+                        q.qvalue,
+                        q.block_scales(),
+                        fmt=q.fmt,
+                        block_size=q.block_size,
+                        path=args.path,
+                        precision=prec,
+                    ),
+                    prec=prec,
+                )
+            )
     suffix = {"float32": "", "int8": " i8"}
 
     summary = {}
@@ -383,28 +467,38 @@ def _cpu_main(args):
             if not args.no_reference:
                 contenders[f"{name}/ref"] = (ref, [(x, q) for q in copies[name]])
         for name, (sessions, _) in ort_runs.items():
-            contenders[name] = (lambda s, a: s.run(None, {"A": a})[0],
-                                [(s, x_np) for s in sessions])
+            contenders[name] = (
+                lambda s, a: s.run(None, {"A": a})[0],
+                [(s, x_np) for s in sessions],
+            )
         t = _time_rotating(contenders, reps)
         base = t["dense"]
-        print(f"\nM = {m}: dense f32 {base * 1e3:.3f} ms, {w.nbytes / base / 1e9:.1f} GB/s of weight")
-        print(f"  {'format':10s} {'native ms':>10s} {'x dense':>8s} {'GB/s':>6s}"
-              f"   {'int8-act ms':>11s} {'x dense':>8s} {'GB/s':>6s}"
-              f"   {'reference ms':>12s} {'x dense':>8s} {'GB/s':>6s}")
+        print(
+            f"\nM = {m}: dense f32 {base * 1e3:.3f} ms, {w.nbytes / base / 1e9:.1f} GB/s of weight"
+        )
+        print(
+            f"  {'format':10s} {'native ms':>10s} {'x dense':>8s} {'GB/s':>6s}"
+            f"   {'int8-act ms':>11s} {'x dense':>8s} {'GB/s':>6s}"
+            f"   {'reference ms':>12s} {'x dense':>8s} {'GB/s':>6s}"
+        )
         for name, q in weights.items():
             cells = []
             for key in (name, f"{name} i8", f"{name}/ref"):
                 if key in t:
-                    cells.append(f"{t[key] * 1e3:10.3f} {t[key] / base:8.3f} "
-                                 f"{q.storage_nbytes / t[key] / 1e9:6.1f}")
+                    cells.append(
+                        f"{t[key] * 1e3:10.3f} {t[key] / base:8.3f} "
+                        f"{q.storage_nbytes / t[key] / 1e9:6.1f}"
+                    )
                 else:
                     cells.append(f"{'-':>10s} {'-':>8s} {'-':>6s}")
             print(f"  {name:10s} {cells[0]}   {cells[1]}   {cells[2]:>29s}")
             for prec in precisions:
                 summary.setdefault(m, {})[name + suffix[prec]] = t.get(name + suffix[prec])
         for name, (_, nbytes) in ort_runs.items():
-            print(f"  {name:13s} {t[name] * 1e3:7.3f} {t[name] / base:8.3f} "
-                  f"{nbytes / t[name] / 1e9:6.1f}   (ONNX Runtime)")
+            print(
+                f"  {name:13s} {t[name] * 1e3:7.3f} {t[name] / base:8.3f} "
+                f"{nbytes / t[name] / 1e9:6.1f}   (ONNX Runtime)"
+            )
             summary.setdefault(m, {})[name] = t[name]
         for name in summary.get(m, {}):
             if summary[m][name] is not None:
@@ -413,13 +507,20 @@ def _cpu_main(args):
     if native is not None or ort_runs:
         names = [c + suffix[p] for p in precisions for c in weights] + list(ort_runs)
         names = [c for c in names if any(summary[m].get(c) is not None for m in summary)]
-        print(f"\nratio to dense f32 (native kernel, float32 activations; 'i8': int8 "
-              f"activations; ONNX Runtime where named), K={k} N={n}:")
+        print(
+            f"\nratio to dense f32 (native kernel, float32 activations; 'i8': int8 "
+            f"activations; ONNX Runtime where named), K={k} N={n}:"
+        )
         print("  | M | " + " | ".join(names) + " |")
         print("  |---|" + "---|" * len(names))
         for m in args.m:
-            print(f"  | {m} | " + " | ".join(
-                f"{summary[m][c]:.2f}x" if summary[m].get(c) is not None else "-" for c in names) + " |")
+            print(
+                f"  | {m} | "
+                + " | ".join(
+                    f"{summary[m][c]:.2f}x" if summary[m].get(c) is not None else "-" for c in names
+                )
+                + " |"
+            )
 
 
 if __name__ == "__main__":

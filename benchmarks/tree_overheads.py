@@ -24,7 +24,8 @@ import random
 import statistics
 import sys
 import timeit
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -139,8 +140,10 @@ def main() -> None:
     args = parser.parse_args()
 
     variants = make_variants(args.leaves)
-    print(f"jax {jax.__version__}, {args.leaves} leaves, {args.rounds} interleaved rounds, "
-          f"backend {jax.default_backend()}")
+    print(
+        f"jax {jax.__version__}, {args.leaves} leaves, {args.rounds} interleaved rounds, "
+        f"backend {jax.default_backend()}"
+    )
     print("variants: " + ", ".join(variants))
     flat = measure({k: _flatten_unflatten(v) for k, v in variants.items()}, args.rounds)
     report("flatten + unflatten", flat, goal=1.1)

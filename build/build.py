@@ -240,7 +240,9 @@ def python_version(python):
     try:
         out = subprocess.run(
             [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise BuildError(f"{python} does not run as a Python interpreter: {e}") from None
@@ -284,7 +286,9 @@ def find_python(version):
     pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
     installed = sorted(
         (pyenv_root / "versions").glob(f"{_dotted(version)}.*/bin/{name}"),
-        key=lambda p: [int(x) if x.isdigit() else -1 for x in re.split(r"[.]", p.parent.parent.name)],
+        key=lambda p: [
+            int(x) if x.isdigit() else -1 for x in re.split(r"[.]", p.parent.parent.name)
+        ],
         reverse=True,
     )
     candidates += installed
@@ -319,8 +323,9 @@ def locked_versions(lock):
     try:
         text = lock.read_text()
     except OSError as e:
-        raise BuildError(f"cannot read {lock}: {e.strerror}; it pins every test requirement with "
-                         "hashes") from None
+        raise BuildError(
+            f"cannot read {lock}: {e.strerror}; it pins every test requirement with hashes"
+        ) from None
     pins = {}
     for name in ("jax", "jaxlib"):
         found = re.search(rf"^{name}==(\S+)", text, re.MULTILINE)
@@ -333,8 +338,10 @@ def locked_versions(lock):
 def describe_lock(version, lock):
     """One line saying which lock an interpreter of Python `version` uses."""
     pins = locked_versions(lock)
-    return (f"Python {_dotted(version)}: test requirements from "
-            f"{lock.relative_to(REPO_ROOT)} (jax {pins['jax']}, jaxlib {pins['jaxlib']})")
+    return (
+        f"Python {_dotted(version)}: test requirements from "
+        f"{lock.relative_to(REPO_ROOT)} (jax {pins['jax']}, jaxlib {pins['jaxlib']})"
+    )
 
 
 def missing_requirements(python, lock=None, *, exact=True):
@@ -357,7 +364,8 @@ def missing_requirements(python, lock=None, *, exact=True):
     )
     result = subprocess.run(
         [str(python), "-c", probe, json.dumps(list(pins))],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     if result.returncode != 0:
         raise BuildError(f"cannot inspect the packages of {python}: {result.stderr.strip()}")
@@ -378,8 +386,10 @@ def missing_requirements(python, lock=None, *, exact=True):
 
 def installed_jax(python):
     """The jax and jaxlib versions installed for `python`, e.g. {'jax': '0.11.2', ...}."""
-    probe = ("import json\nfrom importlib import metadata\n"
-             "print(json.dumps({n: metadata.version(n) for n in ('jax', 'jaxlib')}))\n")
+    probe = (
+        "import json\nfrom importlib import metadata\n"
+        "print(json.dumps({n: metadata.version(n) for n in ('jax', 'jaxlib')}))\n"
+    )
     result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     if result.returncode != 0:
         raise BuildError(f"cannot inspect the packages of {python}: {result.stderr.strip()}")
@@ -422,8 +432,16 @@ def ensure_venv(*, verbose, dry_run, python_version_wanted=None):
     if not lock.exists():
         raise BuildError(f"{lock} is missing; it pins every test requirement with hashes")
     create = [str(base or sys.executable), "-m", "venv", str(venv)]
-    install = [str(python), "-m", "pip", "install", "--disable-pip-version-check",
-               "--require-hashes", "-r", str(lock)]
+    install = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--require-hashes",
+        "-r",
+        str(lock),
+    ]
     if dry_run:
         print(f"# {describe_lock(version, lock)}")
         if not python.exists():
@@ -438,8 +456,9 @@ def ensure_venv(*, verbose, dry_run, python_version_wanted=None):
             if "ensurepip" not in (result.stderr + result.stdout):
                 raise BuildError(f"could not create {venv}: {result.stderr.strip()}")
             shutil.rmtree(venv, ignore_errors=True)
-            apt_install([f"python{_dotted(version)}-venv"], reason="Python's venv module",
-                        verbose=verbose)
+            apt_install(
+                [f"python{_dotted(version)}-venv"], reason="Python's venv module", verbose=verbose
+            )
             _run(create, verbose=verbose)
     if stamp.exists() and stamp.read_text() == _lock_stamp(python, lock):
         return python, lock
@@ -447,7 +466,9 @@ def ensure_venv(*, verbose, dry_run, python_version_wanted=None):
     _run(install, verbose=verbose)
     missing = missing_requirements(python, lock)
     if missing:
-        raise BuildError(f"{python} still lacks {', '.join(missing)} after installing the lock file")
+        raise BuildError(
+            f"{python} still lacks {', '.join(missing)} after installing the lock file"
+        )
     stamp.write_text(_lock_stamp(python, lock))
     return python, lock
 
@@ -464,8 +485,16 @@ def ensure_dev_tools(python, *, verbose, dry_run):
     want = f"{hashlib.sha256(DEV_LOCK_FILE.read_bytes()).hexdigest()} {python}"
     if stamp.exists() and stamp.read_text() == want:
         return
-    install = [str(python), "-m", "pip", "install", "--disable-pip-version-check",
-               "--require-hashes", "-r", str(DEV_LOCK_FILE)]
+    install = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--require-hashes",
+        "-r",
+        str(DEV_LOCK_FILE),
+    ]
     if dry_run:
         print(_fmt(install))
         return
@@ -507,15 +536,18 @@ def apt_install(packages, *, reason, verbose, hint=_BAZEL_HINT):
 
 def bazel_version(bazel):
     """Returns Bazel's version as a tuple, reading Debian's package version if need be."""
-    result = subprocess.run([str(bazel), "--version"], cwd=REPO_ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(bazel), "--version"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     if result.returncode != 0:
         raise BuildError(f"{bazel} --version failed: {(result.stderr or result.stdout).strip()}")
     text = result.stdout.strip()
     found = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
     if not found and "no_version" in text and shutil.which("dpkg-query"):
         # Debian's bazel-bootstrap is built without a version stamp.
-        pkg = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "bazel-bootstrap"],
-                             capture_output=True, text=True)
+        pkg = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", "bazel-bootstrap"], capture_output=True, text=True
+        )
         found = re.match(r"(\d+)\.(\d+)\.(\d+)", pkg.stdout.strip())
     if not found:
         raise BuildError(f"cannot tell the version of {bazel} (it printed {text!r})")
@@ -532,7 +564,11 @@ def find_bazel(bazel_path, *, verbose, dry_run):
         found = shutil.which("bazel")
         missing_repos = [str(p) for p in BAZEL_LOCAL_REPOSITORIES if not p.is_dir()]
         if not found or missing_repos:
-            what = "Bazel" if not found else f"Bazel's local rule repositories ({', '.join(missing_repos)})"
+            what = (
+                "Bazel"
+                if not found
+                else f"Bazel's local rule repositories ({', '.join(missing_repos)})"
+            )
             if dry_run:
                 print(_fmt(["apt-get", "install", "-y", *BAZEL_DEBIAN_PACKAGES]))
                 return Path(found or "bazel")
@@ -550,7 +586,9 @@ def find_bazel(bazel_path, *, verbose, dry_run):
             f"{BAZEL_VERSION} or newer (4.x; see .bazelversion)"
         )
     if version[0] != want[0]:
-        _log(f"warning: Bazel {shown} is untested; jaxcore's WORKSPACE targets Bazel {BAZEL_VERSION}")
+        _log(
+            f"warning: Bazel {shown} is untested; jaxcore's WORKSPACE targets Bazel {BAZEL_VERSION}"
+        )
     if verbose:
         _log(f"using Bazel {shown} at {bazel}")
     return bazel
@@ -580,7 +618,9 @@ def find_cxx_compiler(*, verbose, dry_run):
         )
         still = [tool for tool in missing if not shutil.which(tool)]
         if still:
-            raise BuildError(f"apt-get installed {' '.join(CXX_DEBIAN_PACKAGES)} but {', '.join(still)} is not on PATH")
+            raise BuildError(
+                f"apt-get installed {' '.join(CXX_DEBIAN_PACKAGES)} but {', '.join(still)} is not on PATH"
+            )
     result = subprocess.run([cc, "--version"], capture_output=True, text=True)
     line = (result.stdout.strip().splitlines() or [""])[0].strip()
     if result.returncode != 0 or not line:
@@ -588,8 +628,10 @@ def find_cxx_compiler(*, verbose, dry_run):
     full = subprocess.run([cc, "-dumpfullversion"], capture_output=True, text=True)
     version = full.stdout.strip()
     if "gcc" in line.lower() and full.returncode == 0 and version != CXX_COMPILER_VERSION:
-        _log(f"note: {cc} is GCC {version}; CI builds the jaxcore-cpu wheel with GCC "
-             f"{CXX_COMPILER_VERSION}, so this wheel works but its bytes differ from CI's")
+        _log(
+            f"note: {cc} is GCC {version}; CI builds the jaxcore-cpu wheel with GCC "
+            f"{CXX_COMPILER_VERSION}, so this wheel works but its bytes differ from CI's"
+        )
     if verbose:
         _log(f"C++ compiler: {line}")
     return line
@@ -613,11 +655,14 @@ def xla_ffi_include(python, *, dry_run=False):
         return f"<jax.ffi.include_dir() of {python}>"
     lock = _lock_for_message(python)
     jaxlib = f"jaxlib=={locked_versions(lock)['jaxlib']}"
-    fix = (f"install {lock.relative_to(REPO_ROOT)} (jax/{jaxlib}) into it, or drop "
-           "--python_bin_path to let build.py manage .venv")
+    fix = (
+        f"install {lock.relative_to(REPO_ROOT)} (jax/{jaxlib}) into it, or drop "
+        "--python_bin_path to let build.py manage .venv"
+    )
     try:
-        result = subprocess.run([str(python), "-c", _FFI_PROBE], capture_output=True, text=True,
-                                timeout=600)
+        result = subprocess.run(
+            [str(python), "-c", _FFI_PROBE], capture_output=True, text=True, timeout=600
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise BuildError(f"cannot ask {python} for jaxlib's XLA FFI headers: {e}") from None
     if result.returncode != 0:
@@ -696,8 +741,11 @@ def configure(args, python, bazel=None):
     compiler = find_cxx_compiler(verbose=args.verbose, dry_run=args.dry_run)
     ffi_include = xla_ffi_include(python, dry_run=args.dry_run)
     text = configure_bazelrc_text(
-        python=python, cuda_major=args.cuda_major_version, rocm_version=args.rocm_version,
-        ffi_include=ffi_include, compiler=compiler,
+        python=python,
+        cuda_major=args.cuda_major_version,
+        rocm_version=args.rocm_version,
+        ffi_include=ffi_include,
+        compiler=compiler,
     )
     if args.dry_run:
         print(f"# would write {CONFIGURE_BAZELRC.name}:")
@@ -710,7 +758,13 @@ def configure(args, python, bazel=None):
 
 
 def bazel_command(bazel, args, command, *options_and_targets):
-    return [str(bazel), *args.bazel_startup_options, command, *args.bazel_options, *options_and_targets]
+    return [
+        str(bazel),
+        *args.bazel_startup_options,
+        command,
+        *args.bazel_options,
+        *options_and_targets,
+    ]
 
 
 def _wanted_python_version(args):
@@ -740,9 +794,11 @@ def _checked_python(args):
         if have == pins:
             _log(f"{describe_lock(version, lock)}, installed in {python}")
         else:
-            _log(f"Python {_dotted(version)}: jax {have['jax']}, jaxlib {have['jaxlib']} in "
-                 f"{python}, inside the tested range (its lock, {lock.relative_to(REPO_ROOT)}, "
-                 f"pins jax {pins['jax']})")
+            _log(
+                f"Python {_dotted(version)}: jax {have['jax']}, jaxlib {have['jaxlib']} in "
+                f"{python}, inside the tested range (its lock, {lock.relative_to(REPO_ROOT)}, "
+                f"pins jax {pins['jax']})"
+            )
     return python
 
 
@@ -816,8 +872,9 @@ def setup(args):
     if args.python_bin_path:
         python = _checked_python(args)
     else:
-        python, lock = ensure_venv(verbose=args.verbose, dry_run=args.dry_run,
-                                   python_version_wanted=wanted)
+        python, lock = ensure_venv(
+            verbose=args.verbose, dry_run=args.dry_run, python_version_wanted=wanted
+        )
         if lock == LOCK_FILE:
             # The docs/CI-check tools are locked beside the default lock only.
             ensure_dev_tools(python, verbose=args.verbose, dry_run=args.dry_run)
@@ -835,8 +892,9 @@ def cmd_setup(args):
 def cmd_venv(args):
     """Only the managed venv of --python_version (no Bazel, no bazelrc): for the newest-end job."""
     wanted = _wanted_python_version(args)
-    python, _ = ensure_venv(verbose=args.verbose, dry_run=args.dry_run,
-                            python_version_wanted=wanted)
+    python, _ = ensure_venv(
+        verbose=args.verbose, dry_run=args.dry_run, python_version_wanted=wanted
+    )
     if not args.dry_run:
         _log(f"ready: {python}")
     return 0
@@ -880,10 +938,13 @@ def cmd_test(args):
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = [r for r in runners if r not in RUNNER_SCRIPTS]
     if unknown or not runners:
-        raise BuildError(f"--runners must list {', '.join(RUNNER_SCRIPTS)} (any of them), "
-                         f"got {args.runners!r}")
+        raise BuildError(
+            f"--runners must list {', '.join(RUNNER_SCRIPTS)} (any of them), got {args.runners!r}"
+        )
     if "newest" in runners and args.backend != "cpu":
-        raise BuildError(f"the newest runner tests the CPU backend only, not --backend={args.backend}")
+        raise BuildError(
+            f"the newest runner tests the CPU backend only, not --backend={args.backend}"
+        )
     python, bazel = setup(args)
     env = dict(
         os.environ,
@@ -919,40 +980,80 @@ def cmd_test(args):
 
 def make_parser():
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--python_bin_path", help="Python for Bazel's toolchain (default: the managed .venv, else this interpreter)")
-    common.add_argument("--python_version",
-                        help="MAJOR.MINOR: make the managed venv with that Python (found on PATH or "
-                             "under pyenv; .venv-X.Y unless it is this interpreter's) and install the "
-                             "lock file for it (3.11: the oldest JAX, 3.12+: the newest)")
-    common.add_argument("--bazel_path", help="Bazel binary (default: `bazel` on PATH, installed with apt-get if missing)")
-    common.add_argument("--bazel_options", action="append", default=[], help="extra Bazel command option (repeatable)")
-    common.add_argument("--bazel_startup_options", action="append", default=[], help="Bazel startup option (repeatable)")
-    common.add_argument("--configure_only", action="store_true", help="write .jaxcore_configure.bazelrc and stop")
-    common.add_argument("--dry_run", action="store_true", help="print the commands instead of running them")
+    common.add_argument(
+        "--python_bin_path",
+        help="Python for Bazel's toolchain (default: the managed .venv, else this interpreter)",
+    )
+    common.add_argument(
+        "--python_version",
+        help="MAJOR.MINOR: make the managed venv with that Python (found on PATH or "
+        "under pyenv; .venv-X.Y unless it is this interpreter's) and install the "
+        "lock file for it (3.11: the oldest JAX, 3.12+: the newest)",
+    )
+    common.add_argument(
+        "--bazel_path",
+        help="Bazel binary (default: `bazel` on PATH, installed with apt-get if missing)",
+    )
+    common.add_argument(
+        "--bazel_options",
+        action="append",
+        default=[],
+        help="extra Bazel command option (repeatable)",
+    )
+    common.add_argument(
+        "--bazel_startup_options",
+        action="append",
+        default=[],
+        help="Bazel startup option (repeatable)",
+    )
+    common.add_argument(
+        "--configure_only", action="store_true", help="write .jaxcore_configure.bazelrc and stop"
+    )
+    common.add_argument(
+        "--dry_run", action="store_true", help="print the commands instead of running them"
+    )
     common.add_argument("--verbose", action="store_true", help="print every command before it runs")
-    common.add_argument("--cuda_major_version", type=int, default=DEFAULT_CUDA_MAJOR_VERSION, help="CUDA major version (12 or 13)")
+    common.add_argument(
+        "--cuda_major_version",
+        type=int,
+        default=DEFAULT_CUDA_MAJOR_VERSION,
+        help="CUDA major version (12 or 13)",
+    )
     common.add_argument("--rocm_version", default=ROCM_VERSION, help="ROCm version (6.x)")
-    common.add_argument("--output_path", default="dist", help="where wheels are copied (default: dist/)")
+    common.add_argument(
+        "--output_path", default="dist", help="where wheels are copied (default: dist/)"
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", parents=[common], help="build wheels into --output_path")
-    build.add_argument("--wheels", default="jaxcore",
-                       help="comma-separated: jaxcore, jaxcore-cpu, jaxcore-cuda12, jaxcore-rocm6, jaxcore-tpu, or all")
+    build.add_argument(
+        "--wheels",
+        default="jaxcore",
+        help="comma-separated: jaxcore, jaxcore-cpu, jaxcore-cuda12, jaxcore-rocm6, jaxcore-tpu, or all",
+    )
     build.set_defaults(func=cmd_build)
     test = sub.add_parser("test", parents=[common], help="run the test suite (Bazel, then pytest)")
     test.add_argument("--backend", choices=BACKENDS, default="cpu")
-    test.add_argument("--runners", default=None,
-                      help="comma-separated, run in this order: bazel (Bazel tests), asan (native "
-                           "tests under AddressSanitizer/UBSan), pytest, newest (pytest on the "
-                           "newest Python and JAX; cpu only), docs (actionlint and mkdocs build "
-                           "--strict) (default: all five; all but newest for an accelerator)")
+    test.add_argument(
+        "--runners",
+        default=None,
+        help="comma-separated, run in this order: bazel (Bazel tests), asan (native "
+        "tests under AddressSanitizer/UBSan), pytest, newest (pytest on the "
+        "newest Python and JAX; cpu only), docs (actionlint and mkdocs build "
+        "--strict) (default: all five; all but newest for an accelerator)",
+    )
     test.set_defaults(func=cmd_test)
-    setup_parser = sub.add_parser("setup", parents=[common], help="install Bazel and .venv, write the bazelrc")
+    setup_parser = sub.add_parser(
+        "setup", parents=[common], help="install Bazel and .venv, write the bazelrc"
+    )
     setup_parser.add_argument("--backend", choices=BACKENDS, default="cpu")
     setup_parser.set_defaults(func=cmd_setup)
-    venv_parser = sub.add_parser("venv", parents=[common],
-                                 help="only create/update the managed venv (e.g. --python_version=3.13)")
+    venv_parser = sub.add_parser(
+        "venv",
+        parents=[common],
+        help="only create/update the managed venv (e.g. --python_version=3.13)",
+    )
     venv_parser.set_defaults(func=cmd_venv)
     return parser
 

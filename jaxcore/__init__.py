@@ -6,7 +6,7 @@ Submodules are imported lazily (``jaxcore.named``, ``jaxcore.quant``, ...) so th
 
 import importlib as _importlib
 
-from jaxcore._version import __version__
+from jaxcore._version import __version__ as __version__
 
 _SUBMODULES = frozenset(
     {"implicit", "io", "kernels", "launch", "lens", "named", "plugins", "quant", "tree", "utils"}
@@ -23,6 +23,6 @@ def __dir__():
     return sorted(set(globals()) | _SUBMODULES)
 
 
-from jaxcore import plugins as _plugins  # noqa: E402
+from jaxcore import plugins as _plugins  # noqa: E402 - after the environment set-up above
 
 _plugins.load_plugins()

@@ -516,9 +516,7 @@ def _import_and_initialize_once(
         # User code imported the plugin before jaxcore: the plugin's own import led
         # here, so it is half-initialised. It calls `plugin_imported` when complete.
         _deferred[module.__name__] = selection
-        return dataclasses.replace(
-            status, reason=_DEFERRED_REASON, loaded=False, platforms=()
-        )
+        return dataclasses.replace(status, reason=_DEFERRED_REASON, loaded=False, platforms=())
     return _check_and_initialize(status, module, selection, served)
 
 
@@ -539,8 +537,7 @@ def _check_and_initialize(
         )
     if version != _JAXCORE_VERSION:
         return _skip(
-            f"plugin version {version} does not match jaxcore version "
-            f"{_JAXCORE_VERSION}",
+            f"plugin version {version} does not match jaxcore version {_JAXCORE_VERSION}",
             status,
             warn=True,
         )
@@ -570,9 +567,7 @@ def _check_and_initialize(
     except PluginUnavailable as e:
         return _skip(f"unavailable: {e}", status, warn=False)
     except _PLUGIN_ERRORS as e:  # see above; the caller's transaction unregisters its kernels
-        return _skip(
-            f"initialize() failed: {type(e).__name__}: {e}", status, warn=True
-        )
+        return _skip(f"initialize() failed: {type(e).__name__}: {e}", status, warn=True)
     return dataclasses.replace(
         status, platforms=fresh, loaded=True, reason=None, detail=_describe(module)
     )

@@ -102,8 +102,10 @@ def _loadable(path: str) -> bool:
 
 
 def _asan_note(path: str) -> str:
-    return (f"{path} is built with AddressSanitizer, which only loads into a process started "
-            f"with the ASan runtime (LD_PRELOAD)")
+    return (
+        f"{path} is built with AddressSanitizer, which only loads into a process started "
+        f"with the ASan runtime (LD_PRELOAD)"
+    )
 
 
 def find_library() -> str:
@@ -131,8 +133,7 @@ def find_library() -> str:
     if from_source():
         how = f"build it with `{BUILD_HINT}` or set {ENV_VAR}"
     else:
-        how = (f"the {_build_config.DIST_NAME} wheel is incomplete; reinstall it or set "
-               f"{ENV_VAR}")
+        how = f"the {_build_config.DIST_NAME} wheel is incomplete; reinstall it or set {ENV_VAR}"
     raise LibraryNotFoundError(
         f"native kernel library {LIBRARY_NAME} not found (looked in {', '.join(searched)}"
         f"{''.join('; ' + note for note in passed_over)}); {how}",

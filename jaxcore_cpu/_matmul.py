@@ -50,7 +50,9 @@ def _ffi_kernel(x, qvalue, scale, *, platform, fmt, block_size, out_dtype, path,
         _library.TARGET_NAME, jax.ShapeDtypeStruct((x.shape[0], qvalue.shape[1]), out_dtype)
     )
     return call(
-        x, qvalue, scale,
+        x,
+        qvalue,
+        scale,
         fmt=np.int32(_FORMAT_CODES[fmt]),
         block_size=np.int64(block_size),
         path=np.int32(PATHS[path]),
@@ -66,7 +68,10 @@ def _reference(x, qvalue, scale, *, fmt, block_size, out_dtype, path, precision)
 
 
 _bind = _plugin_api.platform_primitive(
-    "jaxcore_cpu_quantized_matmul", _ffi_kernel, _reference, ("cpu",),
+    "jaxcore_cpu_quantized_matmul",
+    _ffi_kernel,
+    _reference,
+    ("cpu",),
     fallback_for_export=True,
 )
 
@@ -122,8 +127,14 @@ def quantized_matmul(
     if 0 in (problem.m, problem.n, problem.k):  # nothing to read, or nothing to sum
         return jnp.zeros((problem.m, problem.n), out_dtype)
     return _call(
-        x2d, qvalue, scale, fmt=fmt, block_size=int(block_size), out_dtype=np.dtype(out_dtype),
-        path=path, precision=precision,
+        x2d,
+        qvalue,
+        scale,
+        fmt=fmt,
+        block_size=int(block_size),
+        out_dtype=np.dtype(out_dtype),
+        path=path,
+        precision=precision,
     )
 
 
@@ -135,8 +146,14 @@ def _call(x2d, qvalue, scale, *, fmt, block_size, out_dtype, path, precision):
         x2d = x2d.astype(jnp.float32)
     native_out = out_dtype if out_dtype in _NATIVE_DTYPES else np.dtype(jnp.float32)
     out = _bind(
-        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=native_out,
-        path=path, precision=precision,
+        x2d,
+        qvalue,
+        scale,
+        fmt=fmt,
+        block_size=block_size,
+        out_dtype=native_out,
+        path=path,
+        precision=precision,
     )
     return out.astype(out_dtype)
 
@@ -145,7 +162,12 @@ def _make_impl(precision: str):
     def impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False):
         del interpret
         return quantized_matmul(
-            x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
+            x2d,
+            qvalue,
+            scale,
+            fmt=fmt,
+            block_size=block_size,
+            out_dtype=out_dtype,
             precision=precision,
         )
 

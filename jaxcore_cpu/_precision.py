@@ -48,9 +48,12 @@ def _apply(name: str) -> None:
     _current = name
     # Swap the registered implementation only where this plugin's is the one registered.
     registered = _kernels.registered_kernels(_KERNEL).get("cpu")
-    if registered is not None and registered in IMPLS_BY_PRECISION.values():
-        if registered is not IMPLS_BY_PRECISION[name]:
-            _kernels.register_kernel(_KERNEL, "cpu", IMPLS_BY_PRECISION[name])
+    if (
+        registered is not None
+        and registered in IMPLS_BY_PRECISION.values()
+        and registered is not IMPLS_BY_PRECISION[name]
+    ):
+        _kernels.register_kernel(_KERNEL, "cpu", IMPLS_BY_PRECISION[name])
 
 
 def set_precision(name: str) -> PrecisionSetting:

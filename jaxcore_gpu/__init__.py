@@ -58,6 +58,6 @@ initialize = _plugin_api.plugin_initializer(__name__, PLATFORMS, IMPLS)
 
 # Last: if user code imported this package before jaxcore, jaxcore's plugin discovery
 # found it half-imported and waits for this call to register it.
-from jaxcore import plugins as _plugins  # noqa: E402
+from jaxcore import plugins as _plugins  # noqa: E402 - after the environment set-up above
 
 _plugins.plugin_imported(__name__)

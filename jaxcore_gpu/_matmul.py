@@ -22,8 +22,7 @@ import jax.numpy as jnp
 
 from jaxcore.kernels import plugin_api
 
-from . import _blocks
-from . import _dequant
+from . import _blocks, _dequant
 
 
 def quantized_matmul(
@@ -80,8 +79,9 @@ def quantized_matmul(
     return _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret)
 
 
-def _kernel(*refs, fmt, code, nparts, step, group, steps_per_split, n, block_n,
-            compute_dtype, precision):
+def _kernel(
+    *refs, fmt, code, nparts, step, group, steps_per_split, n, block_n, compute_dtype, precision
+):
     """One program: a (block_m, block_n) tile over one split of the K steps."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as pltriton
@@ -110,19 +110,26 @@ def _kernel(*refs, fmt, code, nparts, step, group, steps_per_split, n, block_n,
             values = _dequant.decode(q, fmt, code, compute_dtype)
             part = None
             for x_ref, v in zip(x_refs, values):
-                d = jnp.dot(x_ref[:, pl.ds(k0, step)], v, precision=precision,
-                            preferred_element_type=jnp.float32)
+                d = jnp.dot(
+                    x_ref[:, pl.ds(k0, step)],
+                    v,
+                    precision=precision,
+                    preferred_element_type=jnp.float32,
+                )
                 part = d if part is None else part + d
             return acc + part * s
         values = _dequant.decode(q, fmt, code, jnp.float32)
         for x_ref, v in zip(x_refs, values):
             w = (v.reshape(n_rows, group, block_n) * s[:, None, :]).reshape(step, block_n)
-            acc = acc + jnp.dot(x_ref[:, pl.ds(k0, step)], w.astype(compute_dtype),
-                                precision=precision, preferred_element_type=jnp.float32)
+            acc = acc + jnp.dot(
+                x_ref[:, pl.ds(k0, step)],
+                w.astype(compute_dtype),
+                precision=precision,
+                preferred_element_type=jnp.float32,
+            )
         return acc
 
-    acc = jax.lax.fori_loop(0, steps_per_split, body,
-                            jnp.zeros((block_m, block_n), jnp.float32))
+    acc = jax.lax.fori_loop(0, steps_per_split, body, jnp.zeros((block_m, block_n), jnp.float32))
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
@@ -138,8 +145,9 @@ def _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret):
     if m_pad != problem.m:  # activations are small: pad rows rather than mask them
         x = jnp.pad(x, ((0, m_pad - problem.m), (0, 0)))
     compute_dtype = x.dtype
-    precision = (jax.lax.Precision.HIGHEST if compute_dtype == jnp.float32
-                 else jax.lax.Precision.DEFAULT)
+    precision = (
+        jax.lax.Precision.HIGHEST if compute_dtype == jnp.float32 else jax.lax.Precision.DEFAULT
+    )
     x_parts = plugin_api.split_activations(x, problem)
     kernel = functools.partial(
         _kernel,
@@ -182,4 +190,3 @@ def _pallas_matmul(x, qvalue, scale, problem, config, out_dtype, interpret):
     if split > 1:
         out = out.sum(axis=0).astype(out_dtype)
     return out[: problem.m, : problem.n]
-

@@ -16,7 +16,7 @@ from jaxcore.kernels import plugin_api
 
 _LANE = 128
 _QVALUE_SUBLANE = 32  # 8-bit arrays tile as (32, 128)
-_SCALE_SUBLANE = 8    # float32 arrays tile as (8, 128)
+_SCALE_SUBLANE = 8  # float32 arrays tile as (8, 128)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,5 +46,6 @@ def expand_scales(s, group: int, rows: int):
     r = jax.lax.broadcasted_iota(jnp.int32, (rows, g), 0)
     c = jax.lax.broadcasted_iota(jnp.int32, (rows, g), 1) * group
     onehot = ((r >= c) & (r < c + group)).astype(jnp.float32)
-    return jnp.dot(onehot, s, precision=jax.lax.Precision.HIGHEST,
-                   preferred_element_type=jnp.float32)
+    return jnp.dot(
+        onehot, s, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32
+    )

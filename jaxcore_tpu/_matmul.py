@@ -17,8 +17,7 @@ import jax.numpy as jnp
 
 from jaxcore.kernels import plugin_api
 
-from . import _blocks
-from . import _dequant
+from . import _blocks, _dequant
 
 
 def quantized_matmul(
@@ -99,7 +98,8 @@ def quantized_matmul(
     return pl.pallas_call(
         kernel,
         grid=(pl.cdiv(problem.m, bm), pl.cdiv(problem.n, bn), problem.k_packed // step),
-        in_specs=[x_spec] * len(x_parts) + [
+        in_specs=[x_spec] * len(x_parts)
+        + [
             pl.BlockSpec((step, bn), lambda i, j, k: (k, j)),
             s_spec,
         ],
@@ -120,8 +120,9 @@ def _kernel(*refs, fmt, code, nparts, step, group, one_scale_row, compute_dtype)
 
     x_refs, (q_ref, s_ref, o_ref, acc_ref) = refs[:nparts], refs[nparts:]
     k = pl.program_id(2)
-    precision = (jax.lax.Precision.HIGHEST if compute_dtype == jnp.float32
-                 else jax.lax.Precision.DEFAULT)
+    precision = (
+        jax.lax.Precision.HIGHEST if compute_dtype == jnp.float32 else jax.lax.Precision.DEFAULT
+    )
 
     @pl.when(k == 0)
     def _init():
@@ -133,15 +134,23 @@ def _kernel(*refs, fmt, code, nparts, step, group, one_scale_row, compute_dtype)
         row = s_ref[pl.ds(jax.lax.div(k * step, group), 1), :]
         part = None
         for x_ref, v in zip(x_refs, values):
-            d = jnp.dot(x_ref[...], v.astype(compute_dtype), precision=precision,
-                        preferred_element_type=jnp.float32)
+            d = jnp.dot(
+                x_ref[...],
+                v.astype(compute_dtype),
+                precision=precision,
+                preferred_element_type=jnp.float32,
+            )
             part = d if part is None else part + d
         acc_ref[...] += part * row
     else:
         s = _dequant.expand_scales(s_ref[...], group, step)
         for x_ref, v in zip(x_refs, values):
-            acc_ref[...] += jnp.dot(x_ref[...], (v * s).astype(compute_dtype),
-                                    precision=precision, preferred_element_type=jnp.float32)
+            acc_ref[...] += jnp.dot(
+                x_ref[...],
+                (v * s).astype(compute_dtype),
+                precision=precision,
+                preferred_element_type=jnp.float32,
+            )
 
     @pl.when(k == pl.num_programs(2) - 1)
     def _store():

@@ -50,6 +50,7 @@ case " $* " in
 esac
 """
 
+
 def _native_tag():
     text = (REPO / "jaxcore" / "tools" / "platform_tags.bzl").read_text()
     return dict(re.findall(r'"(\w+)": "(\w+)"', text)).get(platform.machine(), "unknown")
@@ -93,8 +94,10 @@ def repo(tmp_path):
     for lock in LOCKS.values():
         shutil.copy(REPO / "build" / lock, root / "build" / lock)
     shutil.copy(REPO / "jaxcore" / "version.bzl", root / "jaxcore" / "version.bzl")
-    shutil.copy(REPO / "jaxcore" / "tools" / "platform_tags.bzl",
-                root / "jaxcore" / "tools" / "platform_tags.bzl")
+    shutil.copy(
+        REPO / "jaxcore" / "tools" / "platform_tags.bzl",
+        root / "jaxcore" / "tools" / "platform_tags.bzl",
+    )
     bazel = _executable(tmp_path / "fake_bazel", FAKE_BAZEL)
     bazel_bin = tmp_path / "bazel-bin"
     (bazel_bin / "jaxcore" / "tools").mkdir(parents=True)
@@ -122,7 +125,10 @@ def repo(tmp_path):
             run_env = dict(env, **(extra_env or {}))
             return subprocess.run(
                 [sys.executable, str(root / "build" / "build.py"), *args],
-                capture_output=True, text=True, env=run_env, cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                env=run_env,
+                cwd=tmp_path,
             )
 
         def bazel_calls(self):
@@ -134,8 +140,12 @@ def repo(tmp_path):
 
 def test_dry_run_prints_exact_bazel_command_and_writes_nothing(repo):
     result = repo.run(
-        "build", "--wheels=all", f"--bazel_path={repo.bazel}", "--dry_run",
-        "--bazel_options=--jobs=2", "--bazel_options=--keep_going",
+        "build",
+        "--wheels=all",
+        f"--bazel_path={repo.bazel}",
+        "--dry_run",
+        "--bazel_options=--jobs=2",
+        "--bazel_options=--keep_going",
         "--bazel_startup_options=--batch",
     )
     assert result.returncode == 0, result.stderr
@@ -154,9 +164,14 @@ def test_dry_run_prints_exact_bazel_command_and_writes_nothing(repo):
 
 
 def test_configure_only_writes_one_line_per_setting(repo):
-    result = repo.run("build", f"--bazel_path={repo.bazel}", "--configure_only",
-                      f"--python_bin_path={sys.executable}", "--cuda_major_version=13",
-                      "--rocm_version=6.3.0")
+    result = repo.run(
+        "build",
+        f"--bazel_path={repo.bazel}",
+        "--configure_only",
+        f"--python_bin_path={sys.executable}",
+        "--cuda_major_version=13",
+        "--rocm_version=6.3.0",
+    )
     assert result.returncode == 0, result.stderr
     rc = (repo.path / ".jaxcore_configure.bazelrc").read_text().splitlines()
     python = Path(sys.executable)
@@ -217,8 +232,9 @@ def _bare_python(tmp_path):
 
 def test_missing_jaxlib_is_a_clear_error_and_keeps_the_old_bazelrc(repo, tmp_path):
     bare = _bare_python(tmp_path)
-    result = repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}",
-                      f"--python_bin_path={bare}")
+    result = repo.run(
+        "build", "--configure_only", f"--bazel_path={repo.bazel}", f"--python_bin_path={bare}"
+    )
     assert result.returncode == 1
     assert result.stderr.count("error:") == 1
     assert f"{bare} cannot import jax and jaxlib" in result.stderr
@@ -228,8 +244,9 @@ def test_missing_jaxlib_is_a_clear_error_and_keeps_the_old_bazelrc(repo, tmp_pat
     # A working configuration stays exactly as it was; nothing half-written is left.
     assert repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}").returncode == 0
     before = (repo.path / ".jaxcore_configure.bazelrc").read_bytes()
-    result = repo.run("build", "--wheels=all", f"--bazel_path={repo.bazel}",
-                      f"--python_bin_path={bare}")
+    result = repo.run(
+        "build", "--wheels=all", f"--bazel_path={repo.bazel}", f"--python_bin_path={bare}"
+    )
     assert result.returncode == 1 and "cannot import jax and jaxlib" in result.stderr
     assert (repo.path / ".jaxcore_configure.bazelrc").read_bytes() == before
     assert not [p for p in repo.path.iterdir() if p.name.endswith(".tmp")]
@@ -242,8 +259,12 @@ def test_jaxlib_without_ffi_headers_is_refused(repo, tmp_path):
     (fake_jax / "jax").mkdir(parents=True)
     (fake_jax / "jax" / "__init__.py").write_text("")
     (fake_jax / "jax" / "ffi.py").write_text(f"def include_dir():\n    return {str(tmp_path)!r}\n")
-    result = repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}",
-                      extra_env={"PYTHONPATH": str(fake_jax)})
+    result = repo.run(
+        "build",
+        "--configure_only",
+        f"--bazel_path={repo.bazel}",
+        extra_env={"PYTHONPATH": str(fake_jax)},
+    )
     assert result.returncode == 1
     assert "has no xla/ffi/api/ffi.h" in result.stderr and "reinstall jaxlib" in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
@@ -251,19 +272,31 @@ def test_jaxlib_without_ffi_headers_is_refused(repo, tmp_path):
 
 def test_cuda13_selects_the_cuda13_wheel_name(repo):
     (repo.bin / "jaxcore" / "tools" / "jaxcore_cuda13-0.1.0-py3-none-any.whl").write_bytes(
-        (repo.bin / "jaxcore" / "tools" / ALL_WHEELS[1]).read_bytes())
-    result = repo.run("build", "--wheels=jaxcore-cuda13", "--cuda_major_version=13",
-                      f"--bazel_path={repo.bazel}", "--output_path=out13")
+        (repo.bin / "jaxcore" / "tools" / ALL_WHEELS[1]).read_bytes()
+    )
+    result = repo.run(
+        "build",
+        "--wheels=jaxcore-cuda13",
+        "--cuda_major_version=13",
+        f"--bazel_path={repo.bazel}",
+        "--output_path=out13",
+    )
     assert result.returncode == 0, result.stderr
-    assert [p.name for p in (repo.path / "out13").iterdir()] == ["jaxcore_cuda13-0.1.0-py3-none-any.whl"]
+    assert [p.name for p in (repo.path / "out13").iterdir()] == [
+        "jaxcore_cuda13-0.1.0-py3-none-any.whl"
+    ]
 
 
 def test_failed_bazel_build_leaves_no_wheel(repo):
     out = repo.path / "dist"
     out.mkdir()
     (out / "keep.txt").write_text("user file")
-    result = repo.run("build", "--wheels=all", f"--bazel_path={repo.bazel}",
-                      extra_env={"FAKE_BAZEL_BUILD_RC": "1"})
+    result = repo.run(
+        "build",
+        "--wheels=all",
+        f"--bazel_path={repo.bazel}",
+        extra_env={"FAKE_BAZEL_BUILD_RC": "1"},
+    )
     assert result.returncode == 1
     assert "command failed with exit code 1" in result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
@@ -287,7 +320,10 @@ def test_missing_bazel_output_is_all_or_nothing(repo):
         (["--python_bin_path={shell_script}"], "does not run as a Python interpreter"),
         (["--cuda_major_version=11"], "--cuda_major_version=11 is not supported"),
         (["--rocm_version=5.7.1"], "--rocm_version='5.7.1' is not supported"),
-        (["--bazel_path=/nonexistent/bazel"], "--bazel_path=/nonexistent/bazel is not an executable file"),
+        (
+            ["--bazel_path=/nonexistent/bazel"],
+            "--bazel_path=/nonexistent/bazel is not an executable file",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_error_and_writes_nothing(repo, tmp_path, args, message):
@@ -307,7 +343,9 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(repo, tmp_path, args, m
 
 
 def test_too_old_bazel_is_refused(repo):
-    result = repo.run("build", f"--bazel_path={repo.bazel}", extra_env={"FAKE_BAZEL_VERSION": "3.7.2"})
+    result = repo.run(
+        "build", f"--bazel_path={repo.bazel}", extra_env={"FAKE_BAZEL_VERSION": "3.7.2"}
+    )
     assert result.returncode == 1
     assert "Bazel 3.7.2" in result.stderr and "too old" in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
@@ -352,8 +390,12 @@ def test_missing_compiler_outside_debian_names_what_to_install(repo, tmp_path):
     for tool in ("bash", "sh", "env"):
         os.symlink(shutil.which(tool), bin_dir / tool)
     # No apt-get on PATH: build.py cannot install anything and says what is missing.
-    result = repo.run("build", "--configure_only", f"--bazel_path={repo.bazel}",
-                      extra_env={"PATH": str(bin_dir), "CC": ""})
+    result = repo.run(
+        "build",
+        "--configure_only",
+        f"--bazel_path={repo.bazel}",
+        extra_env={"PATH": str(bin_dir), "CC": ""},
+    )
     assert result.returncode == 1
     assert "The C++ compiler for the native CPU kernels (gcc, g++) is missing" in result.stderr
     assert "apt-get install g++" in result.stderr
@@ -361,8 +403,9 @@ def test_missing_compiler_outside_debian_names_what_to_install(repo, tmp_path):
 
 
 def test_test_command_dry_run_lists_the_ci_scripts(repo):
-    result = repo.run("test", "--dry_run", f"--bazel_path={repo.bazel}",
-                      f"--python_bin_path={sys.executable}")
+    result = repo.run(
+        "test", "--dry_run", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}"
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     expected = [
@@ -382,32 +425,47 @@ def test_test_command_hands_the_built_kernel_library_to_the_jobs(repo):
     seen = repo.path / "seen.txt"
     for name in ("run_bazel_test_cpu.sh", "run_pytest_cpu.sh", "run_bazel_test_asan.sh"):
         _executable(ci / name, f'#!/bin/sh\necho "{name} $JAXCORE_CPU_KERNELS_LIB" >> {seen}\n')
-    result = repo.run("test", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
-                      "--runners=pytest,asan")
+    result = repo.run(
+        "test",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+        "--runners=pytest,asan",
+    )
     assert result.returncode == 0, result.stderr
     lib = repo.bin / NATIVE_LIB
-    assert seen.read_text().splitlines() == [f"run_pytest_cpu.sh {lib}",
-                                             f"run_bazel_test_asan.sh {lib}"]
+    assert seen.read_text().splitlines() == [
+        f"run_pytest_cpu.sh {lib}",
+        f"run_bazel_test_asan.sh {lib}",
+    ]
     builds = [c for c in repo.bazel_calls() if " build " in f" {c} "]
     assert builds == ["build //jaxcore_cpu:libjaxcore_cpu_kernels.so"]
     # A failed library build fails the test command before any job runs.
     seen.unlink()
-    result = repo.run("test", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
-                      extra_env={"FAKE_BAZEL_BUILD_RC": "1"})
+    result = repo.run(
+        "test",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+        extra_env={"FAKE_BAZEL_BUILD_RC": "1"},
+    )
     assert result.returncode == 1 and "command failed with exit code 1" in result.stderr
     assert not seen.exists()
 
 
 def test_unknown_runner_is_refused(repo):
-    result = repo.run("test", "--runners=nose", f"--bazel_path={repo.bazel}",
-                      f"--python_bin_path={sys.executable}", "--dry_run")
+    result = repo.run(
+        "test",
+        "--runners=nose",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+        "--dry_run",
+    )
     assert result.returncode == 1
     assert "--runners must list bazel, asan, pytest, newest, docs (any of them)" in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
 def test_bazelrc_imports_generated_settings_last():
-    lines = [l.strip() for l in (REPO / ".bazelrc").read_text().splitlines() if l.strip()]
+    lines = [ln.strip() for ln in (REPO / ".bazelrc").read_text().splitlines() if ln.strip()]
     assert lines[-2:] == [
         "try-import %workspace%/.jaxcore_configure.bazelrc",
         "try-import %workspace%/.bazelrc.user",
@@ -423,18 +481,27 @@ def test_bazelrc_imports_generated_settings_last():
 
 @pytest.mark.parametrize(
     "version, lock",
-    [((3, 11), "requirements_lock.txt"), ((3, 12), "requirements_lock_3_13.txt"),
-     ((3, 13), "requirements_lock_3_13.txt"), ((3, 14), "requirements_lock_3_13.txt")],
+    [
+        ((3, 11), "requirements_lock.txt"),
+        ((3, 12), "requirements_lock_3_13.txt"),
+        ((3, 13), "requirements_lock_3_13.txt"),
+        ((3, 14), "requirements_lock_3_13.txt"),
+    ],
 )
 def test_each_python_gets_the_lock_of_its_end_of_the_jax_range(version, lock):
     assert BUILD_PY.lock_file(version).name == lock
 
 
 def test_locks_pin_the_two_ends_of_the_jax_range():
-    assert BUILD_PY.locked_versions(BUILD_PY.LOCK_FILES[(3, 11)]) == {"jax": "0.10.2", "jaxlib": "0.10.2"}
+    assert BUILD_PY.locked_versions(BUILD_PY.LOCK_FILES[(3, 11)]) == {
+        "jax": "0.10.2",
+        "jaxlib": "0.10.2",
+    }
     assert BUILD_PY.locked_versions(BUILD_PY.LOCK_FILES[(3, 13)]) == {
-        "jax": "0.12.0.1", "jaxlib": "0.12.0.1"}
-    assert BUILD_PY.LOCK_FILE == BUILD_PY.LOCK_FILES[(3, 11)]
+        "jax": "0.12.0.1",
+        "jaxlib": "0.12.0.1",
+    }
+    assert BUILD_PY.LOCK_FILES[(3, 11)] == BUILD_PY.LOCK_FILE
 
 
 def test_python_older_than_every_lock_is_refused():
@@ -454,33 +521,51 @@ def _fake_jax_distributions(root: Path, version: str) -> str:
 def test_setup_says_which_lock_the_interpreter_uses(repo, tmp_path):
     # The interpreter has exactly its lock's jax and jaxlib.
     fake = _fake_jax_distributions(tmp_path / "locked", THIS_PINS["jax"])
-    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
-                      extra_env={"PYTHONPATH": fake})
+    result = repo.run(
+        "setup",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+        extra_env={"PYTHONPATH": fake},
+    )
     assert result.returncode == 0, result.stderr
-    version = "%d.%d" % sys.version_info[:2]
-    assert (f"build.py: Python {version}: test requirements from build/{THIS_LOCK.name} "
-            f"(jax {THIS_PINS['jax']}, jaxlib {THIS_PINS['jaxlib']}), installed in "
-            f"{sys.executable}") in result.stdout.splitlines()
+    version = "{}.{}".format(*sys.version_info[:2])
+    assert (
+        f"build.py: Python {version}: test requirements from build/{THIS_LOCK.name} "
+        f"(jax {THIS_PINS['jax']}, jaxlib {THIS_PINS['jaxlib']}), installed in "
+        f"{sys.executable}"
+    ) in result.stdout.splitlines()
 
 
 def test_an_interpreter_with_another_tested_jax_is_accepted(repo, tmp_path):
     """--python_bin_path with any JAX of the tested range (the GPU machine's 0.11.2) works."""
     fake = _fake_jax_distributions(tmp_path / "mid", "0.11.2")
-    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
-                      extra_env={"PYTHONPATH": fake})
+    result = repo.run(
+        "setup",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+        extra_env={"PYTHONPATH": fake},
+    )
     assert result.returncode == 0, result.stderr
-    assert (f"jax 0.11.2, jaxlib 0.11.2 in {sys.executable}, inside the tested range (its lock, "
-            f"build/{THIS_LOCK.name}, pins jax {THIS_PINS['jax']})") in result.stdout
+    assert (
+        f"jax 0.11.2, jaxlib 0.11.2 in {sys.executable}, inside the tested range (its lock, "
+        f"build/{THIS_LOCK.name}, pins jax {THIS_PINS['jax']})"
+    ) in result.stdout
 
 
 @pytest.mark.parametrize("version", ["0.10.1", "0.12.1", "0.13.0"])
 def test_an_interpreter_with_an_untested_jax_is_refused(repo, tmp_path, version):
     fake = _fake_jax_distributions(tmp_path / "old", version)
-    result = repo.run("setup", f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}",
-                      extra_env={"PYTHONPATH": fake})
+    result = repo.run(
+        "setup",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+        extra_env={"PYTHONPATH": fake},
+    )
     assert result.returncode == 1
-    assert (f"lacks the test requirements jax>=0.10.2,<0.12.1 (has {version}), "
-            f"jaxlib>=0.10.2,<0.12.1 (has {version})") in result.stderr
+    assert (
+        f"lacks the test requirements jax>=0.10.2,<0.12.1 (has {version}), "
+        f"jaxlib>=0.10.2,<0.12.1 (has {version})"
+    ) in result.stderr
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
@@ -495,13 +580,16 @@ def test_managed_venv_takes_the_lock_of_its_own_python(repo):
 def _fake_python(path: Path, version: str) -> Path:
     """A `python` that reports `version` and otherwise runs this interpreter."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return _executable(path, textwrap.dedent(f"""\
+    return _executable(
+        path,
+        textwrap.dedent(f"""\
         #!/bin/sh
         if [ "$1" = "-c" ] && [ "$2" = "import sys; print('%d.%d' % sys.version_info[:2])" ]; then
           echo {version}; exit 0
         fi
         exec "{sys.executable}" "$@"
-        """))
+        """),
+    )
 
 
 def test_python_version_finds_pyenvs_interpreter_and_its_lock(repo, tmp_path):
@@ -539,24 +627,39 @@ def test_existing_venv_of_another_python_is_refused(repo):
     other = "3.99" if sys.version_info[:2] != (3, 99) else "3.98"
     result = repo.run("venv", f"--python_version={other}")
     assert result.returncode == 1
-    version = "%d.%d" % sys.version_info[:2]
+    version = "{}.{}".format(*sys.version_info[:2])
     assert f"is a Python {version} venv, not {other} (--python_version)" in result.stderr
 
 
 def test_python_version_and_python_bin_path_exclude_each_other(repo):
-    result = repo.run("setup", f"--bazel_path={repo.bazel}", "--python_version=3.13",
-                      f"--python_bin_path={sys.executable}")
+    result = repo.run(
+        "setup",
+        f"--bazel_path={repo.bazel}",
+        "--python_version=3.13",
+        f"--python_bin_path={sys.executable}",
+    )
     assert result.returncode == 1
     assert "give --python_bin_path or --python_version, not both" in result.stderr
 
 
 def test_newest_runner_is_cpu_only_and_left_out_for_accelerators(repo):
-    result = repo.run("test", "--dry_run", "--backend=tpu", f"--bazel_path={repo.bazel}",
-                      f"--python_bin_path={sys.executable}")
+    result = repo.run(
+        "test",
+        "--dry_run",
+        "--backend=tpu",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+    )
     assert result.returncode == 0, result.stderr
     assert "run_pytest_newest.sh" not in result.stdout
     assert f"bash {repo.path / 'ci' / 'run_pytest_tpu.sh'}" in result.stdout.splitlines()
-    result = repo.run("test", "--dry_run", "--backend=tpu", "--runners=newest",
-                      f"--bazel_path={repo.bazel}", f"--python_bin_path={sys.executable}")
+    result = repo.run(
+        "test",
+        "--dry_run",
+        "--backend=tpu",
+        "--runners=newest",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+    )
     assert result.returncode == 1
     assert "the newest runner tests the CPU backend only, not --backend=tpu" in result.stderr

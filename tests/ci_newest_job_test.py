@@ -55,7 +55,8 @@ class Scratch:
         _fake(self.bin / "python3", "python3")
         _fake(self.bin / "bazel", "bazel")
         self.env = {
-            k: v for k, v in os.environ.items()
+            k: v
+            for k, v in os.environ.items()
             if not k.startswith(("JAXCORE_", "PYTEST_", "PYENV")) and k != "JAX_PLATFORMS"
         }
         self.env.update(
@@ -70,18 +71,29 @@ class Scratch:
         (root / "libjaxcore_cpu_kernels.so").write_bytes(b"")
 
     def pyenv_python(self, version: str, patch: str = "1") -> Path:
-        return _fake(self.pyenv / "versions" / f"{version}.{patch}" / "bin" / f"python{version}",
-                     f"python{version.replace('.', '')}", version)
+        return _fake(
+            self.pyenv / "versions" / f"{version}.{patch}" / "bin" / f"python{version}",
+            f"python{version.replace('.', '')}",
+            version,
+        )
 
     def run(self, **env):
-        return subprocess.run(["bash", str(SCRIPT)], env=dict(self.env, **env),
-                              capture_output=True, text=True, cwd=self.root, timeout=60)
+        return subprocess.run(
+            ["bash", str(SCRIPT)],
+            env=dict(self.env, **env),
+            capture_output=True,
+            text=True,
+            cwd=self.root,
+            timeout=60,
+        )
 
     def commands(self, **env):
         """The commands a dry run prints, as argv lists."""
         result = self.run(JAXCORE_DRY_RUN="1", **env)
         assert result.returncode == 0, result.stderr
-        return [shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")]
+        return [
+            shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")
+        ]
 
     def calls(self):
         return self.record.read_text().splitlines() if self.record.exists() else []
@@ -107,12 +119,39 @@ def test_newest_python_gets_a_venv_from_the_newest_lock_then_the_whole_suite(scr
     commands = scratch.commands(JAXCORE_NEWEST_VENV="")
     python = f"{venv}/bin/python"
     assert commands == [
-        ["env", f"JAXCORE_VENV={venv}", "python3", "build/build.py", "venv", "--python_version=3.13"],
+        [
+            "env",
+            f"JAXCORE_VENV={venv}",
+            "python3",
+            "build/build.py",
+            "venv",
+            "--python_version=3.13",
+        ],
         ["env", "JAX_PLATFORMS=cpu", python, "-m", "jaxcore"],
-        ["env", "JAX_PLATFORMS=cpu", python, "-m", "pytest", "-n", "auto", "-m",
-         "not multiaccelerator", str(scratch.tests)],
-        ["env", "JAX_PLATFORMS=cpu", python, "-m", "pytest", "-p", "no:xdist", "-m",
-         "multiaccelerator", str(scratch.tests)],
+        [
+            "env",
+            "JAX_PLATFORMS=cpu",
+            python,
+            "-m",
+            "pytest",
+            "-n",
+            "auto",
+            "-m",
+            "not multiaccelerator",
+            str(scratch.tests),
+        ],
+        [
+            "env",
+            "JAX_PLATFORMS=cpu",
+            python,
+            "-m",
+            "pytest",
+            "-p",
+            "no:xdist",
+            "-m",
+            "multiaccelerator",
+            str(scratch.tests),
+        ],
     ]
 
 
@@ -141,7 +180,9 @@ def test_python_on_path_wins_when_it_runs_its_version(scratch):
 def test_without_a_newer_python_the_job_says_skipped_and_runs_nothing(scratch):
     result = scratch.run()
     assert result.returncode == 0, result.stderr
-    assert "SKIPPED: no Python for the newest JAX (looked for python3.13, python3.12" in result.stderr
+    assert (
+        "SKIPPED: no Python for the newest JAX (looked for python3.13, python3.12" in result.stderr
+    )
     assert "the newest end of the JAX range was NOT tested" in result.stderr
     assert "job passed" not in result.stderr
     assert scratch.calls() == []
@@ -184,8 +225,9 @@ def test_a_failing_test_phase_fails_the_job(scratch):
     env = _ready(scratch)
     # The venv interpreter fails every call after the import check: both pytest phases.
     script = scratch.venv / "bin" / "python"
-    script.write_text(script.read_text().replace(
-        'eval "rc=', 'case "$*" in *pytest*) exit 3;; esac\neval "rc='))
+    script.write_text(
+        script.read_text().replace('eval "rc=', 'case "$*" in *pytest*) exit 3;; esac\neval "rc=')
+    )
     result = scratch.run(**env)
     assert result.returncode == 3, result.stderr
     assert "phase 1 (pytest, cpu): FAILED (exit code 3)" in result.stderr

@@ -20,11 +20,11 @@ import re
 
 import jax
 import jax.numpy as jnp
+import kernel_test_util
 import numpy as np
 import pytest
 
 import jaxcore_cpu
-import kernel_test_util
 from jaxcore import implicit, kernels, plugins, quant
 
 try:
@@ -58,7 +58,11 @@ def assert_matches(got, x, w64, out_dtype, what):
     bound = 2e-5 * (np.abs(x64) @ np.abs(w64)) + 1e-30
     if np.dtype(out_dtype) == np.dtype(jnp.bfloat16):
         bound = bound + 1e-2 * np.abs(want)
-    assert got.shape == want.shape and got.dtype == np.dtype(out_dtype), (what, got.shape, got.dtype)
+    assert got.shape == want.shape and got.dtype == np.dtype(out_dtype), (
+        what,
+        got.shape,
+        got.dtype,
+    )
     err = np.abs(as64(got) - want)
     bad = err > bound
     assert not bad.any(), (
@@ -93,7 +97,7 @@ def random_weight(rng, fmt, k, n, block_size):
     return Weight(fmt, block_size, qvalue, scale)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nf4_double_quant(k):
     """One double-quantised weight per K, as wide as the widest N (quantising is slow)."""
     w = np.random.default_rng(k).standard_normal((k, max(n for _, n in MN))).astype(np.float32)
@@ -141,15 +145,22 @@ def test_formats_paths_dtypes_sizes_isas(case, path, x_name, out_name):
     for m, n, k in shapes(ks):
         w = make(rng, k, n)
         x = jnp.asarray(rng.standard_normal((m, k)), DTYPES[x_name])
-        fn = jax.jit(functools.partial(
-            jaxcore_cpu.quantized_matmul, fmt=w.fmt, block_size=w.block_size,
-            out_dtype=DTYPES[out_name], path=path,
-        ))
+        fn = jax.jit(
+            functools.partial(
+                jaxcore_cpu.quantized_matmul,
+                fmt=w.fmt,
+                block_size=w.block_size,
+                out_dtype=DTYPES[out_name],
+                path=path,
+            )
+        )
         dense = w.dense
         for isa in ISAS:  # the ISA is read at run time: one compiled function serves all
             with jaxcore_cpu.set_isa(isa):
                 got = np.asarray(fn(x, w.qvalue, w.scale))
-            assert_matches(got, x, dense, DTYPES[out_name], f"{case} {path} {isa} M={m} N={n} K={k}")
+            assert_matches(
+                got, x, dense, DTYPES[out_name], f"{case} {path} {isa} M={m} N={n} K={k}"
+            )
 
 
 def test_large_blocked_problem_splits_across_tasks():
@@ -158,7 +169,9 @@ def test_large_blocked_problem_splits_across_tasks():
     w = random_weight(rng, "int4", 1088, 2200, 64)
     for m, path in [(1, "gemv"), (3, "auto"), (70, "gemm")]:
         x = jnp.asarray(rng.standard_normal((m, 1088)), jnp.float32)
-        fn = jax.jit(functools.partial(jaxcore_cpu.quantized_matmul, fmt="int4", block_size=64, path=path))
+        fn = jax.jit(
+            functools.partial(jaxcore_cpu.quantized_matmul, fmt="int4", block_size=64, path=path)
+        )
         for isa in ISAS:
             with jaxcore_cpu.set_isa(isa):
                 got = np.asarray(fn(x, w.qvalue, w.scale))
@@ -170,15 +183,21 @@ def test_other_dtypes_are_converted():
     rng = np.random.default_rng(3)
     w = random_weight(rng, "nf4", 128, 9, 64)
     x = rng.standard_normal((3, 128)).astype(np.float16)
-    got = jax.jit(functools.partial(
-        jaxcore_cpu.quantized_matmul, fmt="nf4", block_size=64, out_dtype=jnp.float16))(
-            x, w.qvalue, w.scale.astype(np.float16))
+    got = jax.jit(
+        functools.partial(
+            jaxcore_cpu.quantized_matmul, fmt="nf4", block_size=64, out_dtype=jnp.float16
+        )
+    )(x, w.qvalue, w.scale.astype(np.float16))
     assert got.dtype == jnp.float16
     dense = np_dequant("nf4", w.qvalue, w.scale.astype(np.float16), 64)
     want = x.astype(np.float64) @ dense
-    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+    np.testing.assert_allclose(
+        np.asarray(got, np.float64), want, rtol=2e-3, atol=2e-3 * np.abs(want).max()
+    )
     # Default result dtype: the activations'.
-    got = jaxcore_cpu.quantized_matmul(jnp.asarray(x, jnp.bfloat16), w.qvalue, w.scale, fmt="nf4", block_size=64)
+    got = jaxcore_cpu.quantized_matmul(
+        jnp.asarray(x, jnp.bfloat16), w.qvalue, w.scale, fmt="nf4", block_size=64
+    )
     assert got.dtype == jnp.bfloat16
 
 
@@ -186,13 +205,27 @@ def test_other_dtypes_are_converted():
 @pytest.mark.parametrize("fmt", ["int8", "nf4"])
 def test_zero_sizes(fmt, m, n, k):
     rng = np.random.default_rng(0)
-    w = random_weight(rng, fmt, k, n, 2) if k else Weight(
-        fmt, 2, np.zeros((0, n), np.int8 if fmt == "int8" else np.uint8), np.zeros((0, n), np.float32))
+    w = (
+        random_weight(rng, fmt, k, n, 2)
+        if k
+        else Weight(
+            fmt,
+            2,
+            np.zeros((0, n), np.int8 if fmt == "int8" else np.uint8),
+            np.zeros((0, n), np.float32),
+        )
+    )
     x = jnp.ones((m, k), jnp.bfloat16)
     for path in jaxcore_cpu.PATHS:
-        got = jax.jit(functools.partial(
-            jaxcore_cpu.quantized_matmul, fmt=fmt, block_size=2, out_dtype=jnp.float32, path=path))(
-                x, w.qvalue, w.scale)
+        got = jax.jit(
+            functools.partial(
+                jaxcore_cpu.quantized_matmul,
+                fmt=fmt,
+                block_size=2,
+                out_dtype=jnp.float32,
+                path=path,
+            )
+        )(x, w.qvalue, w.scale)
         assert got.shape == (m, n) and got.dtype == jnp.float32
         np.testing.assert_array_equal(np.asarray(got), np.zeros((m, n)))
 
@@ -209,12 +242,18 @@ def test_vmap_of_the_kernel_folds_the_batch_into_m():
 def test_python_side_checks():
     w = random_weight(np.random.default_rng(0), "int4", 64, 8, 32)
     x = np.ones((2, 64), np.float32)
-    with pytest.raises(ValueError, match=r"unknown kernel path 'simd'; expected one of \('auto', 'gemv', 'gemm'\)"):
+    with pytest.raises(
+        ValueError, match=r"unknown kernel path 'simd'; expected one of \('auto', 'gemv', 'gemm'\)"
+    ):
         jaxcore_cpu.quantized_matmul(x, w.qvalue, w.scale, fmt="int4", block_size=32, path="simd")
-    with pytest.raises(ValueError, match=r"int4 qvalue for x of shape \(2, 62\) must have shape \(31, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"int4 qvalue for x of shape \(2, 62\) must have shape \(31, 8\)"
+    ):
         jaxcore_cpu.quantized_matmul(x[:, :62], w.qvalue, w.scale, fmt="int4", block_size=31 * 2)
     with pytest.raises(TypeError, match="int4 qvalue must be uint8, got int8"):
-        jaxcore_cpu.quantized_matmul(x, w.qvalue.astype(np.int8), w.scale, fmt="int4", block_size=32)
+        jaxcore_cpu.quantized_matmul(
+            x, w.qvalue.astype(np.int8), w.scale, fmt="int4", block_size=32
+        )
 
 
 # ----------------------------------------------------------------------------- instruction sets
@@ -228,10 +267,15 @@ def test_isa_controls():
         assert jaxcore_cpu.isa() == "portable"
         assert (setting.previous, setting.current) == (detected, "portable")
     assert jaxcore_cpu.isa() == detected
-    with pytest.raises(ValueError, match=r"unknown instruction set 'sse9'; expected one of \('portable', 'avx2', 'avx512'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown instruction set 'sse9'; expected one of \('portable', 'avx2', 'avx512'\)",
+    ):
         jaxcore_cpu.set_isa("sse9")
-    for missing in jaxcore_cpu.ISAS[len(ISAS):]:
-        with pytest.raises(ValueError, match=f"this CPU cannot run the '{missing}' kernels .* up to '{detected}'"):
+    for missing in jaxcore_cpu.ISAS[len(ISAS) :]:
+        with pytest.raises(
+            ValueError, match=f"this CPU cannot run the '{missing}' kernels .* up to '{detected}'"
+        ):
             jaxcore_cpu.set_isa(missing)
     assert jaxcore_cpu.isa() == detected
 
@@ -257,13 +301,17 @@ def native_cpu_kernel(monkeypatch):
 
 def quantized_arrays(w):
     k = w.shape[0]
-    return {
-        "int8-channel": quant.ArrayInt8.quantize(w),
-        "int8-b32": quant.ArrayInt8.quantize(w, block_size=32),
-        "int4": quant.ArrayInt4.quantize(w, 64),
-        "nf4": quant.ArrayNF4.quantize(w, 64),
-        "nf4-dq": quant.ArrayNF4.quantize(w, 64, double_quant=True),
-    } if k % 64 == 0 else {}
+    return (
+        {
+            "int8-channel": quant.ArrayInt8.quantize(w),
+            "int8-b32": quant.ArrayInt8.quantize(w, block_size=32),
+            "int4": quant.ArrayInt4.quantize(w, 64),
+            "nf4": quant.ArrayNF4.quantize(w, 64),
+            "nf4-dq": quant.ArrayNF4.quantize(w, 64, double_quant=True),
+        }
+        if k % 64 == 0
+        else {}
+    )
 
 
 def dense_of(q):
@@ -272,7 +320,10 @@ def dense_of(q):
 
 def test_plugin_registers_the_native_kernel(native_cpu_kernel):
     assert kernels.registered_kernels("quantized_matmul")["cpu"] is jaxcore_cpu.IMPLS["cpu"]
-    assert jaxcore_cpu.PLATFORMS == ("cpu",) and jaxcore_cpu.__version__ == plugins.info().jaxcore_version
+    assert (
+        jaxcore_cpu.PLATFORMS == ("cpu",)
+        and jaxcore_cpu.__version__ == plugins.info().jaxcore_version
+    )
     status = [p for p in plugins.info().plugins if p.module == "jaxcore_cpu"]
     if status and status[0].loaded:  # unless JAXCORE_PLUGINS deselected it
         assert status[0].platforms == ("cpu",)
@@ -293,11 +344,18 @@ def test_registry_path_and_matmul_operator(native_cpu_kernel, x_name):
         assert got.dtype == x.dtype
         assert_matches(np.asarray(got).reshape(15, 65), x.reshape(15, 192), dense, x.dtype, name)
         got = jax.jit(implicit.implicit(lambda x, q: x @ q))(x, q)  # dtypes promote, as for jnp
-        assert_matches(np.asarray(got).reshape(15, 65), x.reshape(15, 192), dense,
-                       jnp.promote_types(x.dtype, q.dtype), f"{name} x @ q")
+        assert_matches(
+            np.asarray(got).reshape(15, 65),
+            x.reshape(15, 192),
+            dense,
+            jnp.promote_types(x.dtype, q.dtype),
+            f"{name} x @ q",
+        )
         got = x[0] @ q  # eager, without implicit: the array's __rmatmul__
         assert_matches(np.asarray(got), x[0], dense, got.dtype, f"{name} eager x @ q")
-        got = jax.jit(functools.partial(kernels.quantized_matmul, preferred_element_type=jnp.float32))(x[1], q)
+        got = jax.jit(
+            functools.partial(kernels.quantized_matmul, preferred_element_type=jnp.float32)
+        )(x[1], q)
         assert_matches(np.asarray(got), x[1], dense, jnp.float32, f"{name} f32 result")
 
 
@@ -343,7 +401,9 @@ def test_grad_and_jvp_match_the_reference(native_cpu_kernel, case):
     pair = (x64.T @ ct) * unscaled  # d loss / d W[k, n] per unit scale
     want_gs = pair.reshape(k // w.block_size, w.block_size, n).sum(axis=1)
     bound_x = np.abs(ct) @ np.abs(dense.T)
-    bound_s = (np.abs(x64.T) @ np.abs(ct) * np.abs(unscaled)).reshape(want_gs.shape[0], -1, n).sum(axis=1)
+    bound_s = (
+        (np.abs(x64.T) @ np.abs(ct) * np.abs(unscaled)).reshape(want_gs.shape[0], -1, n).sum(axis=1)
+    )
     assert np.all(np.abs(as64(gx) - want_gx) <= 2e-5 * bound_x + 1e-30)
     assert np.all(np.abs(as64(gs) - want_gs) <= 2e-5 * bound_s + 1e-30)
 
@@ -389,34 +449,69 @@ U8 = np.ones((32, 8), np.uint8)
 S = np.ones((1, 8), np.float32)
 
 BAD_CALLS = {
-    "scale rows": (dict(x=F32, qvalue=I8, scale=np.ones((2, 8), np.float32), out_shape=(2, 8)),
-                   r"scale must have shape \(K // block_size, N\) = \(1, 8\), got \(2, 8\)"),
-    "scale columns": (dict(x=F32, qvalue=I8, scale=np.ones((1, 7), np.float32), out_shape=(2, 8)),
-                      r"scale must have shape .* = \(1, 8\), got \(1, 7\)"),
-    "scale dtype": (dict(x=F32, qvalue=I8, scale=np.ones((1, 8), np.float16), out_shape=(2, 8)),
-                    r"scale must be float32"),
-    "qvalue dtype": (dict(x=F32, qvalue=I8.astype(np.float32), scale=S, out_shape=(2, 8)),
-                     r"int8 qvalue must be int8"),
-    "int4 qvalue int8": (dict(x=F32, qvalue=U8.astype(np.int8), scale=S, out_shape=(2, 8), fmt=1),
-                         r"int4 qvalue must be uint8"),
-    "nf4 qvalue rows": (dict(x=F32, qvalue=I8.view(np.uint8), scale=S, out_shape=(2, 8), fmt=2),
-                        r"x \(2, 64\) has K=64 but nf4 qvalue \(64, 8\) holds 128 rows of K"),
-    "K mismatch": (dict(x=np.ones((2, 32), np.float32), qvalue=I8, scale=S, out_shape=(2, 8)),
-                   r"has K=32 but int8 qvalue \(64, 8\) holds 64 rows"),
-    "block_size divides K": (dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 8), block_size=48),
-                             r"block_size=48 must be a positive divisor of K=64"),
-    "odd 4-bit block": (dict(x=F32, qvalue=U8, scale=np.ones((64, 8), np.float32), out_shape=(2, 8),
-                             fmt=2, block_size=1), r"4-bit formats need an even block_size, got 1"),
-    "zero block": (dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 8), block_size=0),
-                   r"block_size=0 must be a positive divisor"),
-    "x dtype": (dict(x=F32.astype(np.float16), qvalue=I8, scale=S, out_shape=(2, 8)),
-                r"x must be float32 or bfloat16"),
-    "x rank": (dict(x=np.ones((1, 2, 64), np.float32), qvalue=I8, scale=S, out_shape=(2, 8)),
-               r"must all be 2-D; got x \(1, 2, 64\)"),
-    "result shape": (dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 9)),
-                     r"the result must have shape \(M, N\) = \(2, 8\), got \(2, 9\)"),
-    "result dtype": (dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 8), out_dtype=jnp.float16),
-                     r"the result must be float32 or bfloat16"),
+    "scale rows": (
+        dict(x=F32, qvalue=I8, scale=np.ones((2, 8), np.float32), out_shape=(2, 8)),
+        r"scale must have shape \(K // block_size, N\) = \(1, 8\), got \(2, 8\)",
+    ),
+    "scale columns": (
+        dict(x=F32, qvalue=I8, scale=np.ones((1, 7), np.float32), out_shape=(2, 8)),
+        r"scale must have shape .* = \(1, 8\), got \(1, 7\)",
+    ),
+    "scale dtype": (
+        dict(x=F32, qvalue=I8, scale=np.ones((1, 8), np.float16), out_shape=(2, 8)),
+        r"scale must be float32",
+    ),
+    "qvalue dtype": (
+        dict(x=F32, qvalue=I8.astype(np.float32), scale=S, out_shape=(2, 8)),
+        r"int8 qvalue must be int8",
+    ),
+    "int4 qvalue int8": (
+        dict(x=F32, qvalue=U8.astype(np.int8), scale=S, out_shape=(2, 8), fmt=1),
+        r"int4 qvalue must be uint8",
+    ),
+    "nf4 qvalue rows": (
+        dict(x=F32, qvalue=I8.view(np.uint8), scale=S, out_shape=(2, 8), fmt=2),
+        r"x \(2, 64\) has K=64 but nf4 qvalue \(64, 8\) holds 128 rows of K",
+    ),
+    "K mismatch": (
+        dict(x=np.ones((2, 32), np.float32), qvalue=I8, scale=S, out_shape=(2, 8)),
+        r"has K=32 but int8 qvalue \(64, 8\) holds 64 rows",
+    ),
+    "block_size divides K": (
+        dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 8), block_size=48),
+        r"block_size=48 must be a positive divisor of K=64",
+    ),
+    "odd 4-bit block": (
+        dict(
+            x=F32,
+            qvalue=U8,
+            scale=np.ones((64, 8), np.float32),
+            out_shape=(2, 8),
+            fmt=2,
+            block_size=1,
+        ),
+        r"4-bit formats need an even block_size, got 1",
+    ),
+    "zero block": (
+        dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 8), block_size=0),
+        r"block_size=0 must be a positive divisor",
+    ),
+    "x dtype": (
+        dict(x=F32.astype(np.float16), qvalue=I8, scale=S, out_shape=(2, 8)),
+        r"x must be float32 or bfloat16",
+    ),
+    "x rank": (
+        dict(x=np.ones((1, 2, 64), np.float32), qvalue=I8, scale=S, out_shape=(2, 8)),
+        r"must all be 2-D; got x \(1, 2, 64\)",
+    ),
+    "result shape": (
+        dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 9)),
+        r"the result must have shape \(M, N\) = \(2, 8\), got \(2, 9\)",
+    ),
+    "result dtype": (
+        dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 8), out_dtype=jnp.float16),
+        r"the result must be float32 or bfloat16",
+    ),
     "format code": (dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 8), fmt=7), r"unknown fmt 7"),
     "path code": (dict(x=F32, qvalue=I8, scale=S, out_shape=(2, 8), path=9), r"unknown path 9"),
 }
@@ -450,7 +545,9 @@ def test_int8_precision_is_close_and_not_float32(case):
     for (m, n), k in [((1, 130), 192), ((5, 65), 128), ((17, 33), 192), ((33, 2100), 64)]:
         w = make(rng, k, n)
         x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
-        exact = jaxcore_cpu.quantized_matmul(x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size)
+        exact = jaxcore_cpu.quantized_matmul(
+            x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size
+        )
         outs = {}
         for isa in ISAS:
             with jaxcore_cpu.set_isa(isa):
@@ -461,7 +558,9 @@ def test_int8_precision_is_close_and_not_float32(case):
         # Integer sums are exact: instruction sets agree to float32 rounding.
         first = as64(outs[ISAS[0]])
         for isa in ISAS[1:]:
-            np.testing.assert_allclose(as64(outs[isa]), first, rtol=1e-5, atol=1e-5 * np.abs(first).max())
+            np.testing.assert_allclose(
+                as64(outs[isa]), first, rtol=1e-5, atol=1e-5 * np.abs(first).max()
+            )
         # ... and the int8 path really ran: it is not the exact result.
         assert np.abs(as64(exact) - first).max() > 1e-6 * np.abs(first).max(), case
 
@@ -472,7 +571,9 @@ def test_int8_precision_falls_back_to_float32_where_blocks_do_not_fit():
         w = CASES[case][0](rng, 130, 33)
         x = jnp.asarray(rng.standard_normal((3, 130)), jnp.float32)
         got = [
-            jaxcore_cpu.quantized_matmul(x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size, precision=p)
+            jaxcore_cpu.quantized_matmul(
+                x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size, precision=p
+            )
             for p in ("float32", "int8")
         ]
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(got[1]))
@@ -508,7 +609,9 @@ def test_set_precision_swaps_the_registered_kernel(native_cpu_kernel):
     with pytest.raises(ValueError, match="unknown precision 'int4'"):
         jaxcore_cpu.set_precision("int4")
     with pytest.raises(ValueError, match="unknown precision 'fp16'"):
-        jaxcore_cpu.quantized_matmul(x, q.qvalue, q.block_scales(), fmt="int4", block_size=64, precision="fp16")
+        jaxcore_cpu.quantized_matmul(
+            x, q.qvalue, q.block_scales(), fmt="int4", block_size=64, precision="fp16"
+        )
 
 
 def test_ffi_rejects_an_unknown_precision_code():
@@ -516,5 +619,11 @@ def test_ffi_rejects_an_unknown_precision_code():
     w = random_weight(rng, "int8", 64, 8, 32)
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((2, 8), jnp.float32))
     with pytest.raises(Exception, match=re.escape("unknown precision 7 (0=float32, 1=int8)")):
-        call(np.ones((2, 64), np.float32), w.qvalue, w.scale, fmt=np.int32(0),
-             block_size=np.int64(32), precision=np.int32(7)).block_until_ready()
+        call(
+            np.ones((2, 64), np.float32),
+            w.qvalue,
+            w.scale,
+            fmt=np.int32(0),
+            block_size=np.int64(32),
+            precision=np.int32(7),
+        ).block_until_ready()

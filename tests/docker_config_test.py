@@ -34,8 +34,15 @@ VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 def build_py_versions(text):
     """Returns the toolchain constants assigned at module level in build/build.py's text."""
-    wanted = {"PYTHON_VERSION", "BAZEL_VERSION", "DEFAULT_CUDA_MAJOR_VERSION", "CUDA_VERSIONS",
-              "CUDNN_VERSION", "ROCM_VERSION", "CXX_COMPILER_VERSION"}
+    wanted = {
+        "PYTHON_VERSION",
+        "BAZEL_VERSION",
+        "DEFAULT_CUDA_MAJOR_VERSION",
+        "CUDA_VERSIONS",
+        "CUDNN_VERSION",
+        "ROCM_VERSION",
+        "CXX_COMPILER_VERSION",
+    }
     found = {}
     for node in ast.parse(text).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -51,7 +58,7 @@ def build_py_versions(text):
 def bazelrc_versions(text):
     """Returns {JAXCORE_CUDA_VERSION: ..., ...} from the `build:<config> --action_env` lines."""
     found = {}
-    for config, name, value in re.findall(
+    for _config, name, value in re.findall(
         r"^build:(cuda|rocm)\s+--action_env=(JAXCORE_\w+_VERSION)=(\S+)\s*$", text, re.MULTILINE
     ):
         found[name] = value
@@ -93,10 +100,12 @@ def arg_defaults(instrs):
 
 def expand(text, defaults):
     """Substitutes ${NAME} / $NAME with ARG defaults (names without one stay as they are)."""
+
     def sub(match):
         name = match.group(1) or match.group(2)
         values = defaults.get(name)
         return values[0] if values else match.group(0)
+
     return VAR.sub(sub, text)
 
 
@@ -136,7 +145,7 @@ def apt_installs(instrs):
             while words and re.match(r"^\w+=", words[0]):
                 words = words[1:]
             if words and words[0] in ("apt-get", "apt") and "install" in words[1:]:
-                for word in words[words.index("install") + 1:]:
+                for word in words[words.index("install") + 1 :]:
                     if not word.startswith("-"):
                         package, _, version = word.partition("=")
                         packages[package] = version
@@ -156,19 +165,25 @@ def pinning_problems(text, name):
     for ref in base_images(instrs):
         match = DIGEST_REF.match(ref)
         if not match:
-            problems.append(f"{name}: base image {ref!r} is not pinned as <image>:<tag>@sha256:<digest>")
+            problems.append(
+                f"{name}: base image {ref!r} is not pinned as <image>:<tag>@sha256:<digest>"
+            )
         elif match.group("tag") == "latest":
             problems.append(f"{name}: base image {ref!r} uses the tag 'latest'")
     for keyword, args in instrs:
         if re.search(r":latest\b", expand(args, defaults)):
             problems.append(f"{name}: {keyword} refers to ':latest': {args.splitlines()[0]!r}")
         if keyword == "ADD" and re.search(r"(^|\s)(https?|ftp)://|(^|\s)git@", args):
-            problems.append(f"{name}: ADD fetches a URL ({args.splitlines()[0]!r}); download in RUN and check its SHA-256")
+            problems.append(
+                f"{name}: ADD fetches a URL ({args.splitlines()[0]!r}); download in RUN and check its SHA-256"
+            )
         if keyword == "COPY" and "--from=" not in args:
             sources = [word for word in args.split()[:-1] if not word.startswith("--")]
             for source in sources:
                 if source != "requirements_lock.txt":
-                    problems.append(f"{name}: COPY {source!r} puts files other than the lock file into the image (the source tree is mounted at run time)")
+                    problems.append(
+                        f"{name}: COPY {source!r} puts files other than the lock file into the image (the source tree is mounted at run time)"
+                    )
         if keyword != "RUN":
             continue
         for command in shell_commands(args):
@@ -179,13 +194,15 @@ def pinning_problems(text, name):
             while words and re.match(r"^\w+=", words[0]):  # VAR=value prefixes
                 words = words[1:]
             if words and words[0] in ("apt-get", "apt") and "install" in words[1:]:
-                for word in words[words.index("install") + 1:]:
+                for word in words[words.index("install") + 1 :]:
                     if word.startswith("-"):
                         continue
                     package, eq, version = word.partition("=")
                     resolved = expand(version, defaults)
                     if not eq or not re.match(r"^\d", resolved):
-                        problems.append(f"{name}: apt package {package!r} is installed without an exact version (write {package}=<version>)")
+                        problems.append(
+                            f"{name}: apt package {package!r} is installed without an exact version (write {package}=<version>)"
+                        )
         downloads = any(re.match(r"^(curl|wget)\s", command) for command in shell_commands(args))
         if downloads and "sha256sum" not in args:
             problems.append(f"{name}: a RUN downloads with curl/wget without checking a SHA-256")
@@ -203,19 +220,27 @@ def version_problems(dockerfiles, build_versions, bazelrc):
     problems = []
     cuda = build_versions["CUDA_VERSIONS"][build_versions["DEFAULT_CUDA_MAJOR_VERSION"]]
     expected = {
-        "cpu": {"PYTHON_VERSION": build_versions["PYTHON_VERSION"],
-                "BAZEL_VERSION": build_versions["BAZEL_VERSION"]},
-        "cuda": {"PYTHON_VERSION": build_versions["PYTHON_VERSION"],
-                 "BAZEL_VERSION": build_versions["BAZEL_VERSION"],
-                 "JAXCORE_CUDA_VERSION": cuda,
-                 "JAXCORE_CUDNN_VERSION": build_versions["CUDNN_VERSION"]},
-        "rocm": {"PYTHON_VERSION": build_versions["PYTHON_VERSION"],
-                 "BAZEL_VERSION": build_versions["BAZEL_VERSION"],
-                 "JAXCORE_ROCM_VERSION": build_versions["ROCM_VERSION"]},
+        "cpu": {
+            "PYTHON_VERSION": build_versions["PYTHON_VERSION"],
+            "BAZEL_VERSION": build_versions["BAZEL_VERSION"],
+        },
+        "cuda": {
+            "PYTHON_VERSION": build_versions["PYTHON_VERSION"],
+            "BAZEL_VERSION": build_versions["BAZEL_VERSION"],
+            "JAXCORE_CUDA_VERSION": cuda,
+            "JAXCORE_CUDNN_VERSION": build_versions["CUDNN_VERSION"],
+        },
+        "rocm": {
+            "PYTHON_VERSION": build_versions["PYTHON_VERSION"],
+            "BAZEL_VERSION": build_versions["BAZEL_VERSION"],
+            "JAXCORE_ROCM_VERSION": build_versions["ROCM_VERSION"],
+        },
     }
-    for name, value in (("JAXCORE_CUDA_VERSION", cuda),
-                        ("JAXCORE_CUDNN_VERSION", build_versions["CUDNN_VERSION"]),
-                        ("JAXCORE_ROCM_VERSION", build_versions["ROCM_VERSION"])):
+    for name, value in (
+        ("JAXCORE_CUDA_VERSION", cuda),
+        ("JAXCORE_CUDNN_VERSION", build_versions["CUDNN_VERSION"]),
+        ("JAXCORE_ROCM_VERSION", build_versions["ROCM_VERSION"]),
+    ):
         if bazelrc.get(name) != value:
             problems.append(f".bazelrc: {name}={bazelrc.get(name)} but build/build.py says {value}")
     for backend, text in dockerfiles.items():
@@ -231,7 +256,9 @@ def version_problems(dockerfiles, build_versions, bazelrc):
         if backend == "cpu":
             for value in gcc:
                 if value != compiler:
-                    problems.append(f"{name}: ARG GCC_VERSION defaults to {value} but build/build.py's CXX_COMPILER_VERSION says {compiler}")
+                    problems.append(
+                        f"{name}: ARG GCC_VERSION defaults to {value} but build/build.py's CXX_COMPILER_VERSION says {compiler}"
+                    )
             for value in defaults.get("GCC_DEB_VERSION", []):
                 if not value.startswith(compiler + "-"):
                     problems.append(f"{name}: GCC package version {value} is not GCC {compiler}")
@@ -242,29 +269,40 @@ def version_problems(dockerfiles, build_versions, bazelrc):
             if re.fullmatch(r"g\+\+-\d+|gcc-\d+", package):
                 resolved = expand(version, defaults)
                 if gcc and not resolved.startswith(gcc[0]):
-                    problems.append(f"{name}: {package}={resolved} is not GCC {gcc[0]} (ARG GCC_VERSION)")
+                    problems.append(
+                        f"{name}: {package}={resolved} is not GCC {gcc[0]} (ARG GCC_VERSION)"
+                    )
         for arg, want in expected[backend].items():
             have = defaults.get(arg)
             if not have:
                 problems.append(f"{name}: no `ARG {arg}=<default>` (build/build.py says {want})")
             for value in have or []:
                 if value != want:
-                    problems.append(f"{name}: ARG {arg} defaults to {value} but build/build.py says {want}")
+                    problems.append(
+                        f"{name}: ARG {arg} defaults to {value} but build/build.py says {want}"
+                    )
         python = build_versions["PYTHON_VERSION"]
-        for value in defaults.get("PYTHON_DEB_VERSION", []) + defaults.get("PYTHON_STANDALONE_VERSION", []):
+        for value in defaults.get("PYTHON_DEB_VERSION", []) + defaults.get(
+            "PYTHON_STANDALONE_VERSION", []
+        ):
             if not value.startswith(python + "."):
                 problems.append(f"{name}: Python package version {value} is not Python {python}")
         for value in defaults.get("BAZEL_DEB_VERSION", []):
             if not value.startswith(build_versions["BAZEL_VERSION"] + "+"):
-                problems.append(f"{name}: bazel-bootstrap {value} is not Bazel {build_versions['BAZEL_VERSION']}")
+                problems.append(
+                    f"{name}: bazel-bootstrap {value} is not Bazel {build_versions['BAZEL_VERSION']}"
+                )
         refs = base_images(instrs)
         final = refs[-1] if refs else ""
         tag = final.split("@")[0].rpartition(":")[2]
         if backend == "cpu" and not re.match(r"^docker\.io/library/debian:bookworm-\d{8}@", final):
-            problems.append(f"{name}: base image {final!r} is not a dated debian:bookworm-YYYYMMDD tag")
-        if backend == "cuda":
-            if "/nvidia/cuda:" not in final or not tag.startswith(f"{cuda}-cudnn-devel-"):
-                problems.append(f"{name}: base image {final!r} is not nvidia/cuda:{cuda}-cudnn-devel-*")
+            problems.append(
+                f"{name}: base image {final!r} is not a dated debian:bookworm-YYYYMMDD tag"
+            )
+        if backend == "cuda" and (
+            "/nvidia/cuda:" not in final or not tag.startswith(f"{cuda}-cudnn-devel-")
+        ):
+            problems.append(f"{name}: base image {final!r} is not nvidia/cuda:{cuda}-cudnn-devel-*")
         if backend == "rocm":
             rocm = build_versions["ROCM_VERSION"]
             if "/rocm/dev-ubuntu-" not in final or tag.split("-")[0] != rocm:
@@ -303,11 +341,19 @@ def test_repository_files_are_read_as_expected():
     assert build_versions["DEFAULT_CUDA_MAJOR_VERSION"] in build_versions["CUDA_VERSIONS"]
     bazelrc = bazelrc_versions((REPO / ".bazelrc").read_text())
     assert set(bazelrc) == {"JAXCORE_CUDA_VERSION", "JAXCORE_CUDNN_VERSION", "JAXCORE_ROCM_VERSION"}
-    refs = {backend: base_images(instructions(text)) for backend, text in read_dockerfiles().items()}
+    refs = {
+        backend: base_images(instructions(text)) for backend, text in read_dockerfiles().items()
+    }
     assert len(refs["cpu"]) == 1
     # The GPU images fetch their Python in a pinned Debian stage, then build on the GPU base.
-    assert [ref.split(":")[0] for ref in refs["cuda"]] == ["docker.io/library/debian", "docker.io/nvidia/cuda"]
-    assert [ref.split(":")[0] for ref in refs["rocm"]] == ["docker.io/library/debian", "docker.io/rocm/dev-ubuntu-24.04"]
+    assert [ref.split(":")[0] for ref in refs["cuda"]] == [
+        "docker.io/library/debian",
+        "docker.io/nvidia/cuda",
+    ]
+    assert [ref.split(":")[0] for ref in refs["rocm"]] == [
+        "docker.io/library/debian",
+        "docker.io/rocm/dev-ubuntu-24.04",
+    ]
 
 
 # ---- the checks, on Dockerfiles with one fault each -------------------------------------
@@ -330,12 +376,19 @@ COPY requirements_lock.txt /opt/jaxcore/requirements_lock.txt
 """.format(digest="a" * 64)
 
 BUILD_VERSIONS = {
-    "PYTHON_VERSION": "3.11", "BAZEL_VERSION": "4.2.3", "DEFAULT_CUDA_MAJOR_VERSION": 12,
-    "CUDA_VERSIONS": {12: "12.8.1"}, "CUDNN_VERSION": "9.8.0", "ROCM_VERSION": "6.4.4",
+    "PYTHON_VERSION": "3.11",
+    "BAZEL_VERSION": "4.2.3",
+    "DEFAULT_CUDA_MAJOR_VERSION": 12,
+    "CUDA_VERSIONS": {12: "12.8.1"},
+    "CUDNN_VERSION": "9.8.0",
+    "ROCM_VERSION": "6.4.4",
     "CXX_COMPILER_VERSION": "12.2.0",
 }
-BAZELRC = {"JAXCORE_CUDA_VERSION": "12.8.1", "JAXCORE_CUDNN_VERSION": "9.8.0",
-           "JAXCORE_ROCM_VERSION": "6.4.4"}
+BAZELRC = {
+    "JAXCORE_CUDA_VERSION": "12.8.1",
+    "JAXCORE_CUDNN_VERSION": "9.8.0",
+    "JAXCORE_ROCM_VERSION": "6.4.4",
+}
 
 
 def test_good_example_passes():
@@ -343,12 +396,15 @@ def test_good_example_passes():
     assert version_problems({"cpu": GOOD}, BUILD_VERSIONS, BAZELRC) == []
 
 
-@pytest.mark.parametrize("base, fault", [
-    ("debian:bookworm-20251229", "is not pinned as <image>:<tag>@sha256:<digest>"),
-    ("debian@sha256:" + "b" * 64, "is not pinned as <image>:<tag>@sha256:<digest>"),
-    ("debian:latest@sha256:" + "b" * 64, "uses the tag 'latest'"),
-    ("debian:bookworm@sha256:abc", "is not pinned as <image>:<tag>@sha256:<digest>"),
-])
+@pytest.mark.parametrize(
+    "base, fault",
+    [
+        ("debian:bookworm-20251229", "is not pinned as <image>:<tag>@sha256:<digest>"),
+        ("debian@sha256:" + "b" * 64, "is not pinned as <image>:<tag>@sha256:<digest>"),
+        ("debian:latest@sha256:" + "b" * 64, "uses the tag 'latest'"),
+        ("debian:bookworm@sha256:abc", "is not pinned as <image>:<tag>@sha256:<digest>"),
+    ],
+)
 def test_unpinned_base_image_is_reported(base, fault):
     text = GOOD.replace("docker.io/library/debian:bookworm-20251229@sha256:" + "a" * 64, base)
     problems = pinning_problems(text, "bad")
@@ -360,25 +416,36 @@ def test_latest_anywhere_is_reported():
     assert any("':latest'" in p for p in pinning_problems(text, "bad"))
 
 
-@pytest.mark.parametrize("install, package", [
-    ("RUN apt-get install -y curl\n", "curl"),
-    ("RUN apt-get update && apt-get install -y --no-install-recommends git=1:2.39 make\n", "make"),
-    ("RUN apt install -y \\\n    jq\n", "jq"),
-    ("RUN apt-get install -y vim=\n", "vim"),
-    ("RUN apt-get install -y \"tool=${UNSET_VERSION}\"\n", "tool"),
-    ("RUN apt-get -y --no-install-recommends install zip\n", "zip"),
-    ("RUN DEBIAN_FRONTEND=noninteractive apt-get install -y unzip\n", "unzip"),
-])
+@pytest.mark.parametrize(
+    "install, package",
+    [
+        ("RUN apt-get install -y curl\n", "curl"),
+        (
+            "RUN apt-get update && apt-get install -y --no-install-recommends git=1:2.39 make\n",
+            "make",
+        ),
+        ("RUN apt install -y \\\n    jq\n", "jq"),
+        ("RUN apt-get install -y vim=\n", "vim"),
+        ('RUN apt-get install -y "tool=${UNSET_VERSION}"\n', "tool"),
+        ("RUN apt-get -y --no-install-recommends install zip\n", "zip"),
+        ("RUN DEBIAN_FRONTEND=noninteractive apt-get install -y unzip\n", "unzip"),
+    ],
+)
 def test_unpinned_apt_install_is_reported(install, package):
     problems = pinning_problems(GOOD + install, "bad")
-    assert problems == [f"bad: apt package {package!r} is installed without an exact version (write {package}=<version>)"]
+    assert problems == [
+        f"bad: apt package {package!r} is installed without an exact version (write {package}=<version>)"
+    ]
 
 
-@pytest.mark.parametrize("add", [
-    "ADD https://example.com/tool.tar.gz /opt/\n",
-    "ADD --chmod=755 http://example.com/tool /usr/local/bin/tool\n",
-    "ADD git@github.com:owner/repo.git /src\n",
-])
+@pytest.mark.parametrize(
+    "add",
+    [
+        "ADD https://example.com/tool.tar.gz /opt/\n",
+        "ADD --chmod=755 http://example.com/tool /usr/local/bin/tool\n",
+        "ADD git@github.com:owner/repo.git /src\n",
+    ],
+)
 def test_add_url_is_reported(add):
     problems = pinning_problems(GOOD + add, "bad")
     assert len(problems) == 1 and "ADD fetches a URL" in problems[0]
@@ -386,9 +453,13 @@ def test_add_url_is_reported(add):
 
 def test_unchecked_download_is_reported():
     text = GOOD + "RUN curl -fsSL -o /tmp/x.tgz https://example.com/x.tgz\n"
-    assert pinning_problems(text, "bad") == ["bad: a RUN downloads with curl/wget without checking a SHA-256"]
-    checked = GOOD + ("RUN curl -fsSL -o /tmp/x.tgz https://example.com/x.tgz; \\\n"
-                      "    echo \"abc  /tmp/x.tgz\" | sha256sum --check -\n")
+    assert pinning_problems(text, "bad") == [
+        "bad: a RUN downloads with curl/wget without checking a SHA-256"
+    ]
+    checked = GOOD + (
+        "RUN curl -fsSL -o /tmp/x.tgz https://example.com/x.tgz; \\\n"
+        '    echo "abc  /tmp/x.tgz" | sha256sum --check -\n'
+    )
     assert pinning_problems(checked, "ok") == []
 
 
@@ -405,20 +476,27 @@ def test_missing_from_is_reported():
 def test_arg_mismatch_with_build_py_is_reported(arg, value):
     text = GOOD.replace(f"ARG {arg}={BUILD_VERSIONS[arg]}", f"ARG {arg}={value}")
     problems = version_problems({"cpu": text}, BUILD_VERSIONS, BAZELRC)
-    assert f"docker/Dockerfile.cpu: ARG {arg} defaults to {value} but build/build.py says {BUILD_VERSIONS[arg]}" in problems
+    assert (
+        f"docker/Dockerfile.cpu: ARG {arg} defaults to {value} but build/build.py says {BUILD_VERSIONS[arg]}"
+        in problems
+    )
 
 
 def test_missing_arg_is_reported():
     text = GOOD.replace("ARG BAZEL_VERSION=4.2.3\n", "")
     problems = version_problems({"cpu": text}, BUILD_VERSIONS, BAZELRC)
-    assert problems == ["docker/Dockerfile.cpu: no `ARG BAZEL_VERSION=<default>` (build/build.py says 4.2.3)"]
+    assert problems == [
+        "docker/Dockerfile.cpu: no `ARG BAZEL_VERSION=<default>` (build/build.py says 4.2.3)"
+    ]
 
 
 def test_bazelrc_mismatch_is_reported():
     for name in BAZELRC:
         bazelrc = dict(BAZELRC, **{name: "0.0.1"})
         problems = version_problems({}, BUILD_VERSIONS, bazelrc)
-        assert len(problems) == 1 and problems[0].startswith(f".bazelrc: {name}=0.0.1 but build/build.py says")
+        assert len(problems) == 1 and problems[0].startswith(
+            f".bazelrc: {name}=0.0.1 but build/build.py says"
+        )
 
 
 # What a GPU image needs for the native kernels: noble's GCC, any version, pinned.
@@ -427,11 +505,16 @@ GPU_COMPILER = 'ARG GCC_VERSION=13.3.0\nRUN apt-get install -y "g++-13=${GCC_VER
 
 def test_gpu_base_image_tag_must_carry_the_versions():
     digest = "c" * 64
-    cuda = (f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_CUDA_VERSION=12.8.1\n"
-            f"ARG JAXCORE_CUDNN_VERSION=9.8.0\nFROM docker.io/nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04@sha256:{digest}\n"
-            + GPU_COMPILER)
-    rocm = (GPU_COMPILER + f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_ROCM_VERSION=6.4.4\n"
-            f"FROM docker.io/rocm/dev-ubuntu-24.04:6.4.1-complete@sha256:{digest}\n")
+    cuda = (
+        f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_CUDA_VERSION=12.8.1\n"
+        f"ARG JAXCORE_CUDNN_VERSION=9.8.0\nFROM docker.io/nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04@sha256:{digest}\n"
+        + GPU_COMPILER
+    )
+    rocm = (
+        GPU_COMPILER
+        + f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_ROCM_VERSION=6.4.4\n"
+        f"FROM docker.io/rocm/dev-ubuntu-24.04:6.4.1-complete@sha256:{digest}\n"
+    )
     problems = version_problems({"cuda": cuda, "rocm": rocm}, BUILD_VERSIONS, BAZELRC)
     assert len(problems) == 2
     assert "is not nvidia/cuda:12.8.1-cudnn-devel-*" in problems[0]
@@ -440,9 +523,12 @@ def test_gpu_base_image_tag_must_carry_the_versions():
 
 def test_gpu_arg_mismatch_is_reported():
     digest = "d" * 64
-    cuda = (GPU_COMPILER + f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_CUDA_VERSION=12.9.0\n"
-            f"ARG JAXCORE_CUDNN_VERSION=9.10.0\nARG PYTHON_STANDALONE_VERSION=3.12.1\n"
-            f"FROM docker.io/nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04@sha256:{digest}\n")
+    cuda = (
+        GPU_COMPILER
+        + f"ARG PYTHON_VERSION=3.11\nARG BAZEL_VERSION=4.2.3\nARG JAXCORE_CUDA_VERSION=12.9.0\n"
+        f"ARG JAXCORE_CUDNN_VERSION=9.10.0\nARG PYTHON_STANDALONE_VERSION=3.12.1\n"
+        f"FROM docker.io/nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04@sha256:{digest}\n"
+    )
     problems = version_problems({"cuda": cuda}, BUILD_VERSIONS, BAZELRC)
     assert problems == [
         "docker/Dockerfile.cuda: ARG JAXCORE_CUDA_VERSION defaults to 12.9.0 but build/build.py says 12.8.1",
@@ -463,9 +549,11 @@ def test_deb_versions_must_carry_the_toolchain_versions():
 
 def test_build_py_reader_reports_missing_constants():
     with pytest.raises(ValueError, match=r"does not define \['ROCM_VERSION'\]"):
-        build_py_versions('PYTHON_VERSION = "3.11"\nBAZEL_VERSION = "4.2.3"\n'
-                          'DEFAULT_CUDA_MAJOR_VERSION = 12\nCUDA_VERSIONS = {12: "12.8.1"}\n'
-                          'CUDNN_VERSION = "9.8.0"\nCXX_COMPILER_VERSION = "12.2.0"\n')
+        build_py_versions(
+            'PYTHON_VERSION = "3.11"\nBAZEL_VERSION = "4.2.3"\n'
+            'DEFAULT_CUDA_MAJOR_VERSION = 12\nCUDA_VERSIONS = {12: "12.8.1"}\n'
+            'CUDNN_VERSION = "9.8.0"\nCXX_COMPILER_VERSION = "12.2.0"\n'
+        )
 
 
 def test_cpu_image_compiler_must_be_build_pys():
@@ -479,7 +567,9 @@ def test_cpu_image_compiler_must_be_build_pys():
 
 
 def test_image_without_a_cxx_compiler_is_reported():
-    text = GOOD.replace('      "g++-12=${GCC_DEB_VERSION}" \\\n', "").replace("ARG GCC_VERSION=12.2.0\n", "")
+    text = GOOD.replace('      "g++-12=${GCC_DEB_VERSION}" \\\n', "").replace(
+        "ARG GCC_VERSION=12.2.0\n", ""
+    )
     problems = version_problems({"cpu": text}, BUILD_VERSIONS, BAZELRC)
     assert problems == [
         "docker/Dockerfile.cpu: no `ARG GCC_VERSION=<default>` for the C++ compiler",
@@ -490,7 +580,9 @@ def test_image_without_a_cxx_compiler_is_reported():
 def test_compiler_package_must_match_gcc_version():
     text = GOOD.replace('"g++-12=${GCC_DEB_VERSION}"', '"g++-12=12.3.0-1"')
     problems = version_problems({"cpu": text}, BUILD_VERSIONS, BAZELRC)
-    assert problems == ["docker/Dockerfile.cpu: g++-12=12.3.0-1 is not GCC 12.2.0 (ARG GCC_VERSION)"]
+    assert problems == [
+        "docker/Dockerfile.cpu: g++-12=12.3.0-1 is not GCC 12.2.0 (ARG GCC_VERSION)"
+    ]
 
 
 def test_repository_images_pin_their_compiler():

@@ -8,7 +8,6 @@ namespace, as a reader would type them; fence lines (```pycon) end an example's 
 
 import doctest
 import importlib
-import os
 import pkgutil
 import re
 import warnings
@@ -71,9 +70,15 @@ def _check(runner, what):
     return runner.tries
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_BROKEN[n], strict=False))
-    if n in KNOWN_BROKEN else n for n in _modules()])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_BROKEN[n], strict=False))
+        if n in KNOWN_BROKEN
+        else n
+        for n in _modules()
+    ],
+)
 def test_docstring_examples(name):
     tests = _module_tests(name)
     if not tests:
@@ -98,7 +103,8 @@ def test_examples_exist():
     docstring_examples = sum(len(t.examples) for name in _modules() for t in _module_tests(name))
     page_examples = sum(
         len(doctest.DocTestParser().get_examples(FENCE.sub("", (DOCS / p).read_text())))
-        for p in _pages())
+        for p in _pages()
+    )
     print(f"{docstring_examples} docstring examples, {page_examples} docs-page examples")
     assert docstring_examples >= 3
     assert page_examples >= 60

@@ -7,6 +7,7 @@ check which device variables every run saw and how many runs overlapped on one d
 """
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -45,10 +46,9 @@ def _open_fd_targets() -> list:
     for name in os.listdir("/proc/self/fd"):
         if int(name) <= 2:
             continue
-        try:
+        # The descriptor os.listdir itself used is already closed: OSError.
+        with contextlib.suppress(OSError):
             targets.append(os.readlink(f"/proc/self/fd/{name}"))
-        except OSError:
-            pass  # The descriptor os.listdir itself used, already closed.
     return targets
 
 
@@ -59,8 +59,11 @@ def main(argv=None) -> int:
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds to sleep")
     parser.add_argument("--hold-until", default="", help="wait until this file exists")
     parser.add_argument("--exit", type=int, default=0, help="exit status to return")
-    parser.add_argument("--kill-self", action="store_true",
-                        help="die by SIGKILL right after the start record (a crashing test)")
+    parser.add_argument(
+        "--kill-self",
+        action="store_true",
+        help="die by SIGKILL right after the start record (a crashing test)",
+    )
     args = parser.parse_args(argv)
 
     base = {

@@ -14,12 +14,12 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import kernel_test_util as ktu
 import numpy as np
 import pytest
 
 import jaxcore
 import jaxcore_gpu
-import kernel_test_util as ktu
 from jaxcore import kernels, quant
 from jaxcore.kernels.plugin_api import Problem
 from jaxcore_gpu import _blocks, _dequant
@@ -32,12 +32,12 @@ _make, _check = ktu.make, ktu.check
 # M < 16), medium and large M tiles, ragged N, split-K (natural and forced), scale
 # blocks larger and smaller than a K step, per-channel int8 and the three dtypes.
 CASES = [
-    ("int8", 1, 2048, 64, 2048, jnp.float32, {}),          # per-channel, natural split-K
-    ("int8", 5, 256, 100, 64, jnp.bfloat16, {}),           # ragged M and N
-    ("int8", 40, 128, 48, 32, jnp.float16, {}),            # medium tile, ragged N
+    ("int8", 1, 2048, 64, 2048, jnp.float32, {}),  # per-channel, natural split-K
+    ("int8", 5, 256, 100, 64, jnp.bfloat16, {}),  # ragged M and N
+    ("int8", 40, 128, 48, 32, jnp.float16, {}),  # medium tile, ragged N
     ("int4", 1, 512, 128, 64, jnp.bfloat16, {}),
-    ("int4", 3, 256, 72, 16, jnp.float32, {}),             # 8-row packed groups: pre-scaled tiles
-    ("int4", 140, 128, 64, 128, jnp.bfloat16, {}),         # large-M tile, ragged M
+    ("int4", 3, 256, 72, 16, jnp.float32, {}),  # 8-row packed groups: pre-scaled tiles
+    ("int4", 140, 128, 64, 128, jnp.bfloat16, {}),  # large-M tile, ragged M
     ("nf4", 1, 1024, 96, 64, jnp.bfloat16, {"split_k": 4, "block_k": 128}),
     ("nf4", 16, 256, 40, 64, jnp.float32, {}),
     ("nf4", 9, 512, 64, 32, jnp.float16, {"block_k": 128, "block_n": 32}),
@@ -46,9 +46,7 @@ CASES = [
 
 @pytest.mark.parametrize("fmt,m,k,n,block_size,dtype,overrides", CASES)
 def test_interpret_matches_reference(fmt, m, k, n, block_size, dtype, overrides):
-    ktu.check_interpret_matches_reference(
-        jaxcore_gpu, fmt, m, k, n, block_size, dtype, overrides
-    )
+    ktu.check_interpret_matches_reference(jaxcore_gpu, fmt, m, k, n, block_size, dtype, overrides)
 
 
 def test_out_dtype_and_impl_entry_point():
@@ -137,9 +135,11 @@ def test_invalid_override_raises(fields, match):
 
 
 def test_unknown_override_field():
-    with pytest.raises(TypeError, match=r"unknown BlockConfig field\(s\) \['tile'\]"):
-        with jaxcore_gpu.block_config(tile=4):
-            pass
+    with (
+        pytest.raises(TypeError, match=r"unknown BlockConfig field\(s\) \['tile'\]"),
+        jaxcore_gpu.block_config(tile=4),
+    ):
+        pass
 
 
 # ---- argument checks ---------------------------------------------------------------
@@ -151,11 +151,31 @@ def test_unknown_override_field():
         (lambda a: dict(a, fmt="int2"), ValueError, "unknown quantized format 'int2'"),
         (lambda a: dict(a, x=a["x"][0]), ValueError, r"x must be 2-D \(M, K\)"),
         (lambda a: dict(a, x=a["x"].astype(jnp.int32)), TypeError, "floating dtype"),
-        (lambda a: dict(a, block_size=24), ValueError, "block_size 24 must be positive and divide K=64"),
-        (lambda a: dict(a, qvalue=a["qvalue"].astype(jnp.int8)), TypeError, "int4 qvalue must be uint8"),
-        (lambda a: dict(a, qvalue=a["qvalue"][:16]), ValueError, r"must have shape \(32, 16\), got \(16, 16\)"),
-        (lambda a: dict(a, scale=a["scale"][:1]), ValueError, r"scale must have shape .* = \(2, 16\)"),
-        (lambda a: dict(a, scale=a["scale"].astype(jnp.int32)), TypeError, "scale must have a floating dtype"),
+        (
+            lambda a: dict(a, block_size=24),
+            ValueError,
+            "block_size 24 must be positive and divide K=64",
+        ),
+        (
+            lambda a: dict(a, qvalue=a["qvalue"].astype(jnp.int8)),
+            TypeError,
+            "int4 qvalue must be uint8",
+        ),
+        (
+            lambda a: dict(a, qvalue=a["qvalue"][:16]),
+            ValueError,
+            r"must have shape \(32, 16\), got \(16, 16\)",
+        ),
+        (
+            lambda a: dict(a, scale=a["scale"][:1]),
+            ValueError,
+            r"scale must have shape .* = \(2, 16\)",
+        ),
+        (
+            lambda a: dict(a, scale=a["scale"].astype(jnp.int32)),
+            TypeError,
+            "scale must have a floating dtype",
+        ),
         (lambda a: dict(a, scale=a["scale"][0]), ValueError, "qvalue and scale must be 2-D"),
     ],
 )
@@ -166,15 +186,17 @@ def test_argument_errors(mutate, error, match):
 def test_odd_block_size_for_packed_format():
     x, qvalue, scale = _make("nf4", 1, 6, 16, 6, jnp.float32)
     with pytest.raises(ValueError, match="nf4 needs an even block_size, got 3"):
-        jaxcore_gpu.quantized_matmul(x, qvalue, jnp.zeros((2, 16), jnp.float32),
-                                     fmt="nf4", block_size=3)
+        jaxcore_gpu.quantized_matmul(
+            x, qvalue, jnp.zeros((2, 16), jnp.float32), fmt="nf4", block_size=3
+        )
 
 
 def test_invalid_explicit_config():
     x, qvalue, scale = _make("int8", 1, 64, 16, 64, jnp.float32)
     with pytest.raises(ValueError, match="block_m=4"):
-        gpu_matmul.quantized_matmul(x, qvalue, scale, fmt="int8", block_size=64,
-                                    config=jaxcore_gpu.BlockConfig(4, 16, 16))
+        gpu_matmul.quantized_matmul(
+            x, qvalue, scale, fmt="int8", block_size=64, config=jaxcore_gpu.BlockConfig(4, 16, 16)
+        )
 
 
 # ---- in-kernel decoding ------------------------------------------------------------

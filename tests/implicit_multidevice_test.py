@@ -2,6 +2,7 @@
 
 import warnings
 
+import implicit_test_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,8 +11,6 @@ from jax.sharding import PartitionSpec as P
 
 import jaxcore.implicit as ji
 from jaxcore.implicit import implicit, register
-
-import implicit_test_util
 
 pytestmark = pytest.mark.multiaccelerator
 

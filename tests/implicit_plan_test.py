@@ -8,6 +8,7 @@ fallback-warning switches, JAX's configuration.
 import dataclasses
 import warnings
 
+import implicit_test_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,8 +18,6 @@ import jaxcore.implicit as ji
 from jaxcore import kernels
 from jaxcore.implicit import ImplicitArray, aux_field, implicit, register
 from jaxcore.quant import ArrayNF4
-
-import implicit_test_util
 
 
 def _x(shape=(4, 8), seed=0):
@@ -134,9 +133,11 @@ def test_handlers_run_under_the_callers_jax_configuration():
     s = Scaled(_x(), scale=2.0)
     y = _x(seed=3)
     jax.make_jaxpr(implicit(lambda a, b: a + b))(s, y)
-    with jax.numpy_dtype_promotion("strict"):
-        with pytest.raises(jax.dtypes.TypePromotionError, match="strict"):
-            jax.make_jaxpr(implicit(lambda a, b: a + b))(s, y)
+    with (
+        jax.numpy_dtype_promotion("strict"),
+        pytest.raises(jax.dtypes.TypePromotionError, match="strict"),
+    ):
+        jax.make_jaxpr(implicit(lambda a, b: a + b))(s, y)
 
 
 def test_handlers_needing_concrete_children_still_work_under_jit():

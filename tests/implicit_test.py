@@ -1,9 +1,9 @@
 """jaxcore.implicit core API: ImplicitArray, aux fields, shape discovery, dispatch, fallback."""
 
 import dataclasses
-import typing as tp
 import warnings
 
+import implicit_test_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,8 +11,6 @@ import pytest
 
 import jaxcore.implicit as ji
 from jaxcore.implicit import ImplicitArray, implicit, register
-
-import implicit_test_util
 
 # Fallback warnings are asserted explicitly where they matter.
 pytestmark = pytest.mark.filterwarnings("ignore::jaxcore.implicit.MaterializationWarning")
@@ -82,9 +80,9 @@ def test_children_and_aux_fields_flatten_as_declared():
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(s)[0]]
     assert paths == [".value"]
     # aux data is part of the structure
-    assert jax.tree_util.tree_structure(Scaled(jnp.ones(2), scale=1.0)) != jax.tree_util.tree_structure(
-        Scaled(jnp.ones(2), scale=3.0)
-    )
+    assert jax.tree_util.tree_structure(
+        Scaled(jnp.ones(2), scale=1.0)
+    ) != jax.tree_util.tree_structure(Scaled(jnp.ones(2), scale=3.0))
 
 
 def test_shape_and_dtype_discovered_from_materialize():
@@ -142,7 +140,7 @@ def test_uninitialized_aval_when_materialize_reads_shape():
             return jnp.zeros(self.shape)
 
     with pytest.raises(ji.UninitializedAval, match="being discovered"):
-        SelfReferential(jnp.ones(3)).shape
+        _ = SelfReferential(jnp.ones(3)).shape
 
 
 def test_uninitialized_aval_when_materialize_fails():
@@ -154,7 +152,7 @@ def test_uninitialized_aval_when_materialize_fails():
             raise ValueError("no dense form")
 
     with pytest.raises(ji.UninitializedAval, match="Broken.*no dense form"):
-        Broken(jnp.ones(3)).dtype
+        _ = Broken(jnp.ones(3)).dtype
 
 
 def test_undecorated_subclass_with_fields_is_rejected():
@@ -278,7 +276,7 @@ def test_handler_with_primitive_first_varargs_and_unions():
     got = {}
 
     @register(jax.lax.max_p)
-    def _max(primitive, *args: tp.Union[Tagged, jax.Array], **params):
+    def _max(primitive, *args: Tagged | jax.Array, **params):
         got["primitive"] = primitive
         dense = [a.value if isinstance(a, Tagged) else a for a in args]
         return Tagged(primitive.bind(*dense, **params))
@@ -325,7 +323,7 @@ def test_register_errors():
     with pytest.raises(TypeError, match="cannot evaluate annotation 'list\\[int\\] \\| 3'"):
 
         @register("mul")
-        def _unevaluable(x: "list[int] | 3", y):  # noqa: F722
+        def _unevaluable(x: "list[int] | 3", y):  # noqa: F722 - an unparsable annotation on purpose
             return x
 
     with pytest.raises(TypeError, match="cannot dispatch on annotation 3 of parameter 'x'"):
@@ -347,7 +345,9 @@ def test_handler_missing_primitive_parameters_is_a_clear_error():
     def _no_params(x: Strict, y: jax.Array):
         return x.value * y
 
-    with pytest.raises(TypeError, match=r"_no_params for primitive 'mul' does not accept.*\*\*params"):
+    with pytest.raises(
+        TypeError, match=r"_no_params for primitive 'mul' does not accept.*\*\*params"
+    ):
         implicit(lambda a: jax.lax.mul(a, jnp.ones(2)))(Strict(jnp.ones(2)))
 
 
@@ -493,7 +493,7 @@ def test_tree_helpers_treat_implicit_as_leaves():
     assert extra == [(1, 2)]
     # The extra predicate may also be spelled new_is_leaf=, as combine_leaf_predicate's
     # wrappers take it; not both at once.
-    is_tuple = lambda x: isinstance(x, tuple)  # noqa: E731
+    is_tuple = lambda x: isinstance(x, tuple)
     assert ji.tree_leaves_with_implicit({"t": (1, 2), "w": s}, new_is_leaf=is_tuple) == [(1, 2), s]
     with pytest.raises(TypeError, match="is_leaf= or as new_is_leaf="):
         ji.tree_leaves_with_implicit(tree, is_leaf=is_tuple, new_is_leaf=is_tuple)
@@ -603,14 +603,12 @@ def test_finished_traces_are_not_kept_alive():
 
     # Traces alive before (JAX's own caches may hold some, e.g. through custom_vjp
     # thunks in cached jaxprs) are not this test's concern; its three must be gone.
-    before = {id(parent) for parent in _trace._traces.keys()}
+    before = {id(parent) for parent in _trace._traces}
     s = Scaled(jnp.ones(3), scale=2.0)
     for _ in range(3):
         jax.make_jaxpr(implicit(lambda a: a * 2.0))(s)
     gc.collect()
-    new_parents = [
-        type(parent).__name__ for parent in _trace._traces.keys() if id(parent) not in before
-    ]
+    new_parents = [type(parent).__name__ for parent in _trace._traces if id(parent) not in before]
     assert "DynamicJaxprTrace" not in new_parents, new_parents
 
 
@@ -660,8 +658,11 @@ def test_handler_without_params_for_a_primitive_with_parameters_fails_clearly():
     def _sum_without_params(x: Fresh, *, axes):
         return jnp.sum(x.value, axis=axes) * x.scale
 
-    with pytest.raises(TypeError, match=r"_sum_without_params for primitive 'reduce_sum' does "
-                       r"not accept the primitive parameter\(s\) \[.*\].*\*\*params"):
+    with pytest.raises(
+        TypeError,
+        match=r"_sum_without_params for primitive 'reduce_sum' does "
+        r"not accept the primitive parameter\(s\) \[.*\].*\*\*params",
+    ):
         implicit(jnp.sum)(Fresh(jnp.arange(3.0), scale=2.0))
 
     # The rule register()'s docstring states: name what you read, take the rest with **params.
@@ -674,7 +675,7 @@ def test_handler_without_params_for_a_primitive_with_parameters_fails_clearly():
     assert float(implicit(jnp.sum)(Other(jnp.arange(3.0), scale=2.0))) == 6.0
 
 
-_HANDLER_MODULE_SOURCE = '''
+_HANDLER_MODULE_SOURCE = """
 from __future__ import annotations
 
 import dataclasses
@@ -705,7 +706,7 @@ def make_handler():
         return ClosureOnly(x.value * y.value)
 
     return handler, ClosureOnly
-'''
+"""
 
 
 def _module_from_source(name, source):
@@ -742,7 +743,9 @@ def test_string_annotations_resolve_in_the_handlers_module_and_closure():
     found = _dispatch.resolve(jax.lax.mul_p, (module.ModuleLevel, closure_only))
     assert found is not None and found.positional == ((module.ModuleLevel,), (closure_only,))
     assert _dispatch.resolve(jax.lax.mul_p, (module.ModuleLevel, Scaled)) is None
-    out = implicit(lambda a, b: a * b)(module.ModuleLevel(jnp.ones(2) * 3), closure_only(jnp.ones(2)))
+    out = implicit(lambda a, b: a * b)(
+        module.ModuleLevel(jnp.ones(2) * 3), closure_only(jnp.ones(2))
+    )
     assert isinstance(out, closure_only)
     np.testing.assert_allclose(out.value, [3.0, 3.0])
 
@@ -768,7 +771,7 @@ def test_unresolvable_string_annotation_names_the_parameter_and_handler():
     ):
 
         @register("mul")
-        def _unresolvable(x: "NoSuchClass", y, **params):  # noqa: F821
+        def _unresolvable(x: "NoSuchClass", y, **params):  # noqa: F821 - an unresolvable name on purpose
             return x
 
 

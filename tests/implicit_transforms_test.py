@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import implicit_test_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,8 +11,6 @@ import pytest
 import jaxcore.implicit as ji
 from jaxcore import _jax_internals
 from jaxcore.implicit import ImplicitArray, implicit, register
-
-import implicit_test_util
 
 pytestmark = pytest.mark.filterwarnings("ignore::jaxcore.implicit.MaterializationWarning")
 
@@ -229,7 +228,9 @@ def test_while_loop_keeps_handled_carry_implicit():
 
 
 def test_while_loop_materialises_carry_the_body_does_not_handle():
-    f = lambda a: jax.lax.while_loop(lambda c: jnp.sum(c) < 100.0, lambda c: c + jnp.abs(c) + 1.0, a)
+    f = lambda a: jax.lax.while_loop(
+        lambda c: jnp.sum(c) < 100.0, lambda c: c + jnp.abs(c) + 1.0, a
+    )
     out = check(f, S)
     assert not isinstance(out, ImplicitArray)
 
@@ -264,9 +265,13 @@ def test_grad_through_scan_and_while_with_implicit_constants():
         f = lambda a, y: jax.lax.scan(lambda c, _: (c * y, None), a, None, length=3)[0]
         return jnp.sum(dense(implicit(f)(S, y)))
 
-    ref = jax.grad(lambda y: jnp.sum(jax.lax.scan(lambda c, _: (c * y, None), dense(S), None, length=3)[0]))
+    ref = jax.grad(
+        lambda y: jnp.sum(jax.lax.scan(lambda c, _: (c * y, None), dense(S), None, length=3)[0])
+    )
     assert_close(jax.grad(loss)(Y), ref(Y))
-    loss2 = lambda y: jnp.sum(dense(implicit(lambda a: jax.lax.fori_loop(0, 2, lambda i, c: c * y, a))(S)))
+    loss2 = lambda y: jnp.sum(
+        dense(implicit(lambda a: jax.lax.fori_loop(0, 2, lambda i, c: c * y, a))(S))
+    )
     ref2 = jax.grad(lambda y: jnp.sum(jax.lax.fori_loop(0, 2, lambda i, c: c * y, dense(S))))
     assert_close(jax.grad(loss2)(Y), ref2(Y))
 
@@ -296,7 +301,9 @@ def test_checkpoint():
     assert isinstance(out, Scaled)
     g = jax.grad(lambda y: jnp.sum(dense(implicit(f)(S, y))))(Y)
     assert_close(g, jax.grad(lambda y: jnp.sum(f(dense(S), y)))(Y))
-    remat = lambda a, y: jax.remat(lambda a: jnp.sin(a * y), policy=jax.checkpoint_policies.nothing_saveable)(a)
+    remat = lambda a, y: jax.remat(
+        lambda a: jnp.sin(a * y), policy=jax.checkpoint_policies.nothing_saveable
+    )(a)
     check(remat, S, Y)
 
 

@@ -30,8 +30,13 @@ def _tree():
         "int4": ArrayInt4.quantize(w, block_size=64),
         "nf4": ArrayNF4.quantize(w, block_size=64),
         "nf4_dq": ArrayNF4.quantize(w, block_size=64, double_quant=True),
-        "layer": Layer(ArrayNF4.quantize(w.astype(jnp.bfloat16), 32), jnp.arange(4, dtype=jnp.bfloat16)),
-        "dense": [jnp.asarray(rng.standard_normal((3, 5)), jnp.float16), np.arange(6, dtype=np.int32)],
+        "layer": Layer(
+            ArrayNF4.quantize(w.astype(jnp.bfloat16), 32), jnp.arange(4, dtype=jnp.bfloat16)
+        ),
+        "dense": [
+            jnp.asarray(rng.standard_normal((3, 5)), jnp.float16),
+            np.arange(6, dtype=np.int32),
+        ],
         "scalar": jnp.float32(2.5),
     }
 
@@ -63,7 +68,9 @@ def test_file_names_what_it_holds(tmp_path):
     meta = jio.metadata(path)
     assert meta["version"] == jio.VERSION
     nf4 = meta["arrays"]["['nf4_dq']"]
-    assert nf4["type"].endswith("ArrayNF4") and nf4["block_size"] == 64 and nf4["double_quant"] is True
+    assert (
+        nf4["type"].endswith("ArrayNF4") and nf4["block_size"] == 64 and nf4["double_quant"] is True
+    )
     assert nf4["shape"] == [128, 64]
     assert meta["arrays"]["['int4']"]["block_size"] == 64
     assert meta["tensors"]["['scalar']"] == {"shape": [], "dtype": "float32"}
@@ -97,7 +104,9 @@ def test_template_mismatch_names_the_difference(tmp_path):
     with pytest.raises(jio.CheckpointError, match=r"ArrayNF4.*ArrayInt4"):
         jio.load(path, like={"w": ArrayInt4.quantize(w, block_size=64)})
     jio.save(path, {"a": jnp.ones((2, 3))})
-    with pytest.raises(jio.CheckpointError, match=r"float32\[2, 3\] in the file but float32\[3, 2\]"):
+    with pytest.raises(
+        jio.CheckpointError, match=r"float32\[2, 3\] in the file but float32\[3, 2\]"
+    ):
         jio.load(path, like={"a": jnp.ones((3, 2))})
     with pytest.raises(jio.CheckpointError, match="different structure"):
         jio.load(path, like={"b": jnp.ones((2, 3))})
@@ -134,7 +143,9 @@ def test_truncated_corrupted_foreign_and_wrong_version_files(tmp_path):
     header["__metadata__"]["jaxcore.version"] = "999"
     new_header = json.dumps(header).encode()
     new_header += b" " * (-len(new_header) % 8)
-    (tmp_path / "future").write_bytes(struct.pack("<Q", len(new_header)) + new_header + blob[8 + n :])
+    (tmp_path / "future").write_bytes(
+        struct.pack("<Q", len(new_header)) + new_header + blob[8 + n :]
+    )
     with pytest.raises(jio.CheckpointError, match="version '999'; this jaxcore reads version 1"):
         jio.load(tmp_path / "future", like=tree)
 

@@ -172,9 +172,16 @@ def test_a_tested_jax_imports_without_a_warning():
 
 def test_python_m_jaxcore_names_the_jax_and_the_range():
     result = subprocess.run(
-        [sys.executable, "-m", "jaxcore"], capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)),
+        [sys.executable, "-m", "jaxcore"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+            ),
+        ),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"jaxcore {jaxcore.__version__}")

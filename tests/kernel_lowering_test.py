@@ -115,8 +115,10 @@ def test_multi_platform_export_runs_on_cpu():
     # The artifact runs the portable reference on CPU; jit may run the native CPU plugin,
     # which sums in another order: float32 rounding over two layers (outputs up to ~300).
     np.testing.assert_allclose(
-        np.asarray(exported.call(x, w1, w2)), np.asarray(jax.jit(_model)(x, w1, w2)),
-        rtol=2e-5, atol=1e-3,
+        np.asarray(exported.call(x, w1, w2)),
+        np.asarray(jax.jit(_model)(x, w1, w2)),
+        rtol=2e-5,
+        atol=1e-3,
     )
 
 

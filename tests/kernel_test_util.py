@@ -43,10 +43,7 @@ def numpy_dense(fmt, qvalue, scale, block_size):
     else:
         idx = np.empty((2 * q.shape[0], q.shape[1]), np.int64)
         idx[0::2], idx[1::2] = q & 0xF, q >> 4
-        if fmt == "int4":
-            values = idx - 8.0
-        else:
-            values = np.asarray(kernels.NF4_CODE, np.float64)[idx]
+        values = idx - 8.0 if fmt == "int4" else np.asarray(kernels.NF4_CODE, np.float64)[idx]
     return values * np.repeat(np.asarray(scale, np.float64), block_size, axis=0)
 
 
@@ -84,8 +81,7 @@ def check_accepts_reference_inputs(kernel, fmt, m, k, n, block_size, empty_out_d
     scale16 = scale.astype(jnp.bfloat16)
     out = kernel(x, qvalue, scale16, fmt=fmt, block_size=block_size, interpret=True)
     check(out, x, qvalue, scale16.astype(jnp.float32), fmt, block_size, jnp.float32)
-    empty = kernel(x[:0], qvalue, scale, fmt=fmt, block_size=block_size,
-                   out_dtype=empty_out_dtype)
+    empty = kernel(x[:0], qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=empty_out_dtype)
     assert empty.shape == (0, n) and empty.dtype == (empty_out_dtype or jnp.float32)
     with jax.enable_x64(True):
         x64 = jnp.asarray(np.asarray(x), jnp.float64)
@@ -114,7 +110,7 @@ def check_binds_platform_primitive(entry_point, primitive_name):
     members = [make("int4", 4, 128, 48, 32, jnp.float32, seed=s) for s in (1, 2, 3)]
     xs, qs, ss = (jnp.stack(parts) for parts in zip(*members))
     shared = jax.vmap(impl, in_axes=(0, None, None))(xs, qvalue, scale)  # folded into M
-    own = jax.vmap(impl, in_axes=(None, 0, 0))(x, qs, ss)                # one call each
+    own = jax.vmap(impl, in_axes=(None, 0, 0))(x, qs, ss)  # one call each
     for i, (xi, qi, si) in enumerate(members):
         check(shared[i], xi, qvalue, scale, "int4", 32, jnp.float32)
         check(own[i], x, qi, si, "int4", 32, jnp.float32)
@@ -153,5 +149,6 @@ def check_bad_override_fails_when_traced(plugin, entry_point, n, fields, match):
     """A tile override that breaks a rule fails when ``entry_point`` is traced, on any platform."""
     x, qvalue, scale = make("int8", 2, 256, n, 256, jnp.float32)
     with plugin.block_config(**fields), pytest.raises(ValueError, match=match):
-        jax.jit(functools.partial(entry_point, fmt="int8", block_size=256,
-                                  out_dtype=jnp.float32))(x, qvalue, scale)
+        jax.jit(functools.partial(entry_point, fmt="int8", block_size=256, out_dtype=jnp.float32))(
+            x, qvalue, scale
+        )

@@ -46,7 +46,13 @@ class FakeQuant:
     """Minimal object with the quantised-array protocol (no jaxcore.quant dependency)."""
 
     def __init__(self, fmt, qvalue, scale, block_size, axis=0):
-        self.fmt, self.qvalue, self._scale, self.block_size, self.axis = fmt, qvalue, scale, block_size, axis
+        self.fmt, self.qvalue, self._scale, self.block_size, self.axis = (
+            fmt,
+            qvalue,
+            scale,
+            block_size,
+            axis,
+        )
 
     def block_scales(self):
         return self._scale
@@ -118,11 +124,23 @@ def test_dequantize_matches_numpy(fmt):
 @pytest.mark.parametrize(
     "fmt, qvalue, scale, block_size, message",
     [
-        ("int2", np.zeros((4, 4), np.int8), np.ones((1, 4), np.float32), 4, "unknown quantisation format"),
+        (
+            "int2",
+            np.zeros((4, 4), np.int8),
+            np.ones((1, 4), np.float32),
+            4,
+            "unknown quantisation format",
+        ),
         ("int8", np.zeros((4, 4, 1), np.int8), np.ones((1, 4), np.float32), 4, "must be 2-D"),
         ("int8", np.zeros((4, 4), np.uint8), np.ones((1, 4), np.float32), 4, "dtype int8"),
         ("nf4", np.zeros((4, 4), np.int8), np.ones((1, 4), np.float32), 4, "dtype uint8"),
-        ("int8", np.zeros((6, 4), np.int8), np.ones((1, 4), np.float32), 4, "positive divisor of K=6"),
+        (
+            "int8",
+            np.zeros((6, 4), np.int8),
+            np.ones((1, 4), np.float32),
+            4,
+            "positive divisor of K=6",
+        ),
         ("int8", np.zeros((6, 4), np.int8), np.ones((1, 4), np.float32), 0, "positive divisor"),
         ("int4", np.zeros((3, 4), np.uint8), np.ones((2, 4), np.float32), 3, "even block_size"),
         ("int8", np.zeros((8, 4), np.int8), np.ones((1, 4), np.float32), 4, r"\(2, 4\)"),
@@ -158,7 +176,9 @@ def test_reference_matmul_and_transposed_match_numpy(fmt, m, k, n, block_size):
     assert y.shape == (m, n) and y.dtype == jnp.float32
     np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-4)
     xt = rng.standard_normal((m, n)).astype(np.float32)
-    yt = kernels.reference_quantized_matmul_transposed(xt, qvalue, scale, fmt=fmt, block_size=block_size)
+    yt = kernels.reference_quantized_matmul_transposed(
+        xt, qvalue, scale, fmt=fmt, block_size=block_size
+    )
     assert yt.shape == (m, k)
     np.testing.assert_allclose(yt, xt.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-4)
 
@@ -194,9 +214,13 @@ def test_reference_scale_gradient_matches_autodiff(fmt, block_size):
 def test_reference_operand_errors():
     qvalue, scale = random_layout(np.random.default_rng(0), "int8", 16, 4, 8)
     with pytest.raises(ValueError, match=r"shape \(M, 16\).*got \(2, 15\)"):
-        kernels.reference_quantized_matmul(np.ones((2, 15), np.float32), qvalue, scale, fmt="int8", block_size=8)
+        kernels.reference_quantized_matmul(
+            np.ones((2, 15), np.float32), qvalue, scale, fmt="int8", block_size=8
+        )
     with pytest.raises(TypeError, match="floating point, got dtype int32"):
-        kernels.reference_quantized_matmul(np.ones((2, 16), np.int32), qvalue, scale, fmt="int8", block_size=8)
+        kernels.reference_quantized_matmul(
+            np.ones((2, 16), np.int32), qvalue, scale, fmt="int8", block_size=8
+        )
     with pytest.raises(ValueError, match=r"output size N"):
         kernels.reference_quantized_matmul_transposed(
             np.ones((2, 5), np.float32), qvalue, scale, fmt="int8", block_size=8
@@ -224,7 +248,10 @@ def test_quantized_matmul_leading_dims_and_dtypes(fmt, isolated_registry):
     np.testing.assert_allclose(y32, np.asarray(xb, np.float64) @ w, rtol=1e-4, atol=1e-3)
     xt = rng.standard_normal((4, 20)).astype(np.float32)
     np.testing.assert_allclose(
-        kernels.quantized_matmul_transposed(xt, q), xt.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-4
+        kernels.quantized_matmul_transposed(xt, q),
+        xt.astype(np.float64) @ w.T,
+        rtol=1e-5,
+        atol=1e-4,
     )
 
 
@@ -236,7 +263,9 @@ def test_quantized_matmul_axis1_storage_swaps_kernels(isolated_registry):
     x = rng.standard_normal((3, 12)).astype(np.float32)
     np.testing.assert_allclose(kernels.quantized_matmul(x, q), x @ w, rtol=1e-5, atol=1e-4)
     x2 = rng.standard_normal((3, 64)).astype(np.float32)
-    np.testing.assert_allclose(kernels.quantized_matmul_transposed(x2, q), x2 @ w.T, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        kernels.quantized_matmul_transposed(x2, q), x2 @ w.T, rtol=1e-5, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -282,7 +311,11 @@ def test_quantized_matmul_transforms(fmt, isolated_registry):
     # Gradient of the transposed product, whose backward runs the dispatched kernel.
     xt = jnp.asarray(rng.standard_normal((4, n)), jnp.float32)
     tt = jnp.asarray(rng.standard_normal((4, k)), jnp.float32)
-    gt = jax.grad(lambda v: jnp.sum(kernels.quantized_matmul_transposed(v, FakeQuant(fmt, qvalue, scale, bs)) * tt))(xt)
+    gt = jax.grad(
+        lambda v: jnp.sum(
+            kernels.quantized_matmul_transposed(v, FakeQuant(fmt, qvalue, scale, bs)) * tt
+        )
+    )(xt)
     egt = jax.grad(lambda v: jnp.sum(dense_mm(jnp.eye(k), scale) @ v.T * tt.T))(xt)
     np.testing.assert_allclose(gt, egt, rtol=1e-4, atol=1e-4)
 
@@ -294,14 +327,20 @@ def test_quantized_matmul_errors(isolated_registry):
         kernels.quantized_matmul(np.ones((2, 64), np.float32), object())
     with pytest.raises(TypeError, match="x must be floating point"):
         kernels.quantized_matmul(np.ones((2, 64), np.int32), q)
-    with pytest.raises(ValueError, match=r"x @ W: x's last axis must equal 64 .*\(64, 4\).*\(2, 63\)"):
+    with pytest.raises(
+        ValueError, match=r"x @ W: x's last axis must equal 64 .*\(64, 4\).*\(2, 63\)"
+    ):
         kernels.quantized_matmul(np.ones((2, 63), np.float32), q)
     with pytest.raises(ValueError, match=r"x @ W.T: x's last axis must equal 4"):
         kernels.quantized_matmul_transposed(np.ones((2, 64), np.float32), q)
     with pytest.raises(ValueError, match="q.axis must be 0 or 1"):
-        kernels.quantized_matmul(np.ones((2, 64), np.float32), FakeQuant("nf4", qvalue, scale, 32, axis=2))
+        kernels.quantized_matmul(
+            np.ones((2, 64), np.float32), FakeQuant("nf4", qvalue, scale, 32, axis=2)
+        )
     with pytest.raises(ValueError, match="even block_size"):
-        kernels.quantized_matmul(np.ones((2, 64), np.float32), FakeQuant("nf4", qvalue, np.ones((64, 4), np.float32), 1))
+        kernels.quantized_matmul(
+            np.ones((2, 64), np.float32), FakeQuant("nf4", qvalue, np.ones((64, 4), np.float32), 1)
+        )
 
 
 # ----------------------------------------------------------------------------- memory (compiled HLO)
@@ -310,7 +349,10 @@ _FLOAT_BUFFER = re.compile(r"\b(f16|bf16|f32|f64)\[([0-9,]+)\]")
 
 
 def _largest_float_buffer(hlo_text):
-    sizes = [int(np.prod([int(d) for d in dims.split(",")])) for _, dims in _FLOAT_BUFFER.findall(hlo_text)]
+    sizes = [
+        int(np.prod([int(d) for d in dims.split(",")]))
+        for _, dims in _FLOAT_BUFFER.findall(hlo_text)
+    ]
     return max(sizes)
 
 
@@ -344,9 +386,13 @@ def test_register_kernel_errors(isolated_registry):
         kernels.register_kernel("", "cpu", kernels.reference_quantized_matmul)
     with pytest.raises(TypeError, match="must be callable"):
         kernels.register_kernel("quantized_matmul", "cuda", 3)
-    with pytest.raises(KeyError, match="no kernel 'quantized_matmul' registered for platform 'tpu'"):
+    with pytest.raises(
+        KeyError, match="no kernel 'quantized_matmul' registered for platform 'tpu'"
+    ):
         kernels.unregister_kernel("quantized_matmul", "tpu")
-    assert kernels.registered_kernels("quantized_matmul") == {"cpu": kernels.reference_quantized_matmul}
+    assert kernels.registered_kernels("quantized_matmul") == {
+        "cpu": kernels.reference_quantized_matmul
+    }
     assert kernels.registered_kernels("no_such_kernel") == {}
 
 
@@ -435,8 +481,12 @@ def test_one_exported_program_serves_several_platforms(isolated_registry):
     def f(x, qvalue, scale):
         return kernels.quantized_matmul(x, FakeQuant("int4", qvalue, scale, 32))
 
-    exported = jax.export.export(jax.jit(f), platforms=["cpu", "cuda", "tpu"])(x, q.qvalue, q.block_scales())
+    exported = jax.export.export(jax.jit(f), platforms=["cpu", "cuda", "tpu"])(
+        x, q.qvalue, q.block_scales()
+    )
     assert exported.platforms == ("cpu", "cuda", "tpu")
     # The module dispatches on the platform index at run time (one program, three branches).
     assert "platform_index" in exported.mlir_module() or "stablehlo.case" in exported.mlir_module()
-    np.testing.assert_allclose(exported.call(x, q.qvalue, q.block_scales()), expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        exported.call(x, q.qvalue, q.block_scales()), expected, rtol=1e-5, atol=1e-4
+    )

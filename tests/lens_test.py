@@ -131,7 +131,10 @@ def test_set_on_custom_pytree_node_and_flattened_index():
     out = lens.set(box, jax.tree_util.FlattenedIndexKey(1), 20)
     assert (out.a, out.b) == (1, 20) and box.b == 2
     assert lens.get(box, jax.tree_util.FlattenedIndexKey(0)) == 1
-    with pytest.raises(lens.LensPathError, match=r"cannot focus \.a on an object of type Box: the value is readable but is not a pytree child"):
+    with pytest.raises(
+        lens.LensPathError,
+        match=r"cannot focus \.a on an object of type Box: the value is readable but is not a pytree child",
+    ):
         lens.set(box, "a", 5)
     with pytest.raises(lens.LensPathError, match="it has 2 children"):
         lens.get(box, jax.tree_util.FlattenedIndexKey(5))
@@ -152,7 +155,10 @@ def test_has_lens_fields():
     assert repr(lz) == "Lens(.layers[0].b)"
     assert hash(lz) == hash(lens.focus("layers", 0, "b"))
     assert lens.apply(_model(), Model.lens("scale"), lambda s: s * 4).scale == 4.0
-    with pytest.raises(ValueError, match=r"Model.lens\('config'\): not a lens field; lens fields are \['layers', 'scale'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"Model.lens\('config'\): not a lens field; lens fields are \['layers', 'scale'\]",
+    ):
         Model.lens("config")
 
     class NotADataclass(lens.HasLensFields):
@@ -169,7 +175,10 @@ def test_lens_field_annotation_and_immutability():
     lz = lens.focus("a")
     with pytest.raises(AttributeError, match="Lens is immutable"):
         lz.steps = ()
-    assert lens.focus(lz, "b").steps == (jax.tree_util.GetAttrKey("a"), jax.tree_util.GetAttrKey("b"))
+    assert lens.focus(lz, "b").steps == (
+        jax.tree_util.GetAttrKey("a"),
+        jax.tree_util.GetAttrKey("b"),
+    )
     path = jax.tree_util.tree_flatten_with_path({"k": [0, 5]})[0][1][0]
     assert lens.get({"k": [0, 5]}, lens.focus(path)) == 5
 
@@ -177,11 +186,31 @@ def test_lens_field_annotation_and_immutability():
 @pytest.mark.parametrize(
     "path, error, pattern",
     [
-        ("layers.9", lens.LensPathError, r"lens \.layers: cannot focus \.9 on an object of type tuple: no such attribute"),
-        (("layers", 5), lens.LensPathError, r"lens \.layers: cannot focus \[5\] .* index out of range for length 2"),
-        ("nope", lens.LensPathError, r"lens <root>: cannot focus \.nope on an object of type Model: no such field; available fields layers, config, scale"),
-        ("config.missing", lens.LensPathError, r"lens \.config: cannot focus \.missing .* no such key; available keys \['lr', 'pair'\]"),
-        (("scale", 0), lens.LensPathError, r"lens \.scale: cannot focus \[0\] on an object of type float: indices need a list or tuple"),
+        (
+            "layers.9",
+            lens.LensPathError,
+            r"lens \.layers: cannot focus \.9 on an object of type tuple: no such attribute",
+        ),
+        (
+            ("layers", 5),
+            lens.LensPathError,
+            r"lens \.layers: cannot focus \[5\] .* index out of range for length 2",
+        ),
+        (
+            "nope",
+            lens.LensPathError,
+            r"lens <root>: cannot focus \.nope on an object of type Model: no such field; available fields layers, config, scale",
+        ),
+        (
+            "config.missing",
+            lens.LensPathError,
+            r"lens \.config: cannot focus \.missing .* no such key; available keys \['lr', 'pair'\]",
+        ),
+        (
+            ("scale", 0),
+            lens.LensPathError,
+            r"lens \.scale: cannot focus \[0\] on an object of type float: indices need a list or tuple",
+        ),
         (("scale", jax.tree_util.DictKey("k")), lens.LensPathError, r"float is not a mapping"),
     ],
 )

@@ -1,13 +1,14 @@
 """A sharded pytree saved by N processes (orbax-checkpoint) restores into M != N processes."""
 
-import pytest
-
 import multiprocess_util as mp
+import pytest
 
 pytestmark = pytest.mark.multiprocess
 
-pytest.importorskip("orbax.checkpoint", reason="orbax-checkpoint is not installed "
-                    "(build/requirements_lock.txt pins it)")
+pytest.importorskip(
+    "orbax.checkpoint",
+    reason="orbax-checkpoint is not installed (build/requirements_lock.txt pins it)",
+)
 
 
 def test_save_from_two_processes_restore_into_four_and_one(tmp_path):

@@ -8,12 +8,11 @@ import json
 import socket
 import sys
 import textwrap
-import time
 
+import multiprocess_util as mp
 import pytest
 
 import jaxcore.launch
-import multiprocess_util as mp
 
 pytestmark = pytest.mark.multiprocess
 
@@ -67,11 +66,18 @@ def test_each_process_gets_its_place_and_prefixed_output():
         env_i = seen[f"[p{i}]"]
         assert env_i["JAXCORE_PROCESS_ID"] == str(i)
         assert env_i["JAXCORE_NUM_PROCESSES"] == "3"
-        assert env_i["JAXCORE_COORDINATOR_ADDRESS"] == env_i["JAX_COORDINATOR_BIND_ADDRESS"] == f"127.0.0.1:{port}"
+        assert (
+            env_i["JAXCORE_COORDINATOR_ADDRESS"]
+            == env_i["JAX_COORDINATOR_BIND_ADDRESS"]
+            == f"127.0.0.1:{port}"
+        )
         assert env_i["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] == "gloo"
         assert env_i["JAX_PLATFORMS"] == "cpu"
         # The launcher's device count replaces the caller's; other flags are kept.
-        assert env_i["XLA_FLAGS"].split() == ["--xla_cpu_foo=1", "--xla_force_host_platform_device_count=2"]
+        assert env_i["XLA_FLAGS"].split() == [
+            "--xla_cpu_foo=1",
+            "--xla_force_host_platform_device_count=2",
+        ]
         assert f"[p{i}] to stderr" in run.stderr
     assert _port_is_free(port)
 
@@ -98,7 +104,9 @@ def test_first_failure_decides_the_exit_code_and_stops_the_others(tmp_path):
 
 
 def test_success_when_every_process_succeeds():
-    run = mp.launch(2, 1, _py("import os; print('hi', os.environ['JAXCORE_PROCESS_ID'])"), timeout=60)
+    run = mp.launch(
+        2, 1, _py("import os; print('hi', os.environ['JAXCORE_PROCESS_ID'])"), timeout=60
+    )
     assert run.returncode == 0, run.describe()
     assert "[p0] hi 0" in run.stdout and "[p1] hi 1" in run.stdout
 
@@ -120,13 +128,19 @@ def test_timeout_stops_everything_with_exit_code_124(tmp_path):
     assert not [pid for pid in pids if mp.alive(pid)]
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "the following arguments are required: --processes"),
-    (["-n", "2"], "give the command to run after `--`"),
-    (["-n", "0", "--", "true"], "--processes must be >= 1"),
-    (["-n", "1", "-d", "0", "--", "true"], "--devices-per-process must be >= 1"),
-    (["-n", "1", "--", "/nonexistent/program"], "command not found or not executable: '/nonexistent/program'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "the following arguments are required: --processes"),
+        (["-n", "2"], "give the command to run after `--`"),
+        (["-n", "0", "--", "true"], "--processes must be >= 1"),
+        (["-n", "1", "-d", "0", "--", "true"], "--devices-per-process must be >= 1"),
+        (
+            ["-n", "1", "--", "/nonexistent/program"],
+            "command not found or not executable: '/nonexistent/program'",
+        ),
+    ],
+)
 def test_bad_usage_is_reported(argv, message, capsys):
     try:
         code = jaxcore.launch.main(argv)
@@ -136,11 +150,16 @@ def test_bad_usage_is_reported(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("processes, devices, how, code", [
-    pytest.param(2, 2, "raise", 1, id="2x2-exception"),
-    pytest.param(4, 1, "kill", 137, id="4x1-sigkill"),
-])
-def test_a_process_dying_mid_run_fails_the_launch_in_bounded_time(processes, devices, how, code, tmp_path):
+@pytest.mark.parametrize(
+    "processes, devices, how, code",
+    [
+        pytest.param(2, 2, "raise", 1, id="2x2-exception"),
+        pytest.param(4, 1, "kill", 137, id="4x1-sigkill"),
+    ],
+)
+def test_a_process_dying_mid_run_fails_the_launch_in_bounded_time(
+    processes, devices, how, code, tmp_path
+):
     """The others are blocked in a collective waiting for the dead one: never a hang."""
     run = mp.launch_program(processes, devices, "crash", str(tmp_path), how, timeout=120)
     last = processes - 1
@@ -151,7 +170,9 @@ def test_a_process_dying_mid_run_fails_the_launch_in_bounded_time(processes, dev
     assert run.returncode == code, run.describe()
     if how == "raise":
         assert f"process {last} exited with code 1; stopping" in run.stderr, run.describe()
-        assert f"[p{last}] RuntimeError: deliberate failure in process {last}" in run.stderr, run.describe()
+        assert f"[p{last}] RuntimeError: deliberate failure in process {last}" in run.stderr, (
+            run.describe()
+        )
     else:
         assert f"process {last} was killed by SIGKILL; stopping" in run.stderr, run.describe()
     pids = [int((tmp_path / f"pid_{i}").read_text()) for i in range(processes)]
@@ -172,13 +193,20 @@ def test_ci_job_runs_only_the_multiprocess_tests():
     assert text.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in text
     assert os.access(script, os.X_OK)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAXCORE_", "PYTEST_"))}
-    env.update(JAXCORE_DRY_RUN="1", JAXCORE_SKIP_SETUP="1", JAXCORE_BAZEL="bazel",
-               JAXCORE_PYTHON="python3", JAXCORE_TEST_DIR="tests")
-    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
-                            cwd="/", timeout=60)
+    env.update(
+        JAXCORE_DRY_RUN="1",
+        JAXCORE_SKIP_SETUP="1",
+        JAXCORE_BAZEL="bazel",
+        JAXCORE_PYTHON="python3",
+        JAXCORE_TEST_DIR="tests",
+    )
+    result = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, cwd="/", timeout=60
+    )
     assert result.returncode == 0, result.stderr
-    bazel, pytest_run = [shlex.split(line[2:]) for line in result.stdout.splitlines()
-                         if line.startswith("+ ")]
+    bazel, pytest_run = [
+        shlex.split(line[2:]) for line in result.stdout.splitlines() if line.startswith("+ ")
+    ]
     assert bazel[:2] == ["bazel", "test"] and "--test_tag_filters=multiprocess" in bazel
     assert bazel[-2:] == ["--", "//tests:cpu_tests"]
     assert pytest_run[-7:] == ["-m", "pytest", "-n", "auto", "-m", "multiprocess", "tests"]

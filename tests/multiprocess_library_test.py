@@ -7,9 +7,8 @@ shardings and values themselves; here their gathered results must equal the one-
 run's bit for bit (up to float rounding where a sum runs over shards of several processes).
 """
 
-import pytest
-
 import multiprocess_util as mp
+import pytest
 
 pytestmark = pytest.mark.multiprocess
 

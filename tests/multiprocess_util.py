@@ -50,14 +50,22 @@ class Run:
         return int(match.group(1))
 
     def describe(self) -> str:
-        return (f"exit code {self.returncode} after {self.seconds:.1f} s\n--- stdout\n{self.stdout[-6000:]}"
-                f"\n--- stderr\n{self.stderr[-10000:]}")
+        return (
+            f"exit code {self.returncode} after {self.seconds:.1f} s\n--- stdout\n{self.stdout[-6000:]}"
+            f"\n--- stderr\n{self.stderr[-10000:]}"
+        )
 
 
 def _run(cmd: list[str], env: dict, timeout: float) -> Run:
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -67,11 +75,28 @@ def _run(cmd: list[str], env: dict, timeout: float) -> Run:
     return Run(proc.returncode, out, err, time.monotonic() - start)
 
 
-def launch(processes: int, devices: int, command: list[str], *, timeout: float = 120,
-           env: dict | None = None) -> Run:
+def launch(
+    processes: int,
+    devices: int,
+    command: list[str],
+    *,
+    timeout: float = 120,
+    env: dict | None = None,
+) -> Run:
     """``python -m jaxcore.launch -n processes -d devices --timeout timeout -- command``."""
-    cmd = [sys.executable, "-m", "jaxcore.launch", "--processes", str(processes),
-           "--devices-per-process", str(devices), "--timeout", str(timeout), "--", *command]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxcore.launch",
+        "--processes",
+        str(processes),
+        "--devices-per-process",
+        str(devices),
+        "--timeout",
+        str(timeout),
+        "--",
+        *command,
+    ]
     return _run(cmd, env if env is not None else environment(), timeout + 30)
 
 
@@ -105,7 +130,9 @@ def assert_same_results(got: dict, want: dict, *, close: dict[str, float] = None
             assert got[name].shape == want[name].shape, name
             error = float(np.max(np.abs(got[name] - want[name]), initial=0.0))
             scale = float(np.max(np.abs(want[name]), initial=0.0))
-            assert error <= close[name] * scale, f"{name}: max error {error} > {close[name]} * {scale}"
+            assert error <= close[name] * scale, (
+                f"{name}: max error {error} > {close[name]} * {scale}"
+            )
         else:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 

@@ -80,13 +80,15 @@ def test_out_axes_partial_orders():
     _close(hax.dot(a, b, axis=E, out_axes=(..., "batch")), want.transpose(1, 2, 0), (S, T, Bt))
     _close(hax.dot(a, b, axis=E, out_axes=("t", "s", "batch")), want.transpose(2, 1, 0), (T, S, Bt))
     # several ellipses: an unnamed axis goes to the first slot after the named axes before it
-    assert _dot.order_for_partial_spec((..., "c", ..., "a", ...), hax.make_axes(a=1, b=2, c=3, d=4)) == (
-        hax.make_axes(c=3, a=1, b=2, d=4)
-    )
-    assert _dot.order_for_partial_spec((..., "d", ..., "b", ...), hax.make_axes(a=1, b=2, c=3, d=4)) == (
-        hax.make_axes(a=1, d=4, b=2, c=3)
-    )
-    assert _dot.order_for_partial_spec((..., "b", ...), hax.make_axes(a=1, b=2, c=3)) == hax.make_axes(a=1, b=2, c=3)
+    assert _dot.order_for_partial_spec(
+        (..., "c", ..., "a", ...), hax.make_axes(a=1, b=2, c=3, d=4)
+    ) == (hax.make_axes(c=3, a=1, b=2, d=4))
+    assert _dot.order_for_partial_spec(
+        (..., "d", ..., "b", ...), hax.make_axes(a=1, b=2, c=3, d=4)
+    ) == (hax.make_axes(a=1, d=4, b=2, c=3))
+    assert _dot.order_for_partial_spec(
+        (..., "b", ...), hax.make_axes(a=1, b=2, c=3)
+    ) == hax.make_axes(a=1, b=2, c=3)
 
 
 def test_dtypes_precision_and_custom_dot_general():
@@ -109,7 +111,9 @@ def test_dtypes_precision_and_custom_dot_general():
 
     def recording_dot_general(lhs, rhs, dims, precision=None, preferred_element_type=None):
         calls.append(dims)
-        return jax.lax.dot_general(lhs, rhs, dims, precision=precision, preferred_element_type=preferred_element_type)
+        return jax.lax.dot_general(
+            lhs, rhs, dims, precision=precision, preferred_element_type=preferred_element_type
+        )
 
     hax.dot(x, w, axis=E, dot_general=recording_dot_general)
     assert calls == [(((1,), (0,)), ((), ()))]
@@ -129,7 +133,9 @@ def test_jit_grad_vmap():
     _close(g, jax.grad(lambda b: jnp.sum((jnp.asarray(xr) @ b) ** 2))(jnp.asarray(wr)))
 
     stacked = np.stack([xr, 2 * xr])
-    out = jax.vmap(lambda r: hax.dot(hax.NamedArray(r, (Bt, E)), w, axis=E).array)(jnp.asarray(stacked))
+    out = jax.vmap(lambda r: hax.dot(hax.NamedArray(r, (Bt, E)), w, axis=E).array)(
+        jnp.asarray(stacked)
+    )
     np.testing.assert_allclose(np.asarray(out), stacked @ wr, rtol=1e-5, atol=1e-5)
 
 
@@ -160,16 +166,32 @@ def test_plans_are_cached():
 @pytest.mark.parametrize(
     "call, exc, message",
     [
-        (lambda x, w, v: hax.dot(x, v, axis="embed"), ValueError, "Axis 'embed' has size 5 in operand 0 but size 7"),
+        (
+            lambda x, w, v: hax.dot(x, v, axis="embed"),
+            ValueError,
+            "Axis 'embed' has size 5 in operand 0 but size 7",
+        ),
         (lambda x, w, v: hax.dot(x, w, axis="nope"), ValueError, "Cannot contract axis 'nope'"),
         (lambda x, w, v: hax.dot(x, w, axis=hax.Axis("embed", 9)), ValueError, "axis= says 9"),
         (lambda x, w, v: hax.dot(x, w), TypeError, "dot() needs axis="),
         (lambda x, w, v: hax.dot(axis=None), TypeError, "at least one NamedArray"),
         (lambda x, w, v: hax.dot(x, np.ones(5), axis="embed"), TypeError, "operand 1 is a ndarray"),
         (lambda x, w, v: hax.dot(x, w, axis=E, out_axes=("zzz", ...)), ValueError, "Axis 'zzz'"),
-        (lambda x, w, v: hax.dot(x, w, axis=E, out_axes=("batch", "batch", ...)), ValueError, "occurs twice"),
-        (lambda x, w, v: hax.dot(x, w, axis=E, out_axes=("batch",)), ValueError, "Axes ['hidden'] are missing"),
-        (lambda x, w, v: hax.dot(x, w, axis=E, out_axes=(hax.Axis("batch", 3), ...)), ValueError, "says 3"),
+        (
+            lambda x, w, v: hax.dot(x, w, axis=E, out_axes=("batch", "batch", ...)),
+            ValueError,
+            "occurs twice",
+        ),
+        (
+            lambda x, w, v: hax.dot(x, w, axis=E, out_axes=("batch",)),
+            ValueError,
+            "Axes ['hidden'] are missing",
+        ),
+        (
+            lambda x, w, v: hax.dot(x, w, axis=E, out_axes=(hax.Axis("batch", 3), ...)),
+            ValueError,
+            "says 3",
+        ),
         (lambda x, w, v: hax.dot(x, w, axis=E, out_axes=(1, ...)), TypeError, "out_axes entries"),
     ],
 )
@@ -223,7 +245,11 @@ def test_einsum_single_operand_jit_grad_and_lowering():
     jitted = jax.jit(lambda p, q: hax.einsum("{D} -> W H", p, q))(a, b)
     _close(jitted, np.einsum("hwd,dwh->wh", ar, br), (W, H))
     g = jax.grad(lambda p: jnp.sum(hax.einsum("-> H", p, b).array))(a)
-    _close(g, jax.grad(lambda p: jnp.sum(jnp.einsum("hwd,dwh->h", p, jnp.asarray(br))))(jnp.asarray(ar)), (H, W, D))
+    _close(
+        g,
+        jax.grad(lambda p: jnp.sum(jnp.einsum("hwd,dwh->h", p, jnp.asarray(br))))(jnp.asarray(ar)),
+        (H, W, D),
+    )
     jaxpr = jax.make_jaxpr(lambda p, q: hax.einsum("{H W D} -> H W", p, q).array)(a, b)
     assert "dot_general" in [e.primitive.name for e in jaxpr.jaxpr.eqns]
 
@@ -242,7 +268,11 @@ def test_einsum_single_operand_jit_grad_and_lowering():
         ("h w d q ..., d w h -> h", {}, "Input 0 names more axes than array 0 has"),
         ("h ... ..., d w h -> h", {}, "Input 0 has more than one '...'"),
         ("(h w) d, d w h -> h", {}, "Parenthesized groups are not supported"),
-        ("h w d, d w h -> (x: h w)", {}, "Parenthesized groups are not supported in einsum outputs"),
+        (
+            "h w d, d w h -> (x: h w)",
+            {},
+            "Parenthesized groups are not supported in einsum outputs",
+        ),
         ("{H} -> (x: H W)", {}, "Parenthesized groups are not supported in einsum outputs"),
         ("{(x: H W)} -> H", {}, "Parenthesized groups are not supported in einsum inputs"),
         ("{Q} -> H", {}, "Axis 'Q' is not in any operand"),
@@ -251,7 +281,11 @@ def test_einsum_single_operand_jit_grad_and_lowering():
         ("h w d, d w h -> ... w ...", {}, "At most one '...' is allowed in this einsum output"),
         ("{x} -> W", {"x": hax.Axis("H", 4)}, "has size 4, but the operands' axis 'H' has size 3"),
         ("{x} -> W", {"x": "Q"}, "names no axis of the operands"),
-        ("h w d, d w h -> h", {"h": W}, "'h' is aliased to Axis('W', 4) but binds axis Axis('H', 3)"),
+        (
+            "h w d, d w h -> h",
+            {"h": W},
+            "'h' is aliased to Axis('W', 4) but binds axis Axis('H', 3)",
+        ),
         ("{H}, d w h -> h", {}, "cannot be mixed with other inputs"),
         ("h w d -> {h}", {}, "The output of einsum must be ordered"),
     ],
@@ -294,7 +328,9 @@ def _contraction(draw):
 def test_dot_matches_einsum_on_random_contractions(case, data):
     operands, contracted = case
     rng = np.random.default_rng(len(operands))
-    raws = [rng.integers(-3, 4, size=tuple(a.size for a in axes)).astype(np.int32) for axes in operands]
+    raws = [
+        rng.integers(-3, 4, size=tuple(a.size for a in axes)).astype(np.int32) for axes in operands
+    ]
     arrays = [hax.NamedArray(jnp.asarray(r), axes) for r, axes in zip(raws, operands)]
     out = hax.dot(*arrays, axis=tuple(contracted))
     letters = {ax.name: ax.name for ax in _POOL}
@@ -303,11 +339,15 @@ def test_dot_matches_einsum_on_random_contractions(case, data):
         for ax in axes:
             if ax.name not in contracted and ax.name not in kept:
                 kept.append(ax.name)
-    spec = ",".join("".join(letters[a.name] for a in axes) for axes in operands) + "->" + "".join(kept)
+    spec = (
+        ",".join("".join(letters[a.name] for a in axes) for axes in operands) + "->" + "".join(kept)
+    )
     want = np.einsum(spec, *raws)
     assert tuple(a.name for a in out.axes) == tuple(kept)
     np.testing.assert_array_equal(np.asarray(out.array), want)
     # the same contraction with a shuffled output order
     order = data.draw(st.permutations(kept))
     shuffled = hax.dot(*arrays, axis=tuple(contracted), out_axes=tuple(order))
-    np.testing.assert_array_equal(np.asarray(shuffled.array), np.einsum(spec[: spec.index(">") + 1] + "".join(order), *raws))
+    np.testing.assert_array_equal(
+        np.asarray(shuffled.array), np.einsum(spec[: spec.index(">") + 1] + "".join(order), *raws)
+    )

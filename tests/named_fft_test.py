@@ -27,7 +27,9 @@ def test_axis_forms_of_fft():
     raw, img = _image()
     _close(hax.fft(img), jnp.fft.fft(raw, axis=-1), (X, Y))
     _close(hax.fft(img, axis="X"), jnp.fft.fft(raw, axis=0), (X, Y))
-    _close(hax.fft(img, axis=hax.Axis("Y", 10)), jnp.fft.fft(raw, n=10, axis=1), (X, hax.Axis("Y", 10)))
+    _close(
+        hax.fft(img, axis=hax.Axis("Y", 10)), jnp.fft.fft(raw, n=10, axis=1), (X, hax.Axis("Y", 10))
+    )
     _close(hax.fft(img, axis=("X", "Y")), jnp.fft.fftn(raw, axes=(0, 1)), (X, Y))
     _close(hax.fft(img, axis=("Y", X)), jnp.fft.fftn(raw, axes=(1, 0)), (X, Y))
     _close(
@@ -47,13 +49,29 @@ def test_inverse_and_real_transforms():
     _close(hax.ifft(spec, axis="Y"), jnp.fft.ifft(jnp.fft.fftn(raw), axis=1), (X, Y))
     half = hax.rfft(img, axis="Y")
     _close(half, jnp.fft.rfft(raw, axis=1), (X, hax.Axis("Y", 4)))
-    _close(hax.irfft(half, axis="Y"), jnp.fft.irfft(jnp.fft.rfft(raw, axis=1), axis=1), (X, hax.Axis("Y", 6)))
-    _close(hax.irfft(half, axis=hax.Axis("Y", 7)), jnp.fft.irfft(jnp.fft.rfft(raw, axis=1), n=7, axis=1), (X, hax.Axis("Y", 7)))
+    _close(
+        hax.irfft(half, axis="Y"),
+        jnp.fft.irfft(jnp.fft.rfft(raw, axis=1), axis=1),
+        (X, hax.Axis("Y", 6)),
+    )
+    _close(
+        hax.irfft(half, axis=hax.Axis("Y", 7)),
+        jnp.fft.irfft(jnp.fft.rfft(raw, axis=1), n=7, axis=1),
+        (X, hax.Axis("Y", 7)),
+    )
     both = hax.rfft(img, axis=("X", "Y"))
     _close(both, jnp.fft.rfftn(raw, axes=(0, 1)), (X, hax.Axis("Y", 4)))
     _close(hax.irfft(both, axis=("X", "Y")), raw, (X, Y))
-    _close(hax.irfft(both, axis={"X": 8, "Y": None}), jnp.fft.irfftn(jnp.fft.rfftn(raw), s=(8, 6), axes=(0, 1)), (hax.Axis("X", 8), Y))
-    _close(hax.hfft(half, axis="Y"), jnp.fft.hfft(jnp.fft.rfft(raw, axis=1), axis=1), (X, hax.Axis("Y", 6)))
+    _close(
+        hax.irfft(both, axis={"X": 8, "Y": None}),
+        jnp.fft.irfftn(jnp.fft.rfftn(raw), s=(8, 6), axes=(0, 1)),
+        (hax.Axis("X", 8), Y),
+    )
+    _close(
+        hax.hfft(half, axis="Y"),
+        jnp.fft.hfft(jnp.fft.rfft(raw, axis=1), axis=1),
+        (X, hax.Axis("Y", 6)),
+    )
     _close(hax.ihfft(img, axis="X"), jnp.fft.ihfft(raw, axis=0), (hax.Axis("X", 3), Y))
 
 
@@ -68,7 +86,11 @@ def test_shifts_and_frequencies():
 
 def test_jit_grad_vmap():
     raw, img = _image()
-    _close(jax.jit(lambda a: hax.rfft(a, axis="X"))(img), jnp.fft.rfft(raw, axis=0), (hax.Axis("X", 3), Y))
+    _close(
+        jax.jit(lambda a: hax.rfft(a, axis="X"))(img),
+        jnp.fft.rfft(raw, axis=0),
+        (hax.Axis("X", 3), Y),
+    )
 
     def loss(a):
         return jnp.sum(jnp.abs(hax.fft(a, axis="Y").array) ** 2)
@@ -77,7 +99,9 @@ def test_jit_grad_vmap():
     want = jax.grad(lambda r: jnp.sum(jnp.abs(jnp.fft.fft(r, axis=1)) ** 2))(jnp.asarray(raw))
     _close(g, want, (X, Y))
     stacked = np.stack([raw, raw * 2])
-    out = jax.vmap(lambda r: hax.fft(hax.NamedArray(r, (X, Y)), axis="X").array)(jnp.asarray(stacked))
+    out = jax.vmap(lambda r: hax.fft(hax.NamedArray(r, (X, Y)), axis="X").array)(
+        jnp.asarray(stacked)
+    )
     np.testing.assert_allclose(np.asarray(out), np.fft.fft(stacked, axis=1), rtol=1e-4, atol=1e-4)
 
 
@@ -93,9 +117,17 @@ def test_jit_grad_vmap():
         (lambda a: hax.fft(a, axis={"Y": hax.Axis("Q", 3)}), ValueError, "which has another name"),
         (lambda a: hax.fft(a, axis=(1,)), TypeError, "axes are given as Axis or names"),
         (lambda a: hax.hfft(a, axis=("X", "Y")), ValueError, "hfft transforms one axis only"),
-        (lambda a: hax.ihfft(a, axis={"X": None, "Y": None}), ValueError, "ihfft transforms one axis only"),
+        (
+            lambda a: hax.ihfft(a, axis={"X": None, "Y": None}),
+            ValueError,
+            "ihfft transforms one axis only",
+        ),
         (lambda a: hax.fft(np.ones(3)), TypeError, "fft expects a NamedArray"),
-        (lambda a: hax.fft(hax.NamedArray(jnp.float32(1), ())), ValueError, "the array is a scalar"),
+        (
+            lambda a: hax.fft(hax.NamedArray(jnp.float32(1), ())),
+            ValueError,
+            "the array is a scalar",
+        ),
         (lambda a: hax.fftshift(np.ones(3)), TypeError, "fftshift expects a NamedArray"),
         (lambda a: hax.fftfreq("time"), TypeError, "fftfreq needs an Axis"),
         (lambda a: hax.rfftfreq("time"), TypeError, "rfftfreq needs an Axis"),

@@ -60,7 +60,9 @@ def test_vmap_unnamed_args_default_spec_and_overrides():
     _eq(out.array, x.array * plain_h[None, :])
     # a spec that is a tree prefix: dict of two arrays, one mapped over dim 1
     tree = {"m": jnp.ones((4, 3)), "s": jnp.float32(2.0)}
-    out = hax.vmap(lambda a, t: a * t["s"] + hax.named(t["m"], H), B, args=(0, {"m": 1, "s": None}))(x, tree)
+    out = hax.vmap(
+        lambda a, t: a * t["s"] + hax.named(t["m"], H), B, args=(0, {"m": 1, "s": None})
+    )(x, tree)
     _eq(out.array, x.array * 2 + 1)
     # named arrays without the axis are passed whole; static (non-array) args pass through
     w = hax.named(_arr(4, seed=2), H)
@@ -185,8 +187,16 @@ def test_fold_and_map():
 
 @pytest.mark.parametrize(
     "remat",
-    [False, True, "full", "recompute", "save_all", "nested", hax.ScanCheckpointPolicy(save_carries=False, nested=2),
-     hax.ScanCheckpointPolicy(save_block_internals=["mid"])],
+    [
+        False,
+        True,
+        "full",
+        "recompute",
+        "save_all",
+        "nested",
+        hax.ScanCheckpointPolicy(save_carries=False, nested=2),
+        hax.ScanCheckpointPolicy(save_block_internals=["mid"]),
+    ],
 )
 def test_scan_remat_policies_keep_values_and_gradients(remat):
     raw = _arr(4, 3)  # (L=4 layers, H'=3)
@@ -199,7 +209,9 @@ def test_scan_remat_policies_keep_values_and_gradients(remat):
         return hax.named(mid, W), None
 
     def named_loss(ws_raw):
-        c = hax.fold(lambda c, w: step(c, w)[0], Lk, remat=remat)(hax.ones(W), hax.named(ws_raw, (Lk, W)))
+        c = hax.fold(lambda c, w: step(c, w)[0], Lk, remat=remat)(
+            hax.ones(W), hax.named(ws_raw, (Lk, W))
+        )
         return (c * c).sum().scalar()
 
     def plain_loss(ws_raw):
@@ -257,10 +269,18 @@ def test_filter_checkpoint_passes_static_values_and_keeps_gradients():
     def loss(r, fn):
         return fn(hax.named(r, H), hax.sin, 3.0)["y"].sum().scalar()
 
-    _eq(jax.grad(lambda r: loss(r, ck))(x.array), jax.grad(lambda r: loss(r, block))(x.array), rtol=1e-6)
+    _eq(
+        jax.grad(lambda r: loss(r, ck))(x.array),
+        jax.grad(lambda r: loss(r, block))(x.array),
+        rtol=1e-6,
+    )
     # the decorator form with a policy
     pol = hax.filter_checkpoint(policy=jax.checkpoint_policies.nothing_saveable)(block)
-    _eq(jax.grad(lambda r: loss(r, pol))(x.array), jax.grad(lambda r: loss(r, block))(x.array), rtol=1e-6)
+    _eq(
+        jax.grad(lambda r: loss(r, pol))(x.array),
+        jax.grad(lambda r: loss(r, block))(x.array),
+        rtol=1e-6,
+    )
 
 
 def test_scan_checkpoint_policy_translation():

@@ -63,7 +63,9 @@ def test_forward_hlo_is_identical(named_fn):
     want = _hlo(mlp, raw, x)
     assert "dot_general" in want
     assert _hlo(named_fn, named, xn) == want
-    np.testing.assert_allclose(float(jax.jit(named_fn)(named, xn)), float(jax.jit(mlp)(raw, x)), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(jax.jit(named_fn)(named, xn)), float(jax.jit(mlp)(raw, x)), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("named_fn", [named_mlp_dot, named_mlp_einsum])

@@ -19,7 +19,9 @@ def _close(a, b, tol=1e-5):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("name", ["relu", "gelu", "silu", "sigmoid", "softplus", "elu", "selu", "log_sigmoid", "relu6"])
+@pytest.mark.parametrize(
+    "name", ["relu", "gelu", "silu", "sigmoid", "softplus", "elu", "selu", "log_sigmoid", "relu6"]
+)
 def test_elementwise_activations(name):
     x = _x((B, E))
     out = getattr(hax.nn, name)(x)
@@ -51,27 +53,38 @@ def test_softmax_family_along_named_axes():
     _close(lse.array, jax.nn.logsumexp(x.array, axis=0))
     _close(hax.nn.softmax(x, (E, B)).array, jax.nn.softmax(x.array, axis=(0, 1)))
     _close(hax.nn.standardize(x, E).array, jax.nn.standardize(x.array, axis=0), 1e-4)
-    with pytest.raises(ValueError, match="softmax: axis 'Q' is not in the array with axes \\(E=8, B=2\\)"):
+    with pytest.raises(
+        ValueError, match="softmax: axis 'Q' is not in the array with axes \\(E=8, B=2\\)"
+    ):
         hax.nn.softmax(x, "Q")
 
 
 def test_cross_entropy_losses():
     logits = _x((B, S, V))
     ids = hax.random.randint(jax.random.key(3), (B, S), 0, 11)
-    ref = -jnp.take_along_axis(jax.nn.log_softmax(logits.array, -1), ids.array[..., None], -1)[..., 0]
+    ref = -jnp.take_along_axis(jax.nn.log_softmax(logits.array, -1), ids.array[..., None], -1)[
+        ..., 0
+    ]
     _close(hax.nn.cross_entropy_loss(logits, V, hax.nn.one_hot(ids, V)).array, ref.mean())
     _close(hax.nn.cross_entropy_loss(logits, V, ids).array, ref.mean())  # integer ids
     per = hax.nn.cross_entropy_loss(logits, V, ids, reduction=None)
     assert per.axes == (B, S)
     _close(per.array, ref)
-    _close(hax.nn.cross_entropy_loss(logits, V, ids, reduction=hax.sum, reduction_axis=S).array, ref.sum(1))
+    _close(
+        hax.nn.cross_entropy_loss(logits, V, ids, reduction=hax.sum, reduction_axis=S).array,
+        ref.sum(1),
+    )
     where = hax.named(jnp.arange(5) < 3, S)
     _close(hax.nn.cross_entropy_loss(logits, V, ids, where=where).array, ref[:, :3].mean())
-    with pytest.raises(ValueError, match="label axis 'Q' is not in logits with axes \\(B=2, S=5, V=11\\)"):
+    with pytest.raises(
+        ValueError, match="label axis 'Q' is not in logits with axes \\(B=2, S=5, V=11\\)"
+    ):
         hax.nn.cross_entropy_loss(logits, "Q", ids)
     t = hax.random.bernoulli(jax.random.key(4), (B, S), 0.5)
     lg = _x((S, B))  # other layout: matched by name
-    bce = -(t.array * jax.nn.log_sigmoid(lg.array.T) + (1 - t.array) * jax.nn.log_sigmoid(-lg.array.T))
+    bce = -(
+        t.array * jax.nn.log_sigmoid(lg.array.T) + (1 - t.array) * jax.nn.log_sigmoid(-lg.array.T)
+    )
     _close(hax.nn.binary_cross_entropy_loss(lg, t).array, bce.mean())
 
 
@@ -197,4 +210,7 @@ def test_combine_masks():
     _close(both.array, jnp.tril(jnp.ones((5, 5), bool)) & (jnp.arange(5) < 4)[None, :])
     either = hax.nn.combine_masks_or(causal, pad)
     _close(either.array, jnp.tril(jnp.ones((5, 5), bool)) | (jnp.arange(5) < 4)[None, :])
-    assert hax.nn.combine_masks_and(None, pad) is pad and hax.nn.combine_masks_or(causal, None) is causal
+    assert (
+        hax.nn.combine_masks_and(None, pad) is pad
+        and hax.nn.combine_masks_or(causal, None) is causal
+    )

@@ -26,12 +26,51 @@ _COMPLEX = (_SIGNED + 1j * _UNIT).astype(np.complex64)
 _INT_UNARY = {"bitwise_count", "bitwise_invert", "bitwise_not", "invert"}
 _BIG_UNARY = {"arccosh"}
 _COMPLEX_UNARY = {"angle", "conj", "conjugate", "imag", "real", "iscomplex", "isreal"}
-_SIGNED_UNARY = {"abs", "absolute", "sign", "signbit", "fabs", "fix", "trunc", "rint", "around",
-                 "ceil", "floor", "negative", "positive", "cbrt", "square", "sinc", "isneginf",
-                 "isposinf", "isfinite", "isinf", "isnan", "logical_not", "copy"}
-_NONDIFF_UNARY = _INT_UNARY | {"ceil", "floor", "fix", "trunc", "rint", "around", "sign", "signbit",
-                               "isfinite", "isinf", "isnan", "isneginf", "isposinf", "logical_not",
-                               "iscomplex", "isreal", "frexp", "i0"}
+_SIGNED_UNARY = {
+    "abs",
+    "absolute",
+    "sign",
+    "signbit",
+    "fabs",
+    "fix",
+    "trunc",
+    "rint",
+    "around",
+    "ceil",
+    "floor",
+    "negative",
+    "positive",
+    "cbrt",
+    "square",
+    "sinc",
+    "isneginf",
+    "isposinf",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "logical_not",
+    "copy",
+}
+_NONDIFF_UNARY = _INT_UNARY | {
+    "ceil",
+    "floor",
+    "fix",
+    "trunc",
+    "rint",
+    "around",
+    "sign",
+    "signbit",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "isneginf",
+    "isposinf",
+    "logical_not",
+    "iscomplex",
+    "isreal",
+    "frexp",
+    "i0",
+}
 
 _POS_REF = {"fix": jnp.trunc, "rsqrt": lambda x: 1 / jnp.sqrt(x)}
 
@@ -125,7 +164,9 @@ def test_unary_ops_under_jit_vmap_grad():
     def pos_loss(x):
         return sum(jnp.sum(pos_op[n](x)) for n in diff)
 
-    assert str(jax.make_jaxpr(jax.grad(named_loss))(_UNIT)) == str(jax.make_jaxpr(jax.grad(pos_loss))(_UNIT))
+    assert str(jax.make_jaxpr(jax.grad(named_loss))(_UNIT)) == str(
+        jax.make_jaxpr(jax.grad(pos_loss))(_UNIT)
+    )
     g = jax.grad(lambda x: jnp.sum(hax.tanh(hax.named(x, ("batch", "embed"))).array))(_UNIT)
     np.testing.assert_allclose(g, 1 - np.tanh(_UNIT) ** 2, rtol=1e-5)
 
@@ -138,11 +179,32 @@ def test_round_and_ndim():
     assert hax.ndim(hax.named(x, (B, E))) == 2 and hax.ndim(jnp.zeros((1, 2, 3))) == 3
 
 
-_INT_BINARY = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
-               "left_shift", "right_shift"}
-_NONDIFF_BINARY = _INT_BINARY | {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
-                                 "logical_and", "logical_or", "logical_xor", "floor_divide", "divmod",
-                                 "nextafter", "mod", "remainder", "fmod"}
+_INT_BINARY = {
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+    "left_shift",
+    "right_shift",
+}
+_NONDIFF_BINARY = _INT_BINARY | {
+    "equal",
+    "not_equal",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "floor_divide",
+    "divmod",
+    "nextafter",
+    "mod",
+    "remainder",
+    "fmod",
+}
 _F1 = _RNG.uniform(0.5, 2.0, (3, 4)).astype(np.float32)
 _F2 = _RNG.uniform(0.5, 2.0, (3, 4)).astype(np.float32)
 _I1 = _RNG.integers(0, 64, (3, 4)).astype(np.int32)
@@ -167,9 +229,13 @@ def test_binary_op_eager_aligns_by_name(name):
 def test_binary_op_with_scalars(name):
     x, y = _binary_inputs(name)
     s = y[0, 0]
-    for o, r in zip(_as_tuple(getattr(hax, name)(hax.named(x, (B, E)), s)), _as_tuple(getattr(jnp, name)(x, s))):
+    for o, r in zip(
+        _as_tuple(getattr(hax, name)(hax.named(x, (B, E)), s)), _as_tuple(getattr(jnp, name)(x, s))
+    ):
         _assert_named(o, r, (B, E))
-    for o, r in zip(_as_tuple(getattr(hax, name)(s, hax.named(x, (B, E)))), _as_tuple(getattr(jnp, name)(s, x))):
+    for o, r in zip(
+        _as_tuple(getattr(hax, name)(s, hax.named(x, (B, E)))), _as_tuple(getattr(jnp, name)(s, x))
+    ):
         _assert_named(o, r, (B, E))
     np.testing.assert_allclose(getattr(hax, name)(s, s), getattr(jnp, name)(s, s))
 
@@ -196,12 +262,20 @@ def test_binary_ops_under_jit_vmap_grad():
         return lambda x, y: sum(jnp.sum(fn_of(n, x, y)) for n in diff)
 
     # grad: the named gradient jaxpr is the positional one, op for op; one op numerically.
-    named_loss = loss(lambda n, x, y: getattr(hax, n)(hax.named(x, ("batch", "embed")), hax.named(y, ("embed", "batch"))).array)
+    named_loss = loss(
+        lambda n, x, y: (
+            getattr(hax, n)(
+                hax.named(x, ("batch", "embed")), hax.named(y, ("embed", "batch"))
+            ).array
+        )
+    )
     pos_loss = loss(lambda n, x, y: getattr(jnp, n)(x, jnp.transpose(y)))
     assert str(jax.make_jaxpr(jax.grad(named_loss, (0, 1)))(_F1, _F2.T)) == str(
         jax.make_jaxpr(jax.grad(pos_loss, (0, 1)))(_F1, _F2.T)
     )
-    gx, gy = jax.grad(lambda x, y: jnp.sum(hax.multiply(hax.named(x, (B, E)), hax.named(y, (E, B))).array), (0, 1))(_F1, _F2.T)
+    gx, gy = jax.grad(
+        lambda x, y: jnp.sum(hax.multiply(hax.named(x, (B, E)), hax.named(y, (E, B))).array), (0, 1)
+    )(_F1, _F2.T)
     np.testing.assert_allclose(gx, _F2, rtol=1e-6)
     np.testing.assert_allclose(gy, _F1.T, rtol=1e-6)
 
@@ -215,13 +289,36 @@ def test_binary_op_errors():
 
 # ----------------------------------------------------------------------------- reductions
 
-_REDUCTIONS = ["sum", "prod", "mean", "max", "min", "amax", "amin", "all", "any", "std", "var",
-               "nansum", "nanprod", "nanmean", "nanmax", "nanmin", "nanstd", "nanvar", "ptp"]
+_REDUCTIONS = [
+    "sum",
+    "prod",
+    "mean",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "all",
+    "any",
+    "std",
+    "var",
+    "nansum",
+    "nanprod",
+    "nanmean",
+    "nanmax",
+    "nanmin",
+    "nanstd",
+    "nanvar",
+    "ptp",
+]
+
+
 def _reduction_ref(name, x, axis, where=None, **kw):
     """NumPy reference; masked max/min use the dtype's extreme as ``initial`` (as hax does)."""
     fn = getattr(np, name)
     if name == "ptp" and where is not None:
-        return np.max(x, axis=axis, where=where, initial=-np.inf) - np.min(x, axis=axis, where=where, initial=np.inf)
+        return np.max(x, axis=axis, where=where, initial=-np.inf) - np.min(
+            x, axis=axis, where=where, initial=np.inf
+        )
     if where is None:
         return fn(x, axis=axis, **kw)
     if name in ("max", "min", "amax", "amin", "nanmax", "nanmin"):
@@ -248,7 +345,9 @@ def test_reductions(name):
     if name in ("sum", "mean", "nanprod"):
         out = fn(a, "batch", dtype=jnp.float16)
         assert out.dtype == jnp.float16
-        _assert_named(out, _reduction_ref(name, x, 0, dtype=jnp.float16), (E,), rtol=1e-2, atol=1e-2)
+        _assert_named(
+            out, _reduction_ref(name, x, 0, dtype=jnp.float16), (E,), rtol=1e-2, atol=1e-2
+        )
 
 
 def test_reduction_axis_forms():
@@ -258,10 +357,16 @@ def test_reduction_axis_forms():
     _assert_named(hax.sum(a, {"batch": 3}), _SIGNED.sum(0), (E,))
     _assert_named(hax.sum(a, [B, "embed"]), _SIGNED.sum(), ())
     _assert_named(hax.prod(a, ("embed", "batch")), _SIGNED.prod(), (), rtol=1e-4)
-    _assert_named(hax.max(hax.named(_INTS, (B, E)), "batch", where=hax.named(_INTS > 50, (B, E))),
-                  np.max(_INTS, 0, where=_INTS > 50, initial=np.iinfo(np.int32).min), (E,))
-    _assert_named(hax.min(hax.named(_INTS > 50, (B, E)), "batch", where=hax.named(_INTS > 20, (B, E))),
-                  np.min(_INTS > 50, 0, where=_INTS > 20, initial=True), (E,))
+    _assert_named(
+        hax.max(hax.named(_INTS, (B, E)), "batch", where=hax.named(_INTS > 50, (B, E))),
+        np.max(_INTS, 0, where=_INTS > 50, initial=np.iinfo(np.int32).min),
+        (E,),
+    )
+    _assert_named(
+        hax.min(hax.named(_INTS > 50, (B, E)), "batch", where=hax.named(_INTS > 20, (B, E))),
+        np.min(_INTS > 50, 0, where=_INTS > 20, initial=True),
+        (E,),
+    )
 
 
 def test_reductions_methods_and_modes():
@@ -281,8 +386,12 @@ def test_reductions_methods_and_modes():
 
     def named_fn(x, m):
         a = hax.named(x, ("batch", "embed"))
-        return (hax.sum(a, "batch") + hax.mean(a, "batch", where=hax.named(m, ("batch", "embed")))
-                + hax.var(a, "batch") + hax.max(a, "batch")).array
+        return (
+            hax.sum(a, "batch")
+            + hax.mean(a, "batch", where=hax.named(m, ("batch", "embed")))
+            + hax.var(a, "batch")
+            + hax.max(a, "batch")
+        ).array
 
     def pos_fn(x, m):
         return x.sum(0) + jnp.mean(x, 0, where=m) + jnp.var(x, 0) + jnp.max(x, 0)
@@ -290,15 +399,23 @@ def test_reductions_methods_and_modes():
     m = _UNIT > 0.2
     m[0] = True
     np.testing.assert_allclose(jax.jit(named_fn)(x, m), pos_fn(x, m), rtol=1e-5)
-    np.testing.assert_allclose(jax.vmap(named_fn, (0, None))(np.stack([x, -x]), m),
-                               jax.vmap(pos_fn, (0, None))(np.stack([x, -x]), m), rtol=1e-5)
-    np.testing.assert_allclose(jax.grad(lambda x: named_fn(x, m).sum())(x),
-                               jax.grad(lambda x: pos_fn(x, m).sum())(x), rtol=1e-5)
+    np.testing.assert_allclose(
+        jax.vmap(named_fn, (0, None))(np.stack([x, -x]), m),
+        jax.vmap(pos_fn, (0, None))(np.stack([x, -x]), m),
+        rtol=1e-5,
+    )
+    np.testing.assert_allclose(
+        jax.grad(lambda x: named_fn(x, m).sum())(x),
+        jax.grad(lambda x: pos_fn(x, m).sum())(x),
+        rtol=1e-5,
+    )
 
 
 def test_reduction_errors():
     a = hax.zeros((B, E))
-    with pytest.raises(ValueError, match="Axis 'head' not found in array with axes \\(batch=3, embed=4\\)"):
+    with pytest.raises(
+        ValueError, match="Axis 'head' not found in array with axes \\(batch=3, embed=4\\)"
+    ):
         hax.sum(a, "head")
     with pytest.raises(ValueError, match="names an axis twice"):
         hax.sum(a, ("batch", "batch"))
@@ -329,7 +446,9 @@ def test_arg_reductions(name):
         jitted = jax.jit(lambda x: fn(hax.named(x, (B, E)), "batch").array)
         np.testing.assert_array_equal(jitted(x), ref(x, axis=0))
         vmapped = jax.vmap(lambda x: fn(hax.named(x, (B, E)), "embed").array)(np.stack([x, -x]))
-        np.testing.assert_array_equal(vmapped, jax.vmap(lambda x: ref(x, axis=1))(np.stack([x, -x])))
+        np.testing.assert_array_equal(
+            vmapped, jax.vmap(lambda x: ref(x, axis=1))(np.stack([x, -x]))
+        )
     if name == "argmin":
         _assert_named(a.argmin("embed"), ref(x, axis=1), (B,))
 
@@ -362,11 +481,20 @@ def test_axiswise_methods_and_modes():
     flat = hax.argsort(a, None)
     assert not isinstance(flat, NamedArray)
     np.testing.assert_array_equal(flat, np.argsort(x, axis=None))
-    f = lambda x: (hax.cumsum(hax.named(x, ("batch", "embed")), "embed") * hax.sort(hax.named(x, ("batch", "embed")), "batch")).array  # noqa: E731
-    g = lambda x: jnp.cumsum(x, 1) * jnp.sort(x, 0)  # noqa: E731
+    f = lambda x: (
+        (
+            hax.cumsum(hax.named(x, ("batch", "embed")), "embed")
+            * hax.sort(hax.named(x, ("batch", "embed")), "batch")
+        ).array
+    )
+    g = lambda x: jnp.cumsum(x, 1) * jnp.sort(x, 0)
     np.testing.assert_allclose(jax.jit(f)(x), g(x), rtol=1e-6)
-    np.testing.assert_allclose(jax.vmap(f)(np.stack([x, x * 2])), jax.vmap(g)(np.stack([x, x * 2])), rtol=1e-6)
-    np.testing.assert_allclose(jax.grad(lambda x: f(x).sum())(x), jax.grad(lambda x: g(x).sum())(x), rtol=1e-5)
+    np.testing.assert_allclose(
+        jax.vmap(f)(np.stack([x, x * 2])), jax.vmap(g)(np.stack([x, x * 2])), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        jax.grad(lambda x: f(x).sum())(x), jax.grad(lambda x: g(x).sum())(x), rtol=1e-5
+    )
 
 
 # ----------------------------------------------------------------------------- misc
@@ -396,15 +524,22 @@ def test_where_and_clip():
         hax.where(hax.named(c, (B, E)), hax.zeros((Axis("embed", 2),)), 0.0)
 
     def named_fn(x, y):
-        return hax.where(hax.named(x, ("batch", "embed")) > 0, hax.named(x, ("batch", "embed")),
-                         hax.clip(hax.named(y, ("embed", "batch")), 1.6, 2.5)).array
+        return hax.where(
+            hax.named(x, ("batch", "embed")) > 0,
+            hax.named(x, ("batch", "embed")),
+            hax.clip(hax.named(y, ("embed", "batch")), 1.6, 2.5),
+        ).array
 
-    pos_fn = lambda x, y: jnp.where(x > 0, x, jnp.clip(y.T, 1.6, 2.5))  # noqa: E731
+    pos_fn = lambda x, y: jnp.where(x > 0, x, jnp.clip(y.T, 1.6, 2.5))
     np.testing.assert_allclose(jax.jit(named_fn)(x, y.T), pos_fn(x, y.T))
-    np.testing.assert_allclose(jax.vmap(named_fn)(np.stack([x, -x]), np.stack([y.T, y.T])),
-                               jax.vmap(pos_fn)(np.stack([x, -x]), np.stack([y.T, y.T])))
-    for a, b in zip(jax.grad(lambda x, y: named_fn(x, y).sum(), (0, 1))(x, y.T),
-                    jax.grad(lambda x, y: pos_fn(x, y).sum(), (0, 1))(x, y.T)):
+    np.testing.assert_allclose(
+        jax.vmap(named_fn)(np.stack([x, -x]), np.stack([y.T, y.T])),
+        jax.vmap(pos_fn)(np.stack([x, -x]), np.stack([y.T, y.T])),
+    )
+    for a, b in zip(
+        jax.grad(lambda x, y: named_fn(x, y).sum(), (0, 1))(x, y.T),
+        jax.grad(lambda x, y: pos_fn(x, y).sum(), (0, 1))(x, y.T),
+    ):
         np.testing.assert_allclose(a, b)
 
 
@@ -460,13 +595,25 @@ def test_nonzero_searchsorted_bincount():
         hax.nonzero(hax.named(m, (B, E)), size=5)
     sorted_ = hax.named(np.array([1.0, 2.0, 4.0, 8.0], np.float32), (E,))
     v = hax.named(np.array([[0.5, 3.0], [8.0, 9.0]], np.float32), ("p", "q"))
-    _assert_named(hax.searchsorted(sorted_, v), np.searchsorted([1, 2, 4, 8], [[0.5, 3.0], [8.0, 9.0]]), v.axes)
-    _assert_named(hax.searchsorted(sorted_, v, side="right"),
-                  np.searchsorted([1, 2, 4, 8], [[0.5, 3.0], [8.0, 9.0]], side="right"), v.axes)
+    _assert_named(
+        hax.searchsorted(sorted_, v),
+        np.searchsorted([1, 2, 4, 8], [[0.5, 3.0], [8.0, 9.0]]),
+        v.axes,
+    )
+    _assert_named(
+        hax.searchsorted(sorted_, v, side="right"),
+        np.searchsorted([1, 2, 4, 8], [[0.5, 3.0], [8.0, 9.0]], side="right"),
+        v.axes,
+    )
     unsorted = hax.named(np.array([4.0, 1.0, 8.0, 2.0], np.float32), (E,))
     sorter = hax.named(np.argsort([4.0, 1.0, 8.0, 2.0]), (E,))
-    _assert_named(hax.searchsorted(unsorted, v, sorter=sorter),
-                  np.searchsorted([4.0, 1.0, 8.0, 2.0], [[0.5, 3.0], [8.0, 9.0]], sorter=np.argsort([4.0, 1.0, 8.0, 2.0])), v.axes)
+    _assert_named(
+        hax.searchsorted(unsorted, v, sorter=sorter),
+        np.searchsorted(
+            [4.0, 1.0, 8.0, 2.0], [[0.5, 3.0], [8.0, 9.0]], sorter=np.argsort([4.0, 1.0, 8.0, 2.0])
+        ),
+        v.axes,
+    )
     np.testing.assert_array_equal(hax.searchsorted(sorted_, jnp.array([3.0])), [2])
     with pytest.raises(ValueError, match="one-dimensional `a`, got axes \\(batch=3, embed=4\\)"):
         hax.searchsorted(hax.zeros((B, E)), v)
@@ -474,11 +621,21 @@ def test_nonzero_searchsorted_bincount():
         hax.searchsorted(sorted_, v, sorter=hax.zeros((B, E), dtype=jnp.int32))
     C = Axis("counts", 6)
     xs = np.array([[0, 1, 1, 5], [2, 2, 2, 0], [1, 0, 3, 3]])
-    _assert_named(hax.bincount(hax.named(xs, (B, E)), C), np.bincount(xs.ravel(), minlength=6), (C,))
+    _assert_named(
+        hax.bincount(hax.named(xs, (B, E)), C), np.bincount(xs.ravel(), minlength=6), (C,)
+    )
     w = _UNIT
-    _assert_named(hax.bincount(hax.named(xs, (B, E)), C, weights=hax.named(w.T, (E, B))),
-                  np.bincount(xs.ravel(), weights=w.ravel(), minlength=6), (C,), rtol=1e-5)
-    _assert_named(hax.bincount(hax.named(xs, (B, E)), C, weights=2.0), 2 * np.bincount(xs.ravel(), minlength=6), (C,))
+    _assert_named(
+        hax.bincount(hax.named(xs, (B, E)), C, weights=hax.named(w.T, (E, B))),
+        np.bincount(xs.ravel(), weights=w.ravel(), minlength=6),
+        (C,),
+        rtol=1e-5,
+    )
+    _assert_named(
+        hax.bincount(hax.named(xs, (B, E)), C, weights=2.0),
+        2 * np.bincount(xs.ravel(), minlength=6),
+        (C,),
+    )
     with pytest.raises(ValueError, match="minlength=7 exceeds the size 6 of axis 'counts'"):
         hax.bincount(hax.named(xs, (B, E)), C, minlength=7)
     with pytest.raises(TypeError, match="needs an Axis for Counts"):
@@ -493,16 +650,29 @@ def test_pad_trace_tril_triu():
     x = _SIGNED
     a = hax.named(x, (B, E))
     _assert_named(hax.pad(a, {"embed": (1, 2)}), np.pad(x, ((0, 0), (1, 2))), (B, Axis("embed", 7)))
-    _assert_named(hax.pad(a, {B: 1}, constant_values=hax.named(jnp.float32(5), ())),
-                  np.pad(x, ((1, 1), (0, 0)), constant_values=5), (Axis("batch", 5), E))
-    _assert_named(hax.pad(a, {"embed": (0, 2)}, mode="edge"), np.pad(x, ((0, 0), (0, 2)), mode="edge"), (B, Axis("embed", 6)))
+    _assert_named(
+        hax.pad(a, {B: 1}, constant_values=hax.named(jnp.float32(5), ())),
+        np.pad(x, ((1, 1), (0, 0)), constant_values=5),
+        (Axis("batch", 5), E),
+    )
+    _assert_named(
+        hax.pad(a, {"embed": (0, 2)}, mode="edge"),
+        np.pad(x, ((0, 0), (0, 2)), mode="edge"),
+        (B, Axis("embed", 6)),
+    )
     with pytest.raises(ValueError, match="widths for axis 'embed' must be non-negative"):
         hax.pad(a, {"embed": (-1, 0)})
     with pytest.raises(ValueError, match="constant_values must be a scalar"):
         hax.pad(a, {"embed": 1}, constant_values=hax.ones((B,)))
     sq = hax.named(_RNG.standard_normal((2, 3, 3)).astype(np.float32), ("h", "r", "c"))
-    _assert_named(hax.trace(sq, "r", "c"), np.trace(np.asarray(sq.array), axis1=1, axis2=2), (Axis("h", 2),))
-    _assert_named(sq.trace("c", "h", offset=0), np.trace(np.asarray(sq.array), axis1=2, axis2=0), (Axis("r", 3),))
+    _assert_named(
+        hax.trace(sq, "r", "c"), np.trace(np.asarray(sq.array), axis1=1, axis2=2), (Axis("h", 2),)
+    )
+    _assert_named(
+        sq.trace("c", "h", offset=0),
+        np.trace(np.asarray(sq.array), axis1=2, axis2=0),
+        (Axis("r", 3),),
+    )
     with pytest.raises(ValueError, match="trace needs two different axes"):
         hax.trace(sq, "r", "r")
     raw = np.asarray(sq.array)
@@ -515,10 +685,17 @@ def test_pad_trace_tril_triu():
     _assert_named(hax.triu(sq, "h", "r"), np.triu(raw.transpose(2, 0, 1)), (c_, h_, r_))
     with pytest.raises(ValueError, match="tril needs two different axes"):
         hax.tril(sq, "r", "r")
-    f = lambda x: (hax.tril(hax.named(x, ("h", "r", "c")), "r", "c") + hax.trace(hax.named(x, ("h", "r", "c")), "r", "c")).array  # noqa: E731
-    g = lambda x: jnp.tril(x) + jnp.trace(x, axis1=1, axis2=2)[:, None, None]  # noqa: E731
+    f = lambda x: (
+        (
+            hax.tril(hax.named(x, ("h", "r", "c")), "r", "c")
+            + hax.trace(hax.named(x, ("h", "r", "c")), "r", "c")
+        ).array
+    )
+    g = lambda x: jnp.tril(x) + jnp.trace(x, axis1=1, axis2=2)[:, None, None]
     np.testing.assert_allclose(jax.jit(f)(raw), g(raw), rtol=1e-6)
-    np.testing.assert_allclose(jax.grad(lambda x: f(x).sum())(raw), jax.grad(lambda x: g(x).sum())(raw))
+    np.testing.assert_allclose(
+        jax.grad(lambda x: f(x).sum())(raw), jax.grad(lambda x: g(x).sum())(raw)
+    )
 
 
 def test_packbits_unpackbits():
@@ -526,8 +703,16 @@ def test_packbits_unpackbits():
     a = hax.named(bits, ("batch", "bits"))
     packed = hax.packbits(a, "bits")
     _assert_named(packed, np.packbits(bits, axis=1), (B, Axis("bits", 2)))
-    _assert_named(hax.packbits(a, "bits", bitorder="little"), np.packbits(bits, axis=1, bitorder="little"), (B, Axis("bits", 2)))
-    _assert_named(hax.unpackbits(packed, "bits"), np.unpackbits(np.packbits(bits, axis=1), axis=1), (B, Axis("bits", 16)))
+    _assert_named(
+        hax.packbits(a, "bits", bitorder="little"),
+        np.packbits(bits, axis=1, bitorder="little"),
+        (B, Axis("bits", 2)),
+    )
+    _assert_named(
+        hax.unpackbits(packed, "bits"),
+        np.unpackbits(np.packbits(bits, axis=1), axis=1),
+        (B, Axis("bits", 16)),
+    )
     _assert_named(hax.unpackbits(packed, "bits", count=10), bits, (B, Axis("bits", 10)))
     with pytest.raises(ValueError, match="Axis 'nope' not found"):
         hax.packbits(a, "nope")
@@ -542,14 +727,20 @@ def test_polynomials():
     quo, rem = hax.polydiv(p, q)
     rq, rr = np.polydiv([1.0, -3.0, 2.0], q)
     _assert_named(quo, rq, (Axis("coef", len(rq)),), atol=1e-5)
-    np.testing.assert_allclose(np.asarray(rem.array)[-len(rr):], rr, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(rem.array)[-len(rr) :], rr, atol=1e-5)
     _assert_named(hax.polyint(p), np.polyint([1, -3, 2]), (Axis("coef", 4),))
-    _assert_named(hax.polyint(p, m=2, k=jnp.array([1.0, 2.0])), np.polyint([1, -3, 2], m=2, k=[1.0, 2.0]), (Axis("coef", 5),))
+    _assert_named(
+        hax.polyint(p, m=2, k=jnp.array([1.0, 2.0])),
+        np.polyint([1, -3, 2], m=2, k=[1.0, 2.0]),
+        (Axis("coef", 5),),
+    )
     _assert_named(hax.polyder(p), np.polyder([1, -3, 2]), (Axis("coef", 2),))
     x = hax.named(np.array([[0.0, 1.0], [2.0, 3.0]], np.float32), ("a", "b"))
     _assert_named(hax.polyval(p, x), np.polyval([1, -3, 2], [[0, 1], [2, 3]]), x.axes)
     np.testing.assert_allclose(hax.polyval(p, 4.0), 6.0)
-    _assert_named(hax.poly(np.array([1.0, 2.0], np.float32)), np.poly([1.0, 2.0]), (Axis("degree", 3),))
+    _assert_named(
+        hax.poly(np.array([1.0, 2.0], np.float32)), np.poly([1.0, 2.0]), (Axis("degree", 3),)
+    )
     r = hax.roots(p)
     assert r.axes == (Axis("coef", 2),)
     np.testing.assert_allclose(np.sort(np.asarray(r.array).real), [1.0, 2.0], rtol=1e-5)
@@ -557,13 +748,19 @@ def test_polynomials():
     xs = hax.named(np.linspace(0, 1, 6).astype(np.float32), "t")
     ys = hax.named((2 * np.linspace(0, 1, 6) ** 2 + 1).astype(np.float32), "t")
     _assert_named(hax.polyfit(xs, ys, 2), [2.0, 0.0, 1.0], (Axis("t", 3),), atol=1e-4)
-    coef, cov = hax.polyfit(xs, ys + hax.named(np.array([0, .01, -.01, .02, 0, -.02], np.float32), "t"), 1, cov=True)
+    coef, cov = hax.polyfit(
+        xs, ys + hax.named(np.array([0, 0.01, -0.01, 0.02, 0, -0.02], np.float32), "t"), 1, cov=True
+    )
     assert cov.axes == (Axis("t", 2), Axis("t_cov", 2))
     full = hax.polyfit(xs, ys, 2, full=True)
     assert full[0].axes == (Axis("t", 3),) and len(full) == 5
     V = hax.vander(xs, "pow")
     _assert_named(V, np.vander(np.linspace(0, 1, 6)), (Axis("t", 6), Axis("pow", 6)), atol=1e-6)
-    _assert_named(hax.vander(xs, Axis("pow", 3)), np.vander(np.linspace(0, 1, 6), 3), (Axis("t", 6), Axis("pow", 3)))
+    _assert_named(
+        hax.vander(xs, Axis("pow", 3)),
+        np.vander(np.linspace(0, 1, 6), 3),
+        (Axis("t", 6), Axis("pow", 3)),
+    )
     with pytest.raises(ValueError, match="vander needs a one-dimensional array"):
         hax.vander(hax.zeros((B, E)), "pow")
     with pytest.raises(ValueError, match="degree axis must differ from the row axis 't'"):
@@ -598,10 +795,20 @@ def test_misc_ops_under_jit_vmap_grad():
     x = _SIGNED
     np.testing.assert_allclose(jax.jit(named_fn)(x), pos_fn(x), rtol=1e-6)
     xs = np.stack([x, -x, x * 0.5])
-    np.testing.assert_allclose(jax.jit(jax.vmap(named_fn))(xs), np.stack([pos_fn(r) for r in xs]), rtol=1e-6)
     np.testing.assert_allclose(
-        jax.jit(jax.grad(lambda x: named_fn(x).sum()))(x), jax.grad(lambda x: pos_fn(x).sum())(x), rtol=1e-6
+        jax.jit(jax.vmap(named_fn))(xs), np.stack([pos_fn(r) for r in xs]), rtol=1e-6
     )
-    bits = jax.jit(lambda b: hax.unpackbits(hax.packbits(hax.named(b, ("batch", "bits")), "bits"), "bits", count=10).array)
+    np.testing.assert_allclose(
+        jax.jit(jax.grad(lambda x: named_fn(x).sum()))(x),
+        jax.grad(lambda x: pos_fn(x).sum())(x),
+        rtol=1e-6,
+    )
+    bits = jax.jit(
+        lambda b: (
+            hax.unpackbits(
+                hax.packbits(hax.named(b, ("batch", "bits")), "bits"), "bits", count=10
+            ).array
+        )
+    )
     raw = _RNG.integers(0, 2, (3, 10)).astype(np.uint8)
     np.testing.assert_array_equal(bits(raw), raw)

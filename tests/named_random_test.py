@@ -55,7 +55,10 @@ def test_parametrised_samplers_match_jax():
     a = hax.named(jnp.linspace(0.5, 2.0, 4), H)
     a_pos = jnp.broadcast_to(jnp.linspace(0.5, 2.0, 4), (3, 4))
     cases = [
-        (hrandom.truncated_normal(KEY, (B, H), -1.0, 2.0), jax.random.truncated_normal(KEY, -1.0, 2.0, (3, 4))),
+        (
+            hrandom.truncated_normal(KEY, (B, H), -1.0, 2.0),
+            jax.random.truncated_normal(KEY, -1.0, 2.0, (3, 4)),
+        ),
         (hrandom.gamma(KEY, (B, H), a), jax.random.gamma(KEY, a_pos, (3, 4))),
         (hrandom.gamma(KEY, (B, H), 2.0), jax.random.gamma(KEY, 2.0, (3, 4))),
         (hrandom.loggamma(KEY, (B, H), a), jax.random.loggamma(KEY, a_pos, (3, 4))),
@@ -77,7 +80,9 @@ def test_parametrised_samplers_match_jax():
 
 def test_categorical_matches_jax_and_names_its_axes():
     logits = hrandom.normal(jax.random.key(1), (B, V))
-    _same(hrandom.categorical(KEY, logits, V), jax.random.categorical(KEY, logits.array, axis=1), (B,))
+    _same(
+        hrandom.categorical(KEY, logits, V), jax.random.categorical(KEY, logits.array, axis=1), (B,)
+    )
     # category axis first: jax's axis index follows the named axis
     lt = logits.rearrange((V, B))
     _same(hrandom.categorical(KEY, lt, "V"), jax.random.categorical(KEY, lt.array, axis=0), (B,))
@@ -111,7 +116,11 @@ def test_choice_permutation_dirichlet():
         (B, V),
     )
     alpha = hax.named(jnp.linspace(0.5, 3.0, 5), V)
-    _same(hrandom.dirichlet(KEY, alpha, V, shape=(B,)), jax.random.dirichlet(KEY, alpha.array, (3,)), (B, V))
+    _same(
+        hrandom.dirichlet(KEY, alpha, V, shape=(B,)),
+        jax.random.dirichlet(KEY, alpha.array, (3,)),
+        (B, V),
+    )
     # alpha with a batch axis, category axis first: laid out (..., V) for jax
     alpha2 = hax.named(jnp.linspace(0.5, 3.0, 15).reshape(5, 3), (V, B))
     ref = jax.random.dirichlet(KEY, alpha2.array.T)

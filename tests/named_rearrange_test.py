@@ -76,7 +76,9 @@ def test_split_then_merge_in_other_order():
     x = hax.NamedArray(jnp.asarray(raw), (hax.Axis("ab", 6), hax.Axis("c", 4)))
     y = hax.rearrange(x, "(a b) c -> (x: c a) b", a=2)
     assert _names(y) == ("x", "b") and y.axis_size("b") == 3
-    np.testing.assert_array_equal(np.asarray(y.array), raw.reshape(2, 3, 4).transpose(2, 0, 1).reshape(8, 3))
+    np.testing.assert_array_equal(
+        np.asarray(y.array), raw.reshape(2, 3, 4).transpose(2, 0, 1).reshape(8, 3)
+    )
 
 
 def test_bindings_rename_and_alias():
@@ -122,10 +124,12 @@ def test_under_jit_grad_and_vmap():
     np.testing.assert_allclose(np.asarray(grad.array), weights.reshape(2, 4, 6, 3), rtol=1e-6)
 
     stacked = np.stack([raw, raw + 1])
-    out = jax.vmap(lambda r: hax.rearrange(hax.NamedArray(r, (B, H, W, C)), "B H W C -> C (E: B H W)").array)(
-        jnp.asarray(stacked)
+    out = jax.vmap(
+        lambda r: hax.rearrange(hax.NamedArray(r, (B, H, W, C)), "B H W C -> C (E: B H W)").array
+    )(jnp.asarray(stacked))
+    np.testing.assert_array_equal(
+        np.asarray(out), stacked.transpose(0, 4, 1, 2, 3).reshape(2, 3, 48)
     )
-    np.testing.assert_array_equal(np.asarray(out), stacked.transpose(0, 4, 1, 2, 3).reshape(2, 3, 48))
 
 
 # ----------------------------------------------------------------------------- errors
@@ -184,7 +188,11 @@ def test_unbound_name_on_the_right_is_named():
         ("{B (H: W h)} -> ...", {"h": 2}, r"duplicate axis names \['W'\]"),
         ("{(a b)} -> ...", {}, r"need a name to match"),
         ("{B} -> {B}", {}, r"must be ordered"),
-        ("B H W C -> B H W (E: C)", {"E": 5}, r"Merged axis 'E' has size 3, but the binding says 5"),
+        (
+            "B H W C -> B H W (E: C)",
+            {"E": 5},
+            r"Merged axis 'E' has size 3, but the binding says 5",
+        ),
         ("B H W C -> B H W (E: C)", {"E": hax.Axis("chan", 4)}, r"Merged axis 'chan' has size 3"),
         ("{H} -> ...", {"H": 3}, r"Axis 'H' has size 4 but the pieces multiply to 3"),
     ],
@@ -241,12 +249,18 @@ def _render(side, space):
 
 
 @settings(max_examples=100, deadline=None)
-@given(lhs=st.booleans().flatmap(lambda o: _side(o)), rhs=_side(True), space=st.sampled_from(["", " ", "  "]))
+@given(
+    lhs=st.booleans().flatmap(lambda o: _side(o)),
+    rhs=_side(True),
+    space=st.sampled_from(["", " ", "  "]),
+)
 def test_parser_round_trips_rendered_structures(lhs, rhs, space):
     expr = _render(lhs, space) + f"{space}->{space}" + _render(rhs, space)
     got_lhs, got_rhs = parse_rearrangement(expr)
     assert got_lhs == lhs and got_rhs == rhs
-    inputs, out = parse_einsum(_render(lhs, space) + " , " + _render(rhs, space) + " -> " + _render(rhs, space))
+    inputs, out = parse_einsum(
+        _render(lhs, space) + " , " + _render(rhs, space) + " -> " + _render(rhs, space)
+    )
     assert inputs == (lhs, rhs) and out == rhs
 
 
@@ -299,8 +313,10 @@ def test_split_matches_numpy_reshape(factors, other, data):
     infer = data.draw(st.integers(0, len(factors) - 1))
     bindings = {p: f for i, (p, f) in enumerate(zip(pieces, factors)) if i != infer}
     perm = data.draw(st.permutations(range(len(factors) + 1)))
-    outs = (pieces + ["o"])
-    y = hax.rearrange(x, "(s: " + " ".join(pieces) + ") o -> " + " ".join(outs[i] for i in perm), **bindings)
+    outs = pieces + ["o"]
+    y = hax.rearrange(
+        x, "(s: " + " ".join(pieces) + ") o -> " + " ".join(outs[i] for i in perm), **bindings
+    )
     want = raw.reshape(*factors, other).transpose(perm)
     np.testing.assert_array_equal(np.asarray(y.array), want)
 

@@ -59,7 +59,9 @@ def test_slice_views_compose():
     inner = layer_ref.slice({"layers": slice(1, None, 2)})  # buffer layers 3 and 5
     assert inner.axes == (hax.Axis("layers", 2), Head)
     inner[{"layers": -1}] = 7.0
-    np.testing.assert_array_equal(np.asarray(inner.value().array), np.stack([raw[3], np.full(4, 7.0)]))
+    np.testing.assert_array_equal(
+        np.asarray(inner.value().array), np.stack([raw[3], np.full(4, 7.0)])
+    )
     head_view = ref.slice({"head": 1})
     assert head_view.axes == (Layer,)
     np.testing.assert_array_equal(np.asarray(head_view[{"layers": slice(0, 2)}].array), raw[0:2, 1])
@@ -115,8 +117,13 @@ def test_jit_with_traced_index_grad_and_vmap():
     want_g[0] = 6.0
     np.testing.assert_array_equal(np.asarray(g.array), want_g)
 
-    batched = jax.vmap(lambda r: loss(hax.NamedArray(r, (Layer, Head))))(jnp.stack([cache.array, cache.array + 1]))
-    np.testing.assert_allclose(np.asarray(batched), [2 * raw.sum() + 4 * raw[0].sum(), 2 * (raw + 1).sum() + 4 * (raw[0] + 1).sum()])
+    batched = jax.vmap(lambda r: loss(hax.NamedArray(r, (Layer, Head))))(
+        jnp.stack([cache.array, cache.array + 1])
+    )
+    np.testing.assert_allclose(
+        np.asarray(batched),
+        [2 * raw.sum() + 4 * raw[0].sum(), 2 * (raw + 1).sum() + 4 * (raw[0] + 1).sum()],
+    )
 
 
 def test_refs_pass_through_jit_as_pytrees():
@@ -141,15 +148,39 @@ def test_refs_pass_through_jit_as_pytrees():
     "call, exc, message",
     [
         (lambda r: r[{"nope": 0}], ValueError, "Axis 'nope' is not in this NamedRef view"),
-        (lambda r: r.slice({"layers": 0})[{"layers": 1}], ValueError, "Axis 'layers' is not in this NamedRef view"),
-        (lambda r: r[{"layers": 6}], IndexError, "Index 6 is out of bounds for axis 'layers' of size 6"),
-        (lambda r: r[{"layers": jnp.arange(2)}], TypeError, "selectors must be ints, slices or dslices"),
-        (lambda r: r[{"layers": slice(0, jnp.int32(2))}], TypeError, "slice bounds must be static ints"),
+        (
+            lambda r: r.slice({"layers": 0})[{"layers": 1}],
+            ValueError,
+            "Axis 'layers' is not in this NamedRef view",
+        ),
+        (
+            lambda r: r[{"layers": 6}],
+            IndexError,
+            "Index 6 is out of bounds for axis 'layers' of size 6",
+        ),
+        (
+            lambda r: r[{"layers": jnp.arange(2)}],
+            TypeError,
+            "selectors must be ints, slices or dslices",
+        ),
+        (
+            lambda r: r[{"layers": slice(0, jnp.int32(2))}],
+            TypeError,
+            "slice bounds must be static ints",
+        ),
         (lambda r: r[0], TypeError, "NamedRef indices are mappings"),
         (lambda r: r[{3: 0}], TypeError, "keys must be axes or names"),
         (lambda r: r.resolve_axis("zzz"), ValueError, "Axis 'zzz' is not in this NamedRef"),
-        (lambda r: r.resolve_axis(hax.Axis("head", 9)), ValueError, "has size 4 in this NamedRef, not 9"),
-        (lambda r: r.__setitem__(..., np.ones((6, 4))), TypeError, "must be NamedArrays or scalars"),
+        (
+            lambda r: r.resolve_axis(hax.Axis("head", 9)),
+            ValueError,
+            "has size 4 in this NamedRef, not 9",
+        ),
+        (
+            lambda r: r.__setitem__(..., np.ones((6, 4))),
+            TypeError,
+            "must be NamedArrays or scalars",
+        ),
         (
             lambda r: r.__setitem__(..., hax.NamedArray(jnp.ones(3), (hax.Axis("other", 3),))),
             ValueError,
@@ -163,7 +194,11 @@ def test_refs_pass_through_jit_as_pytrees():
         (lambda r: hax.new_ref(np.ones(3)), TypeError, "new_ref expects a NamedArray"),
         (lambda r: hax.freeze(np.ones(3)), TypeError, "freeze expects a NamedRef"),
         (lambda r: hax.swap(np.ones(3), ..., 1.0), TypeError, "swap expects a NamedRef"),
-        (lambda r: hax.NamedRef(jax.new_ref(jnp.ones(3)), (Head,)), ValueError, "do not match the buffer shape"),
+        (
+            lambda r: hax.NamedRef(jax.new_ref(jnp.ones(3)), (Head,)),
+            ValueError,
+            "do not match the buffer shape",
+        ),
     ],
 )
 def test_errors(call, exc, message):

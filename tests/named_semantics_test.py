@@ -99,7 +99,9 @@ def test_broadcast_result_takes_the_layout_of_the_operand_with_every_axis():
     _assert_named(hax.named(hd.T, (D, H)) * hax.named(hd, (H, D)), hd.T * hd.T, (D, H))
     cond = hax.named(d > 0, D)
     _assert_named(hax.where(cond, hax.named(hd, (H, D)), 0.0), np.where(d > 0, hd, 0.0), (H, D))
-    _assert_named(hax.clip(hax.named(hd, (H, D)), hax.named(d, D), 1.0), np.clip(hd, d, 1.0), (H, D))
+    _assert_named(
+        hax.clip(hax.named(hd, (H, D)), hax.named(d, D), 1.0), np.clip(hd, d, 1.0), (H, D)
+    )
     # jitted: same jaxpr shape, same answer
     f = jax.jit(lambda p, q: (hax.named(p, D) - hax.named(q, (H, D))).array)
     np.testing.assert_allclose(f(d, hd), d[None] - hd, rtol=1e-6)
@@ -118,8 +120,12 @@ def test_array_equiv_and_array_equal_are_false_for_axes_that_do_not_match():
 
 
 def _rows_reference(arr, starts, upd):
-    rows = [lax.dynamic_update_slice(arr[i], upd[i] if upd.ndim == arr.ndim else upd, (s,) + (0,) * (arr.ndim - 2))
-            for i, s in enumerate(starts)]
+    rows = [
+        lax.dynamic_update_slice(
+            arr[i], upd[i] if upd.ndim == arr.ndim else upd, (s,) + (0,) * (arr.ndim - 2)
+        )
+        for i, s in enumerate(starts)
+    ]
     return np.stack(rows)
 
 
@@ -143,10 +149,16 @@ def test_updated_slice_with_a_per_row_start():
         return x.updated_slice({"S": hax.named(s, B)}, hax.named(u, ("S", B, D))).array
 
     got = jax.jit(f)(arr3, starts, upd3)
-    want = _rows_reference(arr3.transpose(1, 0, 2), starts, upd3.transpose(1, 0, 2)).transpose(1, 0, 2)
+    want = _rows_reference(arr3.transpose(1, 0, 2), starts, upd3.transpose(1, 0, 2)).transpose(
+        1, 0, 2
+    )
     np.testing.assert_allclose(got, want, rtol=1e-6)
     with pytest.raises(ValueError, match="start has axis 'W'"):
-        hax.updated_slice(hax.named(arr, (B, S)), {"S": hax.named(jnp.zeros(3, jnp.int32), W)}, hax.named(upd[0], U))
+        hax.updated_slice(
+            hax.named(arr, (B, S)),
+            {"S": hax.named(jnp.zeros(3, jnp.int32), W)},
+            hax.named(upd[0], U),
+        )
 
 
 # ----------------------------------------------------------------------------- axis order
@@ -170,7 +182,11 @@ def test_advanced_indexing_with_several_index_arrays_orders_axes_like_haliax():
     ni, nj = hax.named(jnp.asarray(i), I2), hax.named(jnp.asarray(j), J3)
     # contiguous indexed axes: the gathered axes take their place; the smaller index's
     # axes go in front of the larger one's (Haliax's broadcast without require_subset)
-    _assert_named(x[{"A": ni, "B": hax.named(jnp.asarray(j % 6), J3)}], raw[i[:, None], (j % 6)[None, :]], (I2, J3, C))
+    _assert_named(
+        x[{"A": ni, "B": hax.named(jnp.asarray(j % 6), J3)}],
+        raw[i[:, None], (j % 6)[None, :]],
+        (I2, J3, C),
+    )
     I3, J2 = Axis("I", 3), Axis("J", 2)
     i3, j2 = np.array([0, 4, 2], np.int32), np.array([5, 1], np.int32)
     got = x[{"A": hax.named(jnp.asarray(i3), I3), "B": hax.named(jnp.asarray(j2), J2)}]
@@ -195,11 +211,16 @@ def test_rearrange_with_several_ellipses():
     h, w, d, c = hax.make_axes(h=2, w=3, d=4, c=5)
     raw = _rand(2, 3, 4, 5)
     x = hax.named(raw, (h, w, d, c))
-    _assert_named(hax.rearrange(x, "h w d c -> d ... c ... h"), raw.transpose(2, 1, 3, 0), (d, w, c, h))
+    _assert_named(
+        hax.rearrange(x, "h w d c -> d ... c ... h"), raw.transpose(2, 1, 3, 0), (d, w, c, h)
+    )
     _assert_named(hax.rearrange(x, "{h} -> ... h ..."), raw, (h, w, d, c))
     # h comes first in the input, so the unnamed axes after it go to the '...' after the group
-    _assert_named(hax.rearrange(x, "h w d c -> ... (z: c h) ..."), raw.transpose(3, 0, 1, 2).reshape(10, 3, 4),
-                  (Axis("z", 10), w, d))
+    _assert_named(
+        hax.rearrange(x, "h w d c -> ... (z: c h) ..."),
+        raw.transpose(3, 0, 1, 2).reshape(10, 3, 4),
+        (Axis("z", 10), w, d),
+    )
     _assert_named(hax.rearrange(x, ("c", ..., ...)), raw.transpose(3, 0, 1, 2), (c, h, w, d))
     _assert_named(x.rearrange(("d", ..., "c", ..., "h")), raw.transpose(2, 1, 3, 0), (d, w, c, h))
     _assert_named(hax.rearrange(x, (..., "w", ...)), raw, (h, w, d, c))
@@ -211,8 +232,11 @@ def test_rearrange_group_name_on_an_ordered_lhs_is_a_positional_label():
     Q, Dd = Axis("Q", 6), Axis("d", 4)
     raw = _rand(6, 4)
     x = hax.named(raw, (Q, Dd))
-    _assert_named(hax.rearrange(x, "(q: h w) d -> h w d", h=2), raw.reshape(2, 3, 4),
-                  (Axis("h", 2), Axis("w", 3), Dd))
+    _assert_named(
+        hax.rearrange(x, "(q: h w) d -> h w d", h=2),
+        raw.reshape(2, 3, 4),
+        (Axis("h", 2), Axis("w", 3), Dd),
+    )
     want = raw.reshape(2, 3, 4).transpose(1, 0, 2).reshape(6, 4)
     _assert_named(hax.rearrange(x, "(q: h w) d -> (Z: w h) d", w=3), want, (Axis("Z", 6), Dd))
     # with braces the group name still picks the axis by name

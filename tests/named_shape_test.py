@@ -28,7 +28,11 @@ def _assert_named(out, ref, axes):
 
 def test_rename():
     a = _a()
-    _assert_named(hax.rename(a, {"H": "height", W: Axis("width", 4)}), X, (B, Axis("height", 3), Axis("width", 4), C))
+    _assert_named(
+        hax.rename(a, {"H": "height", W: Axis("width", 4)}),
+        X,
+        (B, Axis("height", 3), Axis("width", 4), C),
+    )
     _assert_named(a.rename({"C": "channels"}), X, (B, H, W, Axis("channels", 5)))
     with pytest.raises(ValueError, match="Axis 'nope' not found"):
         hax.rename(a, {"nope": "x"})
@@ -59,12 +63,20 @@ def test_ravel_and_flatten():
 
 def test_flatten_axes():
     a = _a()
-    _assert_named(hax.flatten_axes(a, ("H", "W"), "HW"), X.reshape(2, 12, 5), (B, Axis("HW", 12), C))
+    _assert_named(
+        hax.flatten_axes(a, ("H", "W"), "HW"), X.reshape(2, 12, 5), (B, Axis("HW", 12), C)
+    )
     # merged in the given order, placed where the first merged axis was
     _assert_named(
-        a.flatten_axes(("C", "H"), "CH"), X.transpose(0, 3, 1, 2).reshape(2, 15, 4), (B, Axis("CH", 15), W)
+        a.flatten_axes(("C", "H"), "CH"),
+        X.transpose(0, 3, 1, 2).reshape(2, 15, 4),
+        (B, Axis("CH", 15), W),
     )
-    _assert_named(hax.flatten_axes(a, (B, C), "BC"), X.transpose(0, 3, 1, 2).reshape(10, 3, 4), (Axis("BC", 10), H, W))
+    _assert_named(
+        hax.flatten_axes(a, (B, C), "BC"),
+        X.transpose(0, 3, 1, 2).reshape(10, 3, 4),
+        (Axis("BC", 10), H, W),
+    )
     assert hax.flatten_axes((B, H, W), ("H", "W"), "HW") == (B, Axis("HW", 12))
     assert hax.flatten_axes((H, W), "HW") == Axis("HW", 12)
     assert hax.flatten_axes({"H": 3, "W": 4}, Axis("HW", 12)) == Axis("HW", 12)
@@ -85,8 +97,14 @@ def test_flatten_axes():
 def test_unflatten_axis():
     a = hax.flatten_axes(_a(), ("H", "W"), "HW")
     _assert_named(hax.unflatten_axis(a, "HW", (H, W)), X, (B, H, W, C))
-    _assert_named(a.unflatten_axis("HW", {"p": 6, "q": 2}), X.reshape(2, 6, 2, 5), (B, Axis("p", 6), Axis("q", 2), C))
-    with pytest.raises(ValueError, match="axis 'HW' has size 12 but the new axes \\(H=3, W=5\\) have 15"):
+    _assert_named(
+        a.unflatten_axis("HW", {"p": 6, "q": 2}),
+        X.reshape(2, 6, 2, 5),
+        (B, Axis("p", 6), Axis("q", 2), C),
+    )
+    with pytest.raises(
+        ValueError, match="axis 'HW' has size 12 but the new axes \\(H=3, W=5\\) have 15"
+    ):
         hax.unflatten_axis(a, "HW", (H, Axis("W", 5)))
     with pytest.raises(ValueError, match="Duplicate axis name 'B'"):
         hax.unflatten_axis(a, "HW", (Axis("B", 3), W))
@@ -122,14 +140,22 @@ def test_concatenate_and_stack():
     b = hax.named(X[:, :2].transpose(3, 0, 2, 1) * 2, (C, B, W, Axis("H", 2)))  # other order
     out = hax.concatenate("H", [a, b])
     _assert_named(out, np.concatenate([X, X[:, :2] * 2], axis=1), (B, Axis("H", 5), W, C))
-    _assert_named(hax.concatenate(Axis("H", 5), (a, b)), np.concatenate([X, X[:, :2] * 2], 1), (B, Axis("H", 5), W, C))
+    _assert_named(
+        hax.concatenate(Axis("H", 5), (a, b)),
+        np.concatenate([X, X[:, :2] * 2], 1),
+        (B, Axis("H", 5), W, C),
+    )
     with pytest.raises(ValueError, match="concatenate: axis 'H' has size 4, expected 5"):
         hax.concatenate(Axis("H", 4), (a, b))
     with pytest.raises(ValueError, match="array 1 \\(axes \\(B=2, W=4, C=5\\)\\) has no axis 'H'"):
         hax.concatenate("H", [a, a["H", 0]])
-    with pytest.raises(ValueError, match="concatenate: axis 'W' has size 3 in array 1 but 4 in array 0"):
+    with pytest.raises(
+        ValueError, match="concatenate: axis 'W' has size 3 in array 1 but 4 in array 0"
+    ):
         hax.concatenate("H", [a, hax.zeros((B, H, Axis("W", 3), C))])
-    with pytest.raises(ValueError, match="array 1 has axes \\(B=2, H=3, W=4, Z=5\\) but array 0 has"):
+    with pytest.raises(
+        ValueError, match="array 1 has axes \\(B=2, H=3, W=4, Z=5\\) but array 0 has"
+    ):
         hax.concatenate("H", [a, hax.zeros((B, H, W, Axis("Z", 5)))])
     with pytest.raises(ValueError, match="at least one array"):
         hax.concatenate("H", [])
@@ -196,5 +222,6 @@ def test_shape_ops_under_jit_vmap_grad():
     np.testing.assert_allclose(jax.jit(jax.vmap(named_fn))(xs), jax.vmap(pos_fn)(xs))
     w = np.random.default_rng(1).standard_normal(pos_fn(X).shape).astype(np.float32)
     np.testing.assert_allclose(
-        jax.jit(jax.grad(lambda x: jnp.sum(named_fn(x) * w)))(X), jax.grad(lambda x: jnp.sum(pos_fn(x) * w))(X)
+        jax.jit(jax.grad(lambda x: jnp.sum(named_fn(x) * w)))(X),
+        jax.grad(lambda x: jnp.sum(pos_fn(x) * w))(X),
     )

@@ -38,9 +38,8 @@ def test_axis_mapping_nests_merges_and_restores():
         with hax.axis_mapping({Embed: ["data", "model"]}):
             assert hax.current_axis_mapping() == {"embed": ("data", "model")}
         assert hax.current_axis_mapping() == {"batch": "data"}
-    with pytest.raises(RuntimeError):
-        with hax.axis_mapping(batch="data"):
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), hax.axis_mapping(batch="data"):
+        raise RuntimeError("boom")
     assert hax.current_axis_mapping() == {}
 
     seen = []
@@ -97,7 +96,9 @@ def test_shard_under_jit_constrains_layout(mesh):
 def test_shard_with_explicit_mesh_axes_uses_reshard():
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices")
-    explicit = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit, AxisType.Explicit))
+    explicit = jax.make_mesh(
+        (4, 2), ("data", "model"), axis_types=(AxisType.Explicit, AxisType.Explicit)
+    )
     raw, x = _x()
     with jax.set_mesh(explicit):
         x = hax.shard(x, {"batch": "data"})
@@ -131,7 +132,9 @@ def test_named_jit_in_out_and_compute_mappings(mesh):
     np.testing.assert_allclose(np.asarray(out_again.array), np.asarray(out.array))
     np.testing.assert_allclose(np.asarray(out3.array), raw @ np.ones((4, 6)) * 3.0)
 
-    g = hax.named_jit(out_axis_resources={"hidden": "model"})(lambda a, b: hax.dot(a, b, axis=Embed))
+    g = hax.named_jit(out_axis_resources={"hidden": "model"})(
+        lambda a, b: hax.dot(a, b, axis=Embed)
+    )
     with jax.set_mesh(mesh):
         out = g(x, w)
     assert out.array.sharding.spec == P(None, "model")
@@ -178,11 +181,13 @@ def test_axis_size_helpers(mesh):
     assert hax.physical_axis_size("batch", mapping, mesh) == 8
     assert hax.physical_axis_size(Embed, mapping, mesh) == 2
     assert hax.physical_axis_size("hidden", mapping, mesh) is None
-    assert hax.round_axis_for_partitioning(hax.Axis("embed", 5), mapping, mesh) == hax.Axis("embed", 6)
-    assert hax.round_axis_for_partitioning(Hidden, mapping, mesh) == Hidden
-    assert hax.sharding_for_axis((Batch, Embed), {"batch": "data", "embed": "model"}, mesh) == NamedSharding(
-        mesh, P("data", "model")
+    assert hax.round_axis_for_partitioning(hax.Axis("embed", 5), mapping, mesh) == hax.Axis(
+        "embed", 6
     )
+    assert hax.round_axis_for_partitioning(Hidden, mapping, mesh) == Hidden
+    assert hax.sharding_for_axis(
+        (Batch, Embed), {"batch": "data", "embed": "model"}, mesh
+    ) == NamedSharding(mesh, P("data", "model"))
     with jax.set_mesh(mesh):
         assert hax.sharding_for_axis("embed", mapping).spec == P("model")
 
@@ -191,22 +196,69 @@ def test_axis_size_helpers(mesh):
     "call, exc, message",
     [
         (lambda m, x: hax.axis_mapping(batch=3).__enter__(), TypeError, "Axis 'batch' maps to 3"),
-        (lambda m, x: hax.axis_mapping({1: "data"}).__enter__(), TypeError, "keys must be axis names"),
-        (lambda m, x: hax.pspec_for(x, {"batch": "data", "embed": "data"}), ValueError,
-         "Mesh axis 'data' is used by both 'batch' and 'embed'"),
+        (
+            lambda m, x: hax.axis_mapping({1: "data"}).__enter__(),
+            TypeError,
+            "keys must be axis names",
+        ),
+        (
+            lambda m, x: hax.pspec_for(x, {"batch": "data", "embed": "data"}),
+            ValueError,
+            "Mesh axis 'data' is used by both 'batch' and 'embed'",
+        ),
         (lambda m, x: hax.shard(x, {"batch": "data"}), ValueError, "shard needs a mesh"),
-        (lambda m, x: hax.shard(hax.NamedArray(jnp.ones((6,)), (hax.Axis("batch", 6),)), {"batch": "data"}, m),
-         ValueError, "Axis 'batch' of size 6 cannot be split into 4 shards"),
-        (lambda m, x: hax.shard(x, {"batch": "pipe"}, m), ValueError, "maps to mesh axis 'pipe', which the mesh"),
-        (lambda m, x: hax.shard(x, {"batch": "data"}, m.abstract_mesh), ValueError, "needs a concrete Mesh"),
-        (lambda m, x: hax.physical_axis_size("batch", {"batch": "data"}), ValueError, "there is no mesh"),
-        (lambda m, x: hax.physical_axis_size("batch", {"batch": "pipe"}, m), ValueError, "Mesh axis 'pipe'"),
-        (lambda m, x: hax.sharding_for_axis("batch", {"batch": "data"}), ValueError, "needs a mesh"),
-        (lambda m, x: hax.named_jit(lambda a: a, in_shardings=None), TypeError, "computes in_shardings itself"),
-        (lambda m, x: hax.named_jit(lambda a, n: a)(x, {1, 2}), TypeError, "non-array arguments must be hashable"),
-        (lambda m, x: hax.named_jit(lambda a: a, donate_args=(True, True))(x), ValueError,
-         "donate_args does not match the structure"),
-        (lambda m, x: hax.fsdp(lambda a: a, {"batch": "data"}), TypeError, "needs both parameter_mapping"),
+        (
+            lambda m, x: hax.shard(
+                hax.NamedArray(jnp.ones((6,)), (hax.Axis("batch", 6),)), {"batch": "data"}, m
+            ),
+            ValueError,
+            "Axis 'batch' of size 6 cannot be split into 4 shards",
+        ),
+        (
+            lambda m, x: hax.shard(x, {"batch": "pipe"}, m),
+            ValueError,
+            "maps to mesh axis 'pipe', which the mesh",
+        ),
+        (
+            lambda m, x: hax.shard(x, {"batch": "data"}, m.abstract_mesh),
+            ValueError,
+            "needs a concrete Mesh",
+        ),
+        (
+            lambda m, x: hax.physical_axis_size("batch", {"batch": "data"}),
+            ValueError,
+            "there is no mesh",
+        ),
+        (
+            lambda m, x: hax.physical_axis_size("batch", {"batch": "pipe"}, m),
+            ValueError,
+            "Mesh axis 'pipe'",
+        ),
+        (
+            lambda m, x: hax.sharding_for_axis("batch", {"batch": "data"}),
+            ValueError,
+            "needs a mesh",
+        ),
+        (
+            lambda m, x: hax.named_jit(lambda a: a, in_shardings=None),
+            TypeError,
+            "computes in_shardings itself",
+        ),
+        (
+            lambda m, x: hax.named_jit(lambda a, n: a)(x, {1, 2}),
+            TypeError,
+            "non-array arguments must be hashable",
+        ),
+        (
+            lambda m, x: hax.named_jit(lambda a: a, donate_args=(True, True))(x),
+            ValueError,
+            "donate_args does not match the structure",
+        ),
+        (
+            lambda m, x: hax.fsdp(lambda a: a, {"batch": "data"}),
+            TypeError,
+            "needs both parameter_mapping",
+        ),
     ],
 )
 def test_errors(mesh, call, exc, message):

@@ -9,7 +9,7 @@ import jaxcore.named as hax
 
 B = hax.Axis("b", 4)
 H = hax.Axis("h", 3)
-I = hax.Axis("i", 4)
+IDX_AXIS = hax.Axis("i", 4)
 RAW = np.arange(12.0, dtype=np.float32).reshape(4, 3)
 IDX = np.array([1, 7, -1, -6], np.int32)  # in range, past the end, from the end, before the start
 
@@ -26,14 +26,14 @@ def test_concrete_int_out_of_range_raises_naming_the_axis(index):
 
 def test_concrete_index_array_out_of_range_raises_instead_of_clamping():
     with pytest.raises(IndexError, match=r"\[7, -6\] is out of bounds for axis 'b' of size 4"):
-        hax.take(_x(), "b", hax.named(jnp.asarray(IDX), (I,)))
+        hax.take(_x(), "b", hax.named(jnp.asarray(IDX), (IDX_AXIS,)))
     with pytest.raises(IndexError, match="mode="):
-        _x().take("b", hax.named(np.asarray(IDX), (I,)))
+        _x().take("b", hax.named(np.asarray(IDX), (IDX_AXIS,)))
 
 
 def test_in_range_indices_including_negative_ones_select():
-    got = hax.take(_x(), "b", hax.named(jnp.array([0, 3, -1, -4]), (I,)))
-    assert got.axes == (I, H)
+    got = hax.take(_x(), "b", hax.named(jnp.array([0, 3, -1, -4]), (IDX_AXIS,)))
+    assert got.axes == (IDX_AXIS, H)
     np.testing.assert_array_equal(got.array, RAW[[0, 3, -1, -4]])
     np.testing.assert_array_equal(hax.take(_x(), "b", -2).array, RAW[-2])
 
@@ -42,7 +42,7 @@ def test_in_range_indices_including_negative_ones_select():
 @pytest.mark.parametrize("traced", [False, True])
 def test_modes_match_jnp_take(mode, traced):
     def run(i):
-        return hax.take(_x(), "b", hax.named(i, (I,)), mode=mode).array
+        return hax.take(_x(), "b", hax.named(i, (IDX_AXIS,)), mode=mode).array
 
     got = jax.jit(run)(jnp.asarray(IDX)) if traced else run(jnp.asarray(IDX))
     expected = jnp.take(jnp.asarray(RAW), jnp.asarray(IDX), axis=0, mode=mode)
@@ -51,7 +51,7 @@ def test_modes_match_jnp_take(mode, traced):
 
 def test_fill_value_and_integer_defaults():
     x = _x()
-    got = hax.take(x, "b", hax.named(jnp.asarray(IDX), (I,)), mode="fill", fill_value=-1.0)
+    got = hax.take(x, "b", hax.named(jnp.asarray(IDX), (IDX_AXIS,)), mode="fill", fill_value=-1.0)
     np.testing.assert_array_equal(got.array[1], [-1.0, -1.0, -1.0])
     ints = hax.named(jnp.arange(12, dtype=jnp.int32).reshape(4, 3), (B, H))
     got = hax.take(ints, "b", 9, mode="fill")

@@ -35,7 +35,9 @@ def test_map_sees_named_arrays():
     summed = hax.tree.map(lambda a, b: a + b, tree, tree)
     np.testing.assert_array_equal(np.asarray(summed["b"].array), np.full(5, 2.0))
     # an extra is_leaf predicate is combined with the NamedArray rule
-    tagged = hax.tree.map(lambda x: "leaf", {"pair": (1, 2), "w": tree["w"]}, is_leaf=lambda x: isinstance(x, tuple))
+    tagged = hax.tree.map(
+        lambda x: "leaf", {"pair": (1, 2), "w": tree["w"]}, is_leaf=lambda x: isinstance(x, tuple)
+    )
     assert tagged == {"pair": "leaf", "w": "leaf"}
     assert hax.tree_map is hax.tree.map and hax.tree_util.tree_map is hax.tree.map
 
@@ -46,7 +48,9 @@ def test_flatten_unflatten_leaves_structure():
     assert [type(x).__name__ for x in leaves] == ["NamedArray", "ArrayImpl", "NamedArray"]
     assert hax.tree.leaves(tree)[0] is tree["b"]
     assert hax.tree.structure(tree) == treedef
-    assert treedef.num_leaves == 3 and jax.tree.structure(tree).num_leaves == 3  # jax descends into arrays too
+    assert (
+        treedef.num_leaves == 3 and jax.tree.structure(tree).num_leaves == 3
+    )  # jax descends into arrays too
     rebuilt = hax.tree.unflatten(treedef, (x for x in leaves))
     assert rebuilt["w"] is tree["w"] and rebuilt["n"] is None
     leaves2, _ = hax.tree.flatten({"a": (1, 2)}, is_leaf=lambda x: isinstance(x, tuple))
@@ -59,7 +63,9 @@ def test_flatten_unflatten_leaves_structure():
 
 def _stacked_params():
     w = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
-    layer_w = hax.NamedArray(jnp.asarray(w.transpose(1, 0, 2)), (Embed, Layers, Hidden))  # layer axis not first
+    layer_w = hax.NamedArray(
+        jnp.asarray(w.transpose(1, 0, 2)), (Embed, Layers, Hidden)
+    )  # layer axis not first
     scale = jnp.asarray([1.0, 2.0, 3.0])
     return w, hax.Stacked({"w": layer_w, "scale": scale}, Layers)
 
@@ -71,10 +77,14 @@ def test_scan_aware_map_maps_each_layer():
     def per_layer(x):
         if isinstance(x, hax.NamedArray):
             shapes.append(x.axes)
-            return hax.NamedArray(x.array.sum(axis=0), x.axes[1:])  # reduce the first non-layer axis
+            return hax.NamedArray(
+                x.array.sum(axis=0), x.axes[1:]
+            )  # reduce the first non-layer axis
         return x * 10
 
-    out = hax.tree.scan_aware_map(per_layer, {"blocks": stacked, "head": hax.NamedArray(jnp.ones(4), (Embed,))})
+    out = hax.tree.scan_aware_map(
+        per_layer, {"blocks": stacked, "head": hax.NamedArray(jnp.ones(4), (Embed,))}
+    )
     assert (Embed, Hidden) in shapes and all(Layers not in axes for axes in shapes)
     blocks = out["blocks"]
     assert isinstance(blocks, hax.Stacked) and blocks.block == Layers
@@ -94,10 +104,14 @@ def test_scan_aware_map_with_several_trees_and_without_stacked():
     same = hax.tree.scan_aware_map(lambda x: x, plain)
     assert same["w"] is plain["w"]
     # is_leaf still applies
-    assert hax.tree.scan_aware_map(lambda x: "leaf", {"t": (1, 2)}, is_leaf=lambda x: isinstance(x, tuple)) == {"t": "leaf"}
+    assert hax.tree.scan_aware_map(
+        lambda x: "leaf", {"t": (1, 2)}, is_leaf=lambda x: isinstance(x, tuple)
+    ) == {"t": "leaf"}
     # ... including inside Stacked nodes: fn gets the (per-layer) pair as one leaf
     pair = hax.Stacked({"p": (jnp.arange(3.0), jnp.ones(3))}, Layers)
-    summed = hax.tree.scan_aware_map(lambda t: t[0] + t[1], pair, is_leaf=lambda x: isinstance(x, tuple))
+    summed = hax.tree.scan_aware_map(
+        lambda t: t[0] + t[1], pair, is_leaf=lambda x: isinstance(x, tuple)
+    )
     np.testing.assert_array_equal(np.asarray(summed.stacked["p"]), [1.0, 2.0, 3.0])
 
 
@@ -112,19 +126,24 @@ def test_stacked_is_a_pytree_through_jit():
     "call, exc, message",
     [
         (
-            lambda s: hax.tree.scan_aware_map(lambda x: x, hax.Stacked(hax.NamedArray(jnp.ones(4), (Embed,)), Layers)),
+            lambda s: hax.tree.scan_aware_map(
+                lambda x: x, hax.Stacked(hax.NamedArray(jnp.ones(4), (Embed,)), Layers)
+            ),
             ValueError,
             "without the layer axis 'layers'",
         ),
         (
             lambda s: hax.tree.scan_aware_map(
-                lambda x: x, hax.Stacked(hax.NamedArray(jnp.ones(2), (hax.Axis("layers", 2),)), Layers)
+                lambda x: x,
+                hax.Stacked(hax.NamedArray(jnp.ones(2), (hax.Axis("layers", 2),)), Layers),
             ),
             ValueError,
             "layer axis 'layers' has size 2, Stacked says 3",
         ),
         (
-            lambda s: hax.tree.scan_aware_map(lambda a, b: a, s, hax.Stacked(s.stacked, hax.Axis("layers", 9))),
+            lambda s: hax.tree.scan_aware_map(
+                lambda a, b: a, s, hax.Stacked(s.stacked, hax.Axis("layers", 9))
+            ),
             ValueError,
             "does not line up",
         ),

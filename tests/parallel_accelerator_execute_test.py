@@ -7,6 +7,7 @@ fake device trees and fake `nvidia-smi`/`rocm-smi` live in the test's own tempor
 
 import collections
 import concurrent.futures
+import contextlib
 import json
 import os
 import pathlib
@@ -46,10 +47,18 @@ def sandbox(tmp_path):
     (tmp_path / "dev").mkdir()
     (tmp_path / "sys").mkdir()
     env = {
-        k: v for k, v in os.environ.items()
+        k: v
+        for k, v in os.environ.items()
         if not k.startswith(("JAXCORE_", "XLA_PYTHON_CLIENT_", "TPU_", "CUDA_", "HIP_", "ROCR_"))
-        and k not in ("TEST_SRCDIR", "RUNFILES_DIR", "RUNFILES_MANIFEST_FILE", "TEST_WORKSPACE",
-                      "TEST_TARGET", "ALLOW_MULTIPLE_LIBTPU_LOAD")
+        and k
+        not in (
+            "TEST_SRCDIR",
+            "RUNFILES_DIR",
+            "RUNFILES_MANIFEST_FILE",
+            "TEST_WORKSPACE",
+            "TEST_TARGET",
+            "ALLOW_MULTIPLE_LIBTPU_LOAD",
+        )
     }
     env.update(
         PATH=f"{fake_bin}:{tools}",
@@ -73,17 +82,35 @@ class Sandbox:
         self.lock_dir = pathlib.Path(env["JAXCORE_LOCK_DIR"])
 
     def command(self, name="t", *harness_args):
-        return [str(SCRIPT), sys.executable, str(HARNESS), "--record", str(self.record),
-                "--name", name, *harness_args]
+        return [
+            str(SCRIPT),
+            sys.executable,
+            str(HARNESS),
+            "--record",
+            str(self.record),
+            "--name",
+            name,
+            *harness_args,
+        ]
 
     def run(self, name="t", *harness_args, env=None, timeout=60):
-        return subprocess.run(self.command(name, *harness_args), env=dict(self.env, **(env or {})),
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            self.command(name, *harness_args),
+            env=dict(self.env, **(env or {})),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def start(self, name="t", *harness_args, env=None, **popen_kwargs):
-        return subprocess.Popen(self.command(name, *harness_args),
-                                env=dict(self.env, **(env or {})), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, **popen_kwargs)
+        return subprocess.Popen(
+            self.command(name, *harness_args),
+            env=dict(self.env, **(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **popen_kwargs,
+        )
 
     def events(self):
         if not self.record.exists():
@@ -114,10 +141,8 @@ class Sandbox:
         """Callers that have queued behind a busy slot (their node file says `queued`)."""
         count = 0
         for node in self.lock_dir.glob("accelerator_*_slot_*.node.*"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 count += "queued" in node.read_text().split()
-            except FileNotFoundError:
-                pass
         return count
 
     def wait_enqueued(self, count, timeout=30.0):
@@ -135,8 +160,9 @@ class Sandbox:
 
 def _max_overlap(intervals):
     """Largest number of [start, end] intervals that contain one common instant."""
-    points = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
-                    key=lambda p: (p[0], p[1]))
+    points = sorted(
+        [(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda p: (p[0], p[1])
+    )
     best = current = 0
     for _, step in points:
         current += step
@@ -154,13 +180,18 @@ def _intervals_by_device(events):
 
 
 def test_sixteen_concurrent_jobs_on_four_accelerators_with_two_slots(sandbox):
-    env = {"JAXCORE_ACCELERATOR_COUNT": "4", "JAXCORE_TESTS_PER_ACCELERATOR": "2",
-           "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "4",
+        "JAXCORE_TESTS_PER_ACCELERATOR": "2",
+        "JAXCORE_ACCELERATOR_PLATFORM": "cuda",
+    }
     jobs, tests_per_job = 16, 2
 
     def caller(job):
-        return [sandbox.run(f"job{job}-{i}", "--sleep", "0.05", env=env).returncode
-                for i in range(tests_per_job)]
+        return [
+            sandbox.run(f"job{job}-{i}", "--sleep", "0.05", env=env).returncode
+            for i in range(tests_per_job)
+        ]
 
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         codes = [c for cs in pool.map(caller, range(jobs)) for c in cs]
@@ -173,14 +204,20 @@ def test_sixteen_concurrent_jobs_on_four_accelerators_with_two_slots(sandbox):
         assert _max_overlap(intervals) <= 2, f"device {device} ran more than 2 tests at once"
     all_intervals = [iv for ivs in by_device.values() for iv in ivs]
     assert _max_overlap(all_intervals) <= 8
-    slots = {(e["env"]["JAXCORE_ACCELERATOR_INDEX"], e["env"]["JAXCORE_ACCELERATOR_SLOT"])
-             for e in events if e["event"] == "start"}
+    slots = {
+        (e["env"]["JAXCORE_ACCELERATOR_INDEX"], e["env"]["JAXCORE_ACCELERATOR_SLOT"])
+        for e in events
+        if e["event"] == "start"
+    }
     assert slots <= {(str(d), str(s)) for d in range(4) for s in range(2)}
 
 
 def test_fills_every_accelerator_before_stacking(sandbox):
-    env = {"JAXCORE_ACCELERATOR_COUNT": "4", "JAXCORE_TESTS_PER_ACCELERATOR": "3",
-           "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "4",
+        "JAXCORE_TESTS_PER_ACCELERATOR": "3",
+        "JAXCORE_ACCELERATOR_PLATFORM": "cuda",
+    }
     procs, devices = [], []
     try:
         for i in range(8):
@@ -199,8 +236,11 @@ def test_fills_every_accelerator_before_stacking(sandbox):
 
 
 def test_waiters_are_served_in_arrival_order(sandbox):
-    env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "1",
-           "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "1",
+        "JAXCORE_TESTS_PER_ACCELERATOR": "1",
+        "JAXCORE_ACCELERATOR_PLATFORM": "cuda",
+    }
     holder = sandbox.hold("holder", env)
     base = sandbox.queued()  # The holder found its slot free and did not queue.
     waiters = []
@@ -217,8 +257,11 @@ def test_waiters_are_served_in_arrival_order(sandbox):
 def test_waiters_spread_over_slots_and_keep_order_per_slot(sandbox):
     """The documented fairness: callers join the least-loaded slot's queue, first come first
     served within each slot's queue."""
-    env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "2",
-           "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "1",
+        "JAXCORE_TESTS_PER_ACCELERATOR": "2",
+        "JAXCORE_ACCELERATOR_PLATFORM": "cuda",
+    }
     holders = [sandbox.hold(f"holder{i}", env) for i in range(2)]
     base = sandbox.queued()
     waiters = []
@@ -226,8 +269,10 @@ def test_waiters_spread_over_slots_and_keep_order_per_slot(sandbox):
         waiters.append(sandbox.start(f"w{i}", env=env))
         sandbox.wait_enqueued(base + 1 + i)
     per_slot = collections.Counter(
-        node.name.split(".node.")[0] for node in sandbox.lock_dir.glob("*.node.*")
-        if "queued" in node.read_text().split())
+        node.name.split(".node.")[0]
+        for node in sandbox.lock_dir.glob("*.node.*")
+        if "queued" in node.read_text().split()
+    )
     assert sorted(per_slot.values()) == [3, 3]
     sandbox.release.touch()
     assert [p.wait(timeout=30) for p in holders + waiters] == [0] * 8
@@ -268,8 +313,11 @@ def test_killed_wrapper_and_test_free_their_slot(sandbox):
 
 
 def test_timeout_gives_one_message_and_distinct_exit_code(sandbox):
-    env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "1",
-           "JAXCORE_ACCELERATOR_LOG": str(sandbox.root / "log.tsv")}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "1",
+        "JAXCORE_TESTS_PER_ACCELERATOR": "1",
+        "JAXCORE_ACCELERATOR_LOG": str(sandbox.root / "log.tsv"),
+    }
     holder = sandbox.hold("holder", env)
     late = sandbox.run("late", env=dict(env, JAXCORE_ACCELERATOR_WAIT_S="0.3"))
     sandbox.release.touch()
@@ -285,8 +333,11 @@ def test_timeout_gives_one_message_and_distinct_exit_code(sandbox):
 
 def test_waiters_that_give_up_do_not_break_the_queue(sandbox):
     """A waiter timing out inside the queue hands its place to its predecessor's successor."""
-    env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "1",
-           "JAXCORE_ACCELERATOR_PLATFORM": "cuda"}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "1",
+        "JAXCORE_TESTS_PER_ACCELERATOR": "1",
+        "JAXCORE_ACCELERATOR_PLATFORM": "cuda",
+    }
     holder = sandbox.hold("holder", env)
     base = sandbox.queued()
     first = sandbox.start("first", env=env)
@@ -306,8 +357,14 @@ def test_waiters_that_give_up_do_not_break_the_queue(sandbox):
 
 
 def _device_env(sandbox, platform, **extra):
-    env = dict({"JAXCORE_ACCELERATOR_COUNT": "2", "JAXCORE_TESTS_PER_ACCELERATOR": "4",
-                "JAXCORE_ACCELERATOR_PLATFORM": platform}, **extra)
+    env = dict(
+        {
+            "JAXCORE_ACCELERATOR_COUNT": "2",
+            "JAXCORE_TESTS_PER_ACCELERATOR": "4",
+            "JAXCORE_ACCELERATOR_PLATFORM": platform,
+        },
+        **extra,
+    )
     result = sandbox.run("t", env=env)
     assert result.returncode == 0, result.stderr
     return sandbox.started("t")[-1]["env"]
@@ -315,33 +372,50 @@ def _device_env(sandbox, platform, **extra):
 
 def test_cuda_variables(sandbox):
     env = _device_env(sandbox, "cuda")
-    assert env == {"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-                   "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.225", "JAXCORE_ACCELERATOR_INDEX": "0",
-                   "JAXCORE_ACCELERATOR_SLOT": "0"}
+    assert env == {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.225",
+        "JAXCORE_ACCELERATOR_INDEX": "0",
+        "JAXCORE_ACCELERATOR_SLOT": "0",
+    }
 
 
 def test_rocm_variables_select_one_gpu_at_every_layer(sandbox):
-    env = {"JAXCORE_ACCELERATOR_COUNT": "2", "JAXCORE_TESTS_PER_ACCELERATOR": "1",
-           "JAXCORE_ACCELERATOR_PLATFORM": "rocm"}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "2",
+        "JAXCORE_TESTS_PER_ACCELERATOR": "1",
+        "JAXCORE_ACCELERATOR_PLATFORM": "rocm",
+    }
     holder = sandbox.hold("holder", env)
     second = sandbox.run("second", env=env)
     sandbox.release.touch()
     assert holder.wait(timeout=30) == 0 and second.returncode == 0
     got = sandbox.started("second")[0]["env"]
     # ROCR keeps only GPU 1 visible; HIP and its CUDA alias then index that one GPU as 0.
-    assert got == {"ROCR_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "0",
-                   "CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-                   "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.900", "JAXCORE_ACCELERATOR_INDEX": "1",
-                   "JAXCORE_ACCELERATOR_SLOT": "0"}
+    assert got == {
+        "ROCR_VISIBLE_DEVICES": "1",
+        "HIP_VISIBLE_DEVICES": "0",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.900",
+        "JAXCORE_ACCELERATOR_INDEX": "1",
+        "JAXCORE_ACCELERATOR_SLOT": "0",
+    }
 
 
 def test_tpu_variables(sandbox):
     env = _device_env(sandbox, "tpu", JAXCORE_TESTS_PER_ACCELERATOR="1")
-    assert env == {"TPU_VISIBLE_CHIPS": "0", "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
-                   "TPU_PROCESS_BOUNDS": "1,1,1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "true",
-                   "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-                   "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.900", "JAXCORE_ACCELERATOR_INDEX": "0",
-                   "JAXCORE_ACCELERATOR_SLOT": "0"}
+    assert env == {
+        "TPU_VISIBLE_CHIPS": "0",
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+        "TPU_PROCESS_BOUNDS": "1,1,1",
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "true",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.900",
+        "JAXCORE_ACCELERATOR_INDEX": "0",
+        "JAXCORE_ACCELERATOR_SLOT": "0",
+    }
 
 
 def test_generic_platform_sets_every_runtime_variable(sandbox):
@@ -353,8 +427,9 @@ def test_generic_platform_sets_every_runtime_variable(sandbox):
 
 
 def test_caller_memory_settings_are_kept(sandbox):
-    env = _device_env(sandbox, "cuda", XLA_PYTHON_CLIENT_PREALLOCATE="true",
-                      XLA_PYTHON_CLIENT_MEM_FRACTION="0.5")
+    env = _device_env(
+        sandbox, "cuda", XLA_PYTHON_CLIENT_PREALLOCATE="true", XLA_PYTHON_CLIENT_MEM_FRACTION="0.5"
+    )
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
     assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"
 
@@ -382,8 +457,12 @@ def _detected(sandbox, holders_env=None):
     holders = []
     try:
         for i in range(9):
-            proc = sandbox.start(f"d{i}", "--hold-until", str(sandbox.release),
-                                 env=dict(env, JAXCORE_ACCELERATOR_WAIT_S="0"))
+            proc = sandbox.start(
+                f"d{i}",
+                "--hold-until",
+                str(sandbox.release),
+                env=dict(env, JAXCORE_ACCELERATOR_WAIT_S="0"),
+            )
             while not sandbox.started(f"d{i}") and proc.poll() is None:
                 time.sleep(0.01)
             if proc.poll() is not None and not sandbox.started(f"d{i}"):
@@ -395,14 +474,19 @@ def _detected(sandbox, holders_env=None):
         for proc in holders:
             assert proc.wait(timeout=30) == 0
     names = set(sandbox.started("d0")[0]["env"]) - {
-        "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
-        "JAXCORE_ACCELERATOR_INDEX", "JAXCORE_ACCELERATOR_SLOT"}
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+        "JAXCORE_ACCELERATOR_INDEX",
+        "JAXCORE_ACCELERATOR_SLOT",
+    }
     return names, len(holders)
 
 
 def test_detects_nvidia_gpus_with_nvidia_smi(sandbox):
-    sandbox.fake_tool("nvidia-smi", "".join(
-        f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d})\n" for i in range(3)))
+    sandbox.fake_tool(
+        "nvidia-smi",
+        "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d})\n" for i in range(3)),
+    )
     names, count = _detected(sandbox)
     assert names == {"CUDA_VISIBLE_DEVICES"}
     assert count == 3
@@ -412,8 +496,10 @@ def test_detection_runs_once_per_session(sandbox):
     """Later runs reuse the detection cached in the lock directory (no nvidia-smi per test)."""
     calls = sandbox.root / "nvidia_smi_calls"
     tool = sandbox.fake_bin / "nvidia-smi"
-    tool.write_text(f"#!/bin/sh\necho called >> '{calls}'\n"
-                    "echo 'GPU 0: NVIDIA H100 (UUID: GPU-0)'\necho 'GPU 1: NVIDIA H100 (UUID: GPU-1)'\n")
+    tool.write_text(
+        f"#!/bin/sh\necho called >> '{calls}'\n"
+        "echo 'GPU 0: NVIDIA H100 (UUID: GPU-0)'\necho 'GPU 1: NVIDIA H100 (UUID: GPU-1)'\n"
+    )
     tool.chmod(0o755)
     env = {"JAXCORE_TESTS_PER_ACCELERATOR": "1"}
     for i in range(3):
@@ -427,9 +513,12 @@ def test_detection_runs_once_per_session(sandbox):
 
 
 def test_detects_amd_gpus_with_rocm_smi(sandbox):
-    sandbox.fake_tool("rocm-smi", "=== ROCm System Management Interface ===\n"
-                      "GPU[0]\t\t: Device ID: 0x74a1\nGPU[0]\t\t: Device Rev: 0x00\n"
-                      "GPU[1]\t\t: Device ID: 0x74a1\nGPU[1]\t\t: Device Rev: 0x00\n")
+    sandbox.fake_tool(
+        "rocm-smi",
+        "=== ROCm System Management Interface ===\n"
+        "GPU[0]\t\t: Device ID: 0x74a1\nGPU[0]\t\t: Device Rev: 0x00\n"
+        "GPU[1]\t\t: Device ID: 0x74a1\nGPU[1]\t\t: Device Rev: 0x00\n",
+    )
     names, count = _detected(sandbox)
     assert names == {"ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}
     assert count == 2
@@ -439,8 +528,11 @@ def test_detects_amd_render_nodes_and_skips_other_vendors(sandbox):
     dev, sys_dir = sandbox.root / "dev", sandbox.root / "sys"
     (dev / "kfd").touch()
     (dev / "dri").mkdir()
-    for node, vendor in [("renderD128", "0x1002"), ("renderD129", "0x8086"),
-                         ("renderD130", "0x1002")]:
+    for node, vendor in [
+        ("renderD128", "0x1002"),
+        ("renderD129", "0x8086"),
+        ("renderD130", "0x1002"),
+    ]:
         (dev / "dri" / node).touch()
         (sys_dir / "class" / "drm" / node / "device").mkdir(parents=True)
         (sys_dir / "class" / "drm" / node / "device" / "vendor").write_text(vendor + "\n")
@@ -453,8 +545,12 @@ def test_detects_tpu_chips_from_accel_nodes(sandbox):
     for i in range(4):
         (sandbox.root / "dev" / f"accel{i}").touch()
     names, count = _detected(sandbox)
-    assert names == {"TPU_VISIBLE_CHIPS", "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_BOUNDS",
-                     "ALLOW_MULTIPLE_LIBTPU_LOAD"}
+    assert names == {
+        "TPU_VISIBLE_CHIPS",
+        "TPU_CHIPS_PER_PROCESS_BOUNDS",
+        "TPU_PROCESS_BOUNDS",
+        "ALLOW_MULTIPLE_LIBTPU_LOAD",
+    }
     assert count == 4
 
 
@@ -483,8 +579,11 @@ def test_explicit_count_overrides_detection(sandbox):
 
 def test_log_has_one_line_per_test(sandbox):
     log = sandbox.root / "log.tsv"
-    env = {"JAXCORE_ACCELERATOR_COUNT": "2", "JAXCORE_ACCELERATOR_LOG": str(log),
-           "TEST_TARGET": "//tests:example_test_gpu"}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "2",
+        "JAXCORE_ACCELERATOR_LOG": str(log),
+        "TEST_TARGET": "//tests:example_test_gpu",
+    }
     assert sandbox.run("a", env=env).returncode == 0
     assert sandbox.run("b", "--exit", "3", env=env).returncode == 3
     lines = log.read_text().splitlines()
@@ -498,22 +597,27 @@ def test_log_has_one_line_per_test(sandbox):
 
 
 def test_unwritable_log_warns_but_keeps_the_exit_code(sandbox):
-    env = {"JAXCORE_ACCELERATOR_COUNT": "1",
-           "JAXCORE_ACCELERATOR_LOG": str(sandbox.root / "missing_dir" / "log")}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "1",
+        "JAXCORE_ACCELERATOR_LOG": str(sandbox.root / "missing_dir" / "log"),
+    }
     result = sandbox.run("t", "--exit", "4", env=env)
     assert result.returncode == 4
     assert "cannot append to JAXCORE_ACCELERATOR_LOG" in result.stderr
 
 
-@pytest.mark.parametrize("variable,value", [
-    ("JAXCORE_ACCELERATOR_COUNT", "0"),
-    ("JAXCORE_ACCELERATOR_COUNT", "two"),
-    ("JAXCORE_TESTS_PER_ACCELERATOR", "-1"),
-    ("JAXCORE_TESTS_PER_ACCELERATOR", ""),
-    ("JAXCORE_ACCELERATOR_WAIT_S", "soon"),
-    ("JAXCORE_ACCELERATOR_WAIT_S", "-5"),
-    ("JAXCORE_ACCELERATOR_PLATFORM", "metal"),
-])
+@pytest.mark.parametrize(
+    "variable,value",
+    [
+        ("JAXCORE_ACCELERATOR_COUNT", "0"),
+        ("JAXCORE_ACCELERATOR_COUNT", "two"),
+        ("JAXCORE_TESTS_PER_ACCELERATOR", "-1"),
+        ("JAXCORE_TESTS_PER_ACCELERATOR", ""),
+        ("JAXCORE_ACCELERATOR_WAIT_S", "soon"),
+        ("JAXCORE_ACCELERATOR_WAIT_S", "-5"),
+        ("JAXCORE_ACCELERATOR_PLATFORM", "metal"),
+    ],
+)
 def test_bad_settings_are_named(sandbox, variable, value):
     env = {"JAXCORE_ACCELERATOR_COUNT": "1", variable: value}
     if variable == "JAXCORE_TESTS_PER_ACCELERATOR" and value == "":
@@ -531,8 +635,13 @@ def test_no_command_is_a_usage_error(sandbox):
 
 
 def test_missing_test_is_reported(sandbox):
-    result = subprocess.run([str(SCRIPT), "tests/does_not_exist_test"], env=sandbox.env,
-                            capture_output=True, text=True, cwd=sandbox.root)
+    result = subprocess.run(
+        [str(SCRIPT), "tests/does_not_exist_test"],
+        env=sandbox.env,
+        capture_output=True,
+        text=True,
+        cwd=sandbox.root,
+    )
     assert result.returncode == EXIT_NOT_FOUND
     assert "tests/does_not_exist_test" in result.stderr
 
@@ -540,8 +649,9 @@ def test_missing_test_is_reported(sandbox):
 def test_non_executable_test_is_reported(sandbox):
     target = sandbox.root / "not_executable_test"
     target.write_text("#!/bin/sh\nexit 0\n")
-    result = subprocess.run([str(SCRIPT), str(target)], env=sandbox.env, capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [str(SCRIPT), str(target)], env=sandbox.env, capture_output=True, text=True
+    )
     assert result.returncode == EXIT_NOT_EXECUTABLE
     assert "not executable" in result.stderr
 
@@ -550,8 +660,9 @@ def test_uncreatable_lock_dir_is_reported(sandbox):
     blocker = sandbox.root / "a_file"
     blocker.write_text("")
     env = dict(sandbox.env, JAXCORE_LOCK_DIR=str(blocker / "locks"))
-    result = subprocess.run([str(SCRIPT), sys.executable, "-c", "pass"], env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(SCRIPT), sys.executable, "-c", "pass"], env=env, capture_output=True, text=True
+    )
     assert result.returncode == EXIT_LOCK_DIR
     assert "JAXCORE_LOCK_DIR" in result.stderr
 
@@ -560,7 +671,7 @@ def _runfiles_test(root: pathlib.Path) -> pathlib.Path:
     """A runfiles tree holding `<workspace>/tests/example_test`, which prints its args."""
     target = root / "runfiles" / "jaxcore" / "tests" / "example_test"
     target.parent.mkdir(parents=True)
-    target.write_text("#!/bin/sh\necho \"ran with $*\"\nexit 5\n")
+    target.write_text('#!/bin/sh\necho "ran with $*"\nexit 5\n')
     target.chmod(0o755)
     return target
 
@@ -568,10 +679,19 @@ def _runfiles_test(root: pathlib.Path) -> pathlib.Path:
 @pytest.mark.parametrize("variable", ["TEST_SRCDIR", "RUNFILES_DIR"])
 def test_finds_the_test_in_the_runfiles_tree(sandbox, variable):
     _runfiles_test(sandbox.root)
-    env = dict(sandbox.env, JAXCORE_ACCELERATOR_COUNT="1", TEST_WORKSPACE="jaxcore",
-               **{variable: str(sandbox.root / "runfiles")})
-    result = subprocess.run([str(SCRIPT), "tests/example_test", "--flag"], env=env,
-                            capture_output=True, text=True, cwd=sandbox.root)
+    env = dict(
+        sandbox.env,
+        JAXCORE_ACCELERATOR_COUNT="1",
+        TEST_WORKSPACE="jaxcore",
+        **{variable: str(sandbox.root / "runfiles")},
+    )
+    result = subprocess.run(
+        [str(SCRIPT), "tests/example_test", "--flag"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=sandbox.root,
+    )
     assert result.returncode == 5, result.stderr
     assert result.stdout == "ran with --flag\n"
 
@@ -580,10 +700,19 @@ def test_finds_the_test_through_the_runfiles_manifest(sandbox):
     target = _runfiles_test(sandbox.root)
     manifest = sandbox.root / "MANIFEST"
     manifest.write_text(f"jaxcore/tests/other_file /nowhere\njaxcore/tests/example_test {target}\n")
-    env = dict(sandbox.env, JAXCORE_ACCELERATOR_COUNT="1", TEST_WORKSPACE="jaxcore",
-               RUNFILES_MANIFEST_FILE=str(manifest))
-    result = subprocess.run([str(SCRIPT), "./tests/example_test"], env=env,
-                            capture_output=True, text=True, cwd=sandbox.root)
+    env = dict(
+        sandbox.env,
+        JAXCORE_ACCELERATOR_COUNT="1",
+        TEST_WORKSPACE="jaxcore",
+        RUNFILES_MANIFEST_FILE=str(manifest),
+    )
+    result = subprocess.run(
+        [str(SCRIPT), "./tests/example_test"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=sandbox.root,
+    )
     assert result.returncode == 5, result.stderr
     assert result.stdout == "ran with \n"
 
@@ -626,19 +755,22 @@ def test_all_accelerators_busy_times_out_naming_the_settings(sandbox):
     assert "2 accelerators x 1 slots stayed busy" in late.stderr
 
 
-@pytest.mark.parametrize("variable,value", [
-    ("JAXCORE_ACCELERATOR_COUNT", "99999999999999999999"),  # used to overflow: endless loop
-    ("JAXCORE_ACCELERATOR_COUNT", "9223372036854775808"),
-    ("JAXCORE_ACCELERATOR_COUNT", "1025"),
-    ("JAXCORE_ACCELERATOR_COUNT", "-1"),
-    ("JAXCORE_ACCELERATOR_COUNT", "1e3"),
-    ("JAXCORE_TESTS_PER_ACCELERATOR", "18446744073709551617"),
-    ("JAXCORE_TESTS_PER_ACCELERATOR", "0"),
-    ("JAXCORE_TESTS_PER_ACCELERATOR", "257"),
-    ("JAXCORE_ACCELERATOR_WAIT_S", "99999999999999999999"),
-    ("JAXCORE_ACCELERATOR_WAIT_S", "1.5.2"),
-    ("JAXCORE_ACCELERATOR_WAIT_S", "inf"),
-])
+@pytest.mark.parametrize(
+    "variable,value",
+    [
+        ("JAXCORE_ACCELERATOR_COUNT", "99999999999999999999"),  # used to overflow: endless loop
+        ("JAXCORE_ACCELERATOR_COUNT", "9223372036854775808"),
+        ("JAXCORE_ACCELERATOR_COUNT", "1025"),
+        ("JAXCORE_ACCELERATOR_COUNT", "-1"),
+        ("JAXCORE_ACCELERATOR_COUNT", "1e3"),
+        ("JAXCORE_TESTS_PER_ACCELERATOR", "18446744073709551617"),
+        ("JAXCORE_TESTS_PER_ACCELERATOR", "0"),
+        ("JAXCORE_TESTS_PER_ACCELERATOR", "257"),
+        ("JAXCORE_ACCELERATOR_WAIT_S", "99999999999999999999"),
+        ("JAXCORE_ACCELERATOR_WAIT_S", "1.5.2"),
+        ("JAXCORE_ACCELERATOR_WAIT_S", "inf"),
+    ],
+)
 def test_huge_and_malformed_numbers_are_named(sandbox, variable, value):
     env = {"JAXCORE_ACCELERATOR_COUNT": "1", variable: value}
     result = sandbox.run("t", env=env, timeout=20)
@@ -649,14 +781,22 @@ def test_huge_and_malformed_numbers_are_named(sandbox, variable, value):
 
 
 def test_huge_count_is_named_by_detect_too(sandbox):
-    result = subprocess.run([str(SCRIPT), "--detect"], capture_output=True, text=True, timeout=20,
-                            env=dict(sandbox.env, JAXCORE_ACCELERATOR_COUNT="9" * 20))
+    result = subprocess.run(
+        [str(SCRIPT), "--detect"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env=dict(sandbox.env, JAXCORE_ACCELERATOR_COUNT="9" * 20),
+    )
     assert result.returncode == EXIT_USAGE and "JAXCORE_ACCELERATOR_COUNT" in result.stderr
 
 
 def test_leading_zeros_are_still_numbers(sandbox):
-    env = {"JAXCORE_ACCELERATOR_COUNT": "0" * 19 + "1", "JAXCORE_TESTS_PER_ACCELERATOR": "002",
-           "JAXCORE_ACCELERATOR_WAIT_S": "0010.50"}
+    env = {
+        "JAXCORE_ACCELERATOR_COUNT": "0" * 19 + "1",
+        "JAXCORE_TESTS_PER_ACCELERATOR": "002",
+        "JAXCORE_ACCELERATOR_WAIT_S": "0010.50",
+    }
     result = sandbox.run("t", env=env)
     assert result.returncode == 0, result.stderr
     assert sandbox.started("t")[0]["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.450"
@@ -676,8 +816,9 @@ def test_default_lock_dir_prefers_xdg_runtime_dir(sandbox, tmp_path):
     runtime.mkdir(mode=0o700)
     env = {k: v for k, v in sandbox.env.items() if k != "JAXCORE_LOCK_DIR"}
     env.update(XDG_RUNTIME_DIR=str(runtime), JAXCORE_ACCELERATOR_COUNT="1")
-    result = subprocess.run(sandbox.command("t"), env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        sandbox.command("t"), env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     locks = runtime / "jaxcore_accelerator_locks"
     assert _mode(locks) == 0o700 and (locks / "accelerator_0_slot_0.lock").exists()
@@ -707,7 +848,9 @@ def test_lock_dir_owned_by_someone_else_is_refused(sandbox):
         _refused(sandbox, "belongs to uid 65534, not to you (uid 0)")
         assert list(sandbox.lock_dir.iterdir()) == []
     else:  # an existing directory of root's stands in for another user's
-        _refused(sandbox, f"belongs to uid 0, not to you (uid {os.geteuid()})", JAXCORE_LOCK_DIR="/")
+        _refused(
+            sandbox, f"belongs to uid 0, not to you (uid {os.geteuid()})", JAXCORE_LOCK_DIR="/"
+        )
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777, 0o702])
@@ -755,5 +898,6 @@ def test_unopenable_lock_file_names_the_file_and_the_reason(sandbox):
     assert result.returncode == EXIT_LOCK_DIR
     assert result.stderr == (
         f"parallel_accelerator_execute.sh: error: cannot open the lock file "
-        f"'{sandbox.lock_dir}/accelerator_0_slot_0.lock': Is a directory\n")
+        f"'{sandbox.lock_dir}/accelerator_0_slot_0.lock': Is a directory\n"
+    )
     assert "ambiguous redirect" not in result.stderr

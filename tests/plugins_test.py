@@ -14,7 +14,6 @@ import uuid
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -102,8 +101,18 @@ def test_source_tree_plugins_load_at_import():
     info = plugins.info()
     gpu = _status(info, "jaxcore_gpu")
     tpu = _status(info, "jaxcore_tpu")
-    assert (gpu.name, gpu.origin, gpu.loaded, gpu.platforms) == ("gpu", "source", True, ("cuda", "rocm"))
-    assert (tpu.name, tpu.loaded, tpu.platforms, tpu.version) == ("tpu", True, ("tpu",), jaxcore.__version__)
+    assert (gpu.name, gpu.origin, gpu.loaded, gpu.platforms) == (
+        "gpu",
+        "source",
+        True,
+        ("cuda", "rocm"),
+    )
+    assert (tpu.name, tpu.loaded, tpu.platforms, tpu.version) == (
+        "tpu",
+        True,
+        ("tpu",),
+        jaxcore.__version__,
+    )
     assert info.jaxcore_version == jaxcore.__version__
     registered = kernels.registered_kernels("quantized_matmul")
     assert registered["cuda"] is jaxcore_gpu.IMPLS["cuda"]
@@ -125,8 +134,10 @@ def test_source_cpu_plugin_loads_or_says_why():
     assert impl is jaxcore_cpu.IMPLS["cpu"]
     assert cpu.detail == jaxcore_cpu.describe()
     assert f"ISA {jaxcore_cpu.isa()}" in cpu.detail and NATIVE_CPU in cpu.detail
-    assert (f"cpu (jaxcore_cpu, source package): loaded for cpu (native kernels, "
-            f"ISA {jaxcore_cpu.isa()}") in info.format()
+    assert (
+        f"cpu (jaxcore_cpu, source package): loaded for cpu (native kernels, "
+        f"ISA {jaxcore_cpu.isa()}"
+    ) in info.format()
 
 
 def test_unavailable_plugin_is_skipped_quietly(sandbox):
@@ -178,9 +189,8 @@ def test_module_version_mismatch(sandbox):
     module = _fake_plugin(sandbox, platform="tpu", body=body)
     info, caught = _load()
     assert len(caught) == 1
-    assert (
-        f"plugin version 0.0.1 does not match jaxcore version {jaxcore.__version__}"
-        in str(caught[0].message)
+    assert f"plugin version 0.0.1 does not match jaxcore version {jaxcore.__version__}" in str(
+        caught[0].message
     )
     assert module in str(caught[0].message)
     assert sys.modules[module].CALLS == []  # never initialised
@@ -189,9 +199,15 @@ def test_module_version_mismatch(sandbox):
 @pytest.mark.parametrize(
     "body,reason",
     [
-        ("raise ImportError('missing libtriton')\n", "import failed: ImportError: missing libtriton"),
+        (
+            "raise ImportError('missing libtriton')\n",
+            "import failed: ImportError: missing libtriton",
+        ),
         ("def initialize(platforms):\n    pass\n", "module has no __version__"),
-        ("import jaxcore\n__version__ = jaxcore.__version__\n", "module has no initialize() function"),
+        (
+            "import jaxcore\n__version__ = jaxcore.__version__\n",
+            "module has no initialize() function",
+        ),
         (
             "import jaxcore\n__version__ = jaxcore.__version__\n"
             "def initialize(platforms):\n    raise RuntimeError('no device')\n",
@@ -288,8 +304,16 @@ def test_info_format_lists_skips():
         "1.0",
         "all",
         (
-            plugins.PluginStatus("cuda", "jaxcore_cuda12", "entry_point", "jaxcore-cuda12 0.9",
-                                 "0.9", (), False, "wrong version"),
+            plugins.PluginStatus(
+                "cuda",
+                "jaxcore_cuda12",
+                "entry_point",
+                "jaxcore-cuda12 0.9",
+                "0.9",
+                (),
+                False,
+                "wrong version",
+            ),
         ),
     )
     assert info.format().splitlines() == [
@@ -304,7 +328,11 @@ def _run(code, env_extra, cwd):
     env.update(env_extra)
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
@@ -313,7 +341,8 @@ def _run(code, env_extra, cwd):
 def _paths_without_jaxcore():
     """PYTHONPATH entries (e.g. Bazel's third-party paths) that hold no jaxcore sources."""
     return [
-        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        p
+        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
         if p and not any(os.path.exists(os.path.join(p, d)) for d in ("jaxcore", "jaxcore_gpu"))
     ]
 
@@ -390,8 +419,10 @@ def test_renamed_wheels_work_without_the_source_tree(tmp_path):
         print(float(jnp.max(jnp.abs(got - want))) < 1e-4 * float(jnp.max(jnp.abs(want))))
         print(True in modes)
         """,
-        {"PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()]),
-         "JAXCORE_PALLAS_INTERPRET": "cuda"},
+        {
+            "PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()]),
+            "JAXCORE_PALLAS_INTERPRET": "cuda",
+        },
         site,
     )
     lines = out.splitlines()
@@ -469,7 +500,9 @@ def test_source_cpu_plugin_without_library_is_skipped_quietly(tmp_path, first_im
     )
     origin_loaded, reason, impl, matches = out.splitlines()[:4]
     assert origin_loaded == "source False ()"
-    assert reason.startswith("unavailable: native kernel library libjaxcore_cpu_kernels.so not found")
+    assert reason.startswith(
+        "unavailable: native kernel library libjaxcore_cpu_kernels.so not found"
+    )
     assert str(site / "bazel-bin" / "jaxcore_cpu" / "libjaxcore_cpu_kernels.so") in reason
     assert (impl, matches) == ("reference", "True")
 
@@ -493,15 +526,19 @@ def test_missing_library_named_by_env_var_warns(tmp_path):
     missing = str(tmp_path / "nowhere.so")
     out = _run(
         _CPU_REPORT.format(warnings="always", first_import="import jaxcore"),
-        {"PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()]),
-         jaxcore_cpu.ENV_VAR: missing},
+        {
+            "PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()]),
+            jaxcore_cpu.ENV_VAR: missing,
+        },
         site,
     )
     origin_loaded, reason, impl, matches = out.splitlines()[:4]
     assert origin_loaded == "source False ()"
-    assert reason == (f"initialize() failed: LibraryNotFoundError: {jaxcore_cpu.ENV_VAR}="
-                      f"{missing!r}: does not name a file; point it at a built "
-                      f"libjaxcore_cpu_kernels.so or unset it")
+    assert reason == (
+        f"initialize() failed: LibraryNotFoundError: {jaxcore_cpu.ENV_VAR}="
+        f"{missing!r}: does not name a file; point it at a built "
+        f"libjaxcore_cpu_kernels.so or unset it"
+    )
     assert (impl, matches) == ("reference", "True")
 
 
@@ -514,19 +551,29 @@ def test_cpu_wheel_with_library_loads(tmp_path, first_import):
         {"PYTHONPATH": os.pathsep.join([str(site), *_paths_without_jaxcore()])},
         site,
     )
-    assert out.splitlines()[:4] == ["entry_point True ('cpu',)", "None", "jaxcore_cpu._matmul", "True"]
+    assert out.splitlines()[:4] == [
+        "entry_point True ('cpu',)",
+        "None",
+        "jaxcore_cpu._matmul",
+        "True",
+    ]
 
 
 @pytest.mark.parametrize("selection", ["none", "cuda"])
 def test_deselected_cpu_plugin_leaves_the_reference(tmp_path, selection):
     out = _run(
         _CPU_REPORT.format(warnings="error", first_import="import jaxcore"),
-        {"PYTHONPATH": os.pathsep.join([_repo_root(), os.environ.get("PYTHONPATH", "")]),
-         plugins.ENV_VAR: selection},
+        {
+            "PYTHONPATH": os.pathsep.join([_repo_root(), os.environ.get("PYTHONPATH", "")]),
+            plugins.ENV_VAR: selection,
+        },
         tmp_path,
     )
     assert out.splitlines()[:4] == [
-        "source False ()", f"not selected by {plugins.ENV_VAR}", "reference", "True",
+        "source False ()",
+        f"not selected by {plugins.ENV_VAR}",
+        "reference",
+        "True",
     ]
 
 
@@ -554,8 +601,10 @@ def _registering_plugin(name, failure, *, at_import=False):
     if at_import:
         return "import jaxcore\n__version__ = jaxcore.__version__\n" + register + failure + "\n"
     indented = textwrap.indent(register + failure, "    ")
-    return ("import jaxcore\n__version__ = jaxcore.__version__\nPLATFORMS = ('tpu',)\n"
-            "def initialize(platforms):\n" + indented + "\n")
+    return (
+        "import jaxcore\n__version__ = jaxcore.__version__\nPLATFORMS = ('tpu',)\n"
+        "def initialize(platforms):\n" + indented + "\n"
+    )
 
 
 @pytest.mark.parametrize("at_import", [False, True], ids=["initialize", "import"])
@@ -571,8 +620,9 @@ def _registering_plugin(name, failure, *, at_import=False):
 def test_failed_plugin_leaves_no_kernel_behind(sandbox, failure, reason, at_import):
     name, original = _probe_kernel()
     try:
-        module = _fake_plugin(sandbox, platform="tpu",
-                              body=_registering_plugin(name, failure, at_import=at_import))
+        module = _fake_plugin(
+            sandbox, platform="tpu", body=_registering_plugin(name, failure, at_import=at_import)
+        )
         info, _ = _load()
         status = _status(info, module)
         assert not status.loaded and reason in status.reason
@@ -586,8 +636,9 @@ def test_failed_plugin_leaves_no_kernel_behind(sandbox, failure, reason, at_impo
 def test_keyboard_interrupt_in_a_plugin_propagates_after_rollback(sandbox):
     name, original = _probe_kernel()
     try:
-        _fake_plugin(sandbox, platform="tpu",
-                     body=_registering_plugin(name, "raise KeyboardInterrupt"))
+        _fake_plugin(
+            sandbox, platform="tpu", body=_registering_plugin(name, "raise KeyboardInterrupt")
+        )
         with pytest.raises(KeyboardInterrupt):
             plugins.load_plugins(force=True)
         assert kernels.registered_kernels(name) == {"cpu": original}
@@ -623,8 +674,10 @@ def test_unrelated_distribution_with_malformed_entry_points_is_listed_not_fatal(
     (status,) = [p for p in info.plugins if p.origin == "metadata"]
     assert status.name == "unrelated-tool" and not status.loaded
     assert f"cannot parse {broken} ({error}" in status.reason
-    assert f"unrelated-tool (entry_points.txt, unrelated-tool 1.0): skipped: cannot parse {broken}" \
+    assert (
+        f"unrelated-tool (entry_points.txt, unrelated-tool 1.0): skipped: cannot parse {broken}"
         in info.format()
+    )
 
 
 def test_malformed_entry_points_naming_our_group_warn(sandbox):
@@ -649,7 +702,13 @@ def test_python_m_jaxcore_reports_the_skip(tmp_path, body, reason):
         _fake_plugin(tmp_path, platform="tpu", body=body)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXCORE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), _repo_root(), env.get("PYTHONPATH", "")])
-    result = subprocess.run([sys.executable, "-m", "jaxcore"], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "jaxcore"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert reason in result.stdout and "skipped" in result.stdout

@@ -43,11 +43,19 @@ from jaxcore.quant import ArrayInt4, ArrayInt8, ArrayNF4, fake_quantize
 _PROFILE_ENV = "JAXCORE_HYPOTHESIS_PROFILE"
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile(
-    "jaxcore-quick", derandomize=True, deadline=None, database=None, print_blob=True,
+    "jaxcore-quick",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
     suppress_health_check=_SUPPRESS,
 )
 settings.register_profile(
-    "jaxcore-thorough", derandomize=False, deadline=None, database=None, print_blob=True,
+    "jaxcore-thorough",
+    derandomize=False,
+    deadline=None,
+    database=None,
+    print_blob=True,
     suppress_health_check=_SUPPRESS,
 )
 _PROFILE = os.environ.get(_PROFILE_ENV, "quick") or "quick"
@@ -88,7 +96,18 @@ def _finfo(dtype):
     return np.finfo(np.float32) if dtype == np.float64 else jnp.finfo(dtype)
 
 
-_SPECIALS = ("nan", "inf", "-inf", "max", "-max", "subnormal", "-subnormal", "tiny", "zero", "-zero")
+_SPECIALS = (
+    "nan",
+    "inf",
+    "-inf",
+    "max",
+    "-max",
+    "subnormal",
+    "-subnormal",
+    "tiny",
+    "zero",
+    "-zero",
+)
 
 
 @st.composite
@@ -105,19 +124,41 @@ def _weights(draw, formats=FORMATS):
     info = _finfo(dtype)
     top = float(info.max)
     # Per column: a magnitude from subnormal to the dtype's (float64: float32's) maximum.
-    magnitudes = [1.0, 1e-3, 1e3, top / 2, top, float(info.tiny) * 4, float(info.smallest_subnormal) * 8]
+    magnitudes = [
+        1.0,
+        1e-3,
+        1e3,
+        top / 2,
+        top,
+        float(info.tiny) * 4,
+        float(info.smallest_subnormal) * 8,
+    ]
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    mags = np.asarray([draw(st.sampled_from(magnitudes)) for _ in range(min(other, 6))] + [1.0] * max(other - 6, 0))
+    mags = np.asarray(
+        [draw(st.sampled_from(magnitudes)) for _ in range(min(other, 6))]
+        + [1.0] * max(other - 6, 0)
+    )
     w = rng.uniform(-1.0, 1.0, blocked_shape) * mags[None, :]
     w = np.clip(w, -top, top)
     size = w.size
-    specials = draw(st.lists(st.tuples(st.integers(0, max(size - 1, 0)), st.sampled_from(_SPECIALS)),
-                             max_size=4 if size else 0))
+    specials = draw(
+        st.lists(
+            st.tuples(st.integers(0, max(size - 1, 0)), st.sampled_from(_SPECIALS)),
+            max_size=4 if size else 0,
+        )
+    )
     values = {
-        "nan": np.nan, "inf": np.inf, "-inf": -np.inf, "max": top, "-max": -top,
-        "subnormal": float(info.smallest_subnormal), "-subnormal": -float(info.smallest_subnormal),
-        "tiny": float(info.tiny), "zero": 0.0, "-zero": -0.0,
+        "nan": np.nan,
+        "inf": np.inf,
+        "-inf": -np.inf,
+        "max": top,
+        "-max": -top,
+        "subnormal": float(info.smallest_subnormal),
+        "-subnormal": -float(info.smallest_subnormal),
+        "tiny": float(info.tiny),
+        "zero": 0.0,
+        "-zero": -0.0,
     }
     flat = w.reshape(-1)
     for index, kind in specials:
@@ -129,7 +170,9 @@ def _weights(draw, formats=FORMATS):
 
 
 def _host(x) -> np.ndarray:
-    return np.asarray(np.asarray(x).astype(np.float32) if np.asarray(x).dtype != np.float64 else x, np.float64)
+    return np.asarray(
+        np.asarray(x).astype(np.float32) if np.asarray(x).dtype != np.float64 else x, np.float64
+    )
 
 
 def _expected(fmt: str, w: np.ndarray, block_size: int, out_dtype):
@@ -145,7 +188,7 @@ def _expected(fmt: str, w: np.ndarray, block_size: int, out_dtype):
     nonfinite = has_nan | has_inf
     finite_blocks = np.where(np.isfinite(blocks), blocks, 0.0)
     absmax = np.abs(finite_blocks).max(axis=1) if block_size else np.zeros((0, n))
-    rep = lambda per_block: np.repeat(per_block, block_size, axis=0)  # noqa: E731
+    rep = lambda per_block: np.repeat(per_block, block_size, axis=0)
     a = rep(absmax)
     wf = np.where(np.isfinite(w), w, 0.0)
     if fmt in QMAX:
@@ -167,7 +210,11 @@ def _expected(fmt: str, w: np.ndarray, block_size: int, out_dtype):
         poisoned = np.zeros(n_groups, bool)
         np.logical_or.at(poisoned, group, ~finite)
         dq_err = group_max[group] / 127 / 2 * (1 + 1e-3) + 4 * F32.eps * max(abs(offset), 0.0)
-        bound = bound + rep(dq_err.reshape(absmax.shape)) + 4 * F32.eps * rep(group_max[group].reshape(absmax.shape))
+        bound = (
+            bound
+            + rep(dq_err.reshape(absmax.shape))
+            + 4 * F32.eps * rep(group_max[group].reshape(absmax.shape))
+        )
         has_nan = has_nan | poisoned[group].reshape(absmax.shape)
         has_inf = has_inf & ~has_nan
     bound = bound * (1 + 1e-5) + 4 * F32.eps * a
@@ -287,9 +334,9 @@ def _tree(leaf):
     return st.recursive(
         leaf,
         lambda children: st.one_of(
-            st.tuples(children, children, st.one_of(st.none(), children), st.sampled_from(["a", "b"])).map(
-                lambda t: Layer(t[0], t[1], t[2], name=t[3])
-            ),
+            st.tuples(
+                children, children, st.one_of(st.none(), children), st.sampled_from(["a", "b"])
+            ).map(lambda t: Layer(t[0], t[1], t[2], name=t[3])),
             st.dictionaries(st.sampled_from(["x", "y", "z"]), children, max_size=3),
             st.lists(children, max_size=3),
             st.tuples(children, children),
@@ -313,10 +360,16 @@ def test_flatten_unflatten_round_trips(tree):
     _assert_trees_equal(back, tree)
     assert jax.tree_util.tree_structure(back) == treedef
     # Static fields survive in the treedef; the dataclasses are equal field by field.
-    layers = [n for n in jax.tree_util.tree_leaves(tree, is_leaf=lambda n: isinstance(n, Layer))
-              if isinstance(n, Layer)]
-    back_layers = [n for n in jax.tree_util.tree_leaves(back, is_leaf=lambda n: isinstance(n, Layer))
-                   if isinstance(n, Layer)]
+    layers = [
+        n
+        for n in jax.tree_util.tree_leaves(tree, is_leaf=lambda n: isinstance(n, Layer))
+        if isinstance(n, Layer)
+    ]
+    back_layers = [
+        n
+        for n in jax.tree_util.tree_leaves(back, is_leaf=lambda n: isinstance(n, Layer))
+        if isinstance(n, Layer)
+    ]
     assert [n.name for n in back_layers] == [n.name for n in layers]
     # Keyed paths name the fields, and flattening with paths gives the same leaves.
     with_path, treedef2 = jax.tree_util.tree_flatten_with_path(tree)
@@ -348,7 +401,9 @@ def test_tree_stack_then_unstack_round_trips(trees):
     # jaxcore.tree has no tree_unstack: unstacking is indexing every leaf.
     stacked = jt.tree_stack(*trees)
     assert jax.tree_util.tree_structure(stacked) == jax.tree_util.tree_structure(trees[0])
-    for s, x in zip(jax.tree_util.tree_leaves(stacked), jax.tree_util.tree_leaves(trees[0]), strict=True):
+    for s, x in zip(
+        jax.tree_util.tree_leaves(stacked), jax.tree_util.tree_leaves(trees[0]), strict=True
+    ):
         assert s.shape == (len(trees),) + x.shape and s.dtype == x.dtype
     for i, tree in enumerate(trees):
         _assert_trees_equal(jax.tree_util.tree_map(lambda s, i=i: s[i], stacked), tree)

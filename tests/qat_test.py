@@ -86,9 +86,9 @@ def test_each_use_alone_eagerly(use):
     w, x = _operands(1)
     fn = USES[use]
     got = jax.grad(lambda w, x: jnp.sum(implicit(fn)(x, ste(quantize)(w)) ** 2), (0, 1))(w, x)
-    want = jax.grad(
-        lambda w, x: jnp.sum(fn(x, _dense_straight_through(quantize, w)) ** 2), (0, 1)
-    )(w, x)
+    want = jax.grad(lambda w, x: jnp.sum(fn(x, _dense_straight_through(quantize, w)) ** 2), (0, 1))(
+        w, x
+    )
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.abs(b).max()))
 
@@ -228,7 +228,9 @@ def test_forward_mode_and_the_seed_example():
     np.testing.assert_array_equal(quantized.materialize(), ArrayNF4.quantize(w, 64).materialize())
     tangent = jnp.ones_like(w)
     _, got = jax.jvp(lambda w: jnp.sum(x @ quantize_nf4(w)), (w,), (tangent,))
-    _, want = jax.jvp(lambda w: jnp.sum(x @ _dense_straight_through(FORMATS["nf4"], w)), (w,), (tangent,))
+    _, want = jax.jvp(
+        lambda w: jnp.sum(x @ _dense_straight_through(FORMATS["nf4"], w)), (w,), (tangent,)
+    )
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 

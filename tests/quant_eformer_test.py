@@ -13,10 +13,24 @@ from jaxcore.quant import Array1B, ArrayInt4, ArrayInt8, ArrayNF4, nf4xf32_to_f3
 
 # The NF4 table (QLoRA, appendix E), written out independently of jaxcore.kernels.
 _NF4 = np.array(
-    [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-     -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-     0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-     0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0],
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
     np.float32,
 )
 
@@ -49,7 +63,11 @@ def test_int8_axis_tuple_of_both_axes_is_one_scale_per_matrix(axis):
 @pytest.mark.parametrize("axis, equivalent", [((0,), 0), ((1,), 1), ((-1,), 1)])
 def test_one_element_axis_tuples_equal_the_plain_axis(axis, equivalent):
     w = _weight()
-    for cls, kwargs in ((ArrayInt8, {}), (ArrayInt4, {"block_size": 8}), (ArrayNF4, {"block_size": 8})):
+    for cls, kwargs in (
+        (ArrayInt8, {}),
+        (ArrayInt4, {"block_size": 8}),
+        (ArrayNF4, {"block_size": 8}),
+    ):
         a = cls.quantize(w, axis=axis, **kwargs)
         b = cls.quantize(w, axis=equivalent, **kwargs)
         np.testing.assert_array_equal(np.asarray(a.materialize()), np.asarray(b.materialize()))
@@ -58,11 +76,18 @@ def test_one_element_axis_tuples_equal_the_plain_axis(axis, equivalent):
 
 def test_axis_tuple_errors():
     w = _weight()
-    with pytest.raises(ValueError, match=r"ArrayNF4.quantize: axis=\(0, 1\) reduces over both axes"):
+    with pytest.raises(
+        ValueError, match=r"ArrayNF4.quantize: axis=\(0, 1\) reduces over both axes"
+    ):
         ArrayNF4.quantize(w, axis=(0, 1))
-    with pytest.raises(ValueError, match=r"ArrayInt4.quantize: axis=\(0, 1\) reduces over both axes"):
+    with pytest.raises(
+        ValueError, match=r"ArrayInt4.quantize: axis=\(0, 1\) reduces over both axes"
+    ):
         ArrayInt4.quantize(w, axis=(0, 1))
-    with pytest.raises(ValueError, match=r"axis=\(0, 1\) gives one scale for the whole \(64, 24\) matrix; block_size=8"):
+    with pytest.raises(
+        ValueError,
+        match=r"axis=\(0, 1\) gives one scale for the whole \(64, 24\) matrix; block_size=8",
+    ):
         ArrayInt8.quantize(w, axis=(0, 1), block_size=8)
     with pytest.raises(ValueError, match="axis must be 0 or 1"):
         ArrayInt8.quantize(w, axis=(0, 2))
@@ -127,7 +152,7 @@ def _pack_reference(t):
     k = t.shape[0] // 4
     out = np.zeros((k,) + t.shape[1:], np.uint8)
     for j in range(4):
-        out |= ((t[j * k:(j + 1) * k] + 1).astype(np.uint8) << (2 * j))
+        out |= (t[j * k : (j + 1) * k] + 1).astype(np.uint8) << (2 * j)
     return out
 
 
@@ -158,9 +183,13 @@ def test_array1b_matmul_through_implicit_and_jit():
 
 
 def test_array1b_errors():
-    with pytest.raises(ValueError, match=r"first axis \(size 6 of shape \(6, 2\)\) must be a multiple of 4"):
+    with pytest.raises(
+        ValueError, match=r"first axis \(size 6 of shape \(6, 2\)\) must be a multiple of 4"
+    ):
         Array1B.quantize(np.zeros((6, 2), np.int8))
-    with pytest.raises(ValueError, match=r"values must be -1, 0 or \+1 .* 1 entries .* first at index \(1, 0\): 2"):
+    with pytest.raises(
+        ValueError, match=r"values must be -1, 0 or \+1 .* 1 entries .* first at index \(1, 0\): 2"
+    ):
         Array1B.quantize(np.array([[0], [2], [1], [-1]], np.int8))
     with pytest.raises(ValueError, match="got a scalar"):
         Array1B.quantize(np.int8(1))

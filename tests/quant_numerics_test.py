@@ -47,7 +47,7 @@ def test_nan_poisons_its_block_identically_in_eager_and_jit(name, shape):
     clean = np.asarray(QUANTIZERS[name](np.nan_to_num(w)).materialize())
     poisoned = np.zeros(shape, bool)
     for i, j in spots:
-        poisoned[i // 64 * 64:(i // 64 + 1) * 64, j] = True
+        poisoned[i // 64 * 64 : (i // 64 + 1) * 64, j] = True
     assert np.isnan(eager[poisoned]).all()
     np.testing.assert_array_equal(eager[~poisoned], clean[~poisoned])
 
@@ -100,7 +100,9 @@ def test_fake_quantize_keeps_nan_in_eager_and_jit(fmt):
 def test_check_finite_raises_eagerly_and_explains_itself_under_jit(name):
     w = _weight(64, 4)
     w[1, 1] = np.inf
-    with pytest.raises(ValueError, match=r"non-finite value\(s\) \(NaN/Inf\), first at index \(1, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"non-finite value\(s\) \(NaN/Inf\), first at index \(1, 1\)"
+    ):
         QUANTIZERS[name](w, check_finite=True)
     with pytest.raises(ValueError, match="check_finite=True needs the weight's values"):
         jax.jit(lambda w: QUANTIZERS[name](w, check_finite=True).materialize())(w)
@@ -186,7 +188,9 @@ def test_fake_quantize_takes_a_block_size_sequence(block_size):
 
 
 def test_fake_quantize_rejects_a_sequence_of_several_block_sizes():
-    with pytest.raises(ValueError, match=r"block_size=\[32, 32\]: a sequence must hold exactly one"):
+    with pytest.raises(
+        ValueError, match=r"block_size=\[32, 32\]: a sequence must hold exactly one"
+    ):
         fake_quantize(jnp.asarray(_weight(64, 4)), "int4", block_size=[32, 32])
 
 

@@ -26,7 +26,12 @@ def _weight(shape, seed=0):
 
 @pytest.mark.parametrize(
     "spec, stored",
-    [(("tp", None), P("tp", None)), ((None, "tp"), P(None, "tp")), ("tp", P("tp", None)), (None, P())],
+    [
+        (("tp", None), P("tp", None)),
+        ((None, "tp"), P(None, "tp")),
+        ("tp", P("tp", None)),
+        (None, P()),
+    ],
 )
 def test_nf4_with_mesh_and_axis_splits_codes_and_scales_like_the_weight(spec, stored):
     mesh = _mesh()
@@ -87,5 +92,8 @@ def test_array1b_with_mesh_and_axis():
 def test_indivisible_stored_axis_is_named():
     mesh = _mesh()
     q = ArrayNF4.quantize(_weight((64, 32)), block_size=32)  # two scale rows
-    with pytest.raises(ValueError, match=r"stored array 'scale' \(shape \(2, 32\)\) axis 0 of size 2 over mesh axes \('tp',\) of 4 devices"):
+    with pytest.raises(
+        ValueError,
+        match=r"stored array 'scale' \(shape \(2, 32\)\) axis 0 of size 2 over mesh axes \('tp',\) of 4 devices",
+    ):
         q.with_mesh_and_axis((mesh, ("tp", None)))

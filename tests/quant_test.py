@@ -113,7 +113,9 @@ def test_nf4_nearest_code_and_spacing_bound():
     normalised = w / np.repeat(absmax, 64, axis=0)
     # Each index is a nearest code (up to float32 rounding of the normalised value).
     dist = np.abs(normalised[..., None] - NF4[None, None, :])
-    assert np.all(dist[np.arange(256)[:, None], np.arange(32)[None, :], idx] <= dist.min(axis=-1) + 1e-6)
+    assert np.all(
+        dist[np.arange(256)[:, None], np.arange(32)[None, :], idx] <= dist.min(axis=-1) + 1e-6
+    )
     # Round trip: the error is within half the NF4 code spacing around the chosen code.
     gaps = np.diff(NF4)
     spacing = np.maximum(np.r_[gaps[0], gaps], np.r_[gaps, gaps[-1]])
@@ -144,7 +146,9 @@ def test_nf4_double_quant():
     np.testing.assert_array_equal(dq.qvalue, plain.qvalue)
     assert dq.storage_nbytes < plain.storage_nbytes
     # The codes are unchanged, so the dense weights differ only by the scale error.
-    diff = np.abs(np.asarray(dq.materialize(), np.float64) - np.asarray(plain.materialize(), np.float64))
+    diff = np.abs(
+        np.asarray(dq.materialize(), np.float64) - np.asarray(plain.materialize(), np.float64)
+    )
     assert np.all(diff <= np.repeat(err.reshape(absmax.shape), 64, axis=0) + 1e-6)
 
 
@@ -153,7 +157,10 @@ def test_storage_bytes_per_weight():
     assert ArrayInt8.quantize(w).storage_nbytes == 1024 * 64 + 4 * 64
     assert ArrayInt4.quantize(w).storage_nbytes == 1024 * 64 // 2 + 4 * 16 * 64
     assert ArrayNF4.quantize(w).storage_nbytes == 1024 * 64 // 2 + 4 * 16 * 64
-    assert ArrayNF4.quantize(w, double_quant=True).storage_nbytes == 1024 * 64 // 2 + 16 * 64 + 4 * 4 + 4
+    assert (
+        ArrayNF4.quantize(w, double_quant=True).storage_nbytes
+        == 1024 * 64 // 2 + 16 * 64 + 4 * 4 + 4
+    )
 
 
 def test_bfloat16_weights_and_zero_blocks():
@@ -169,7 +176,11 @@ def test_bfloat16_weights_and_zero_blocks():
 
 def test_transpose_views_share_data():
     w = weight(128, 64)
-    for q in (ArrayInt8.quantize(w), ArrayInt4.quantize(w), ArrayNF4.quantize(w, double_quant=True)):
+    for q in (
+        ArrayInt8.quantize(w),
+        ArrayInt4.quantize(w),
+        ArrayNF4.quantize(w, double_quant=True),
+    ):
         t = q.T
         assert t.shape == (64, 128) and t.axis == 1 and t.qvalue is q.qvalue
         np.testing.assert_array_equal(t.materialize(), np.asarray(q.materialize()).T)
@@ -196,13 +207,37 @@ def test_pytree_round_trip_and_jit_argument():
             ValueError,
             r"block_size=64 must be a positive divisor of the blocked axis size 96",
         ),
-        (lambda: ArrayNF4.quantize(weight(90, 4), block_size=45), ValueError, "block_size=45 must be even"),
+        (
+            lambda: ArrayNF4.quantize(weight(90, 4), block_size=45),
+            ValueError,
+            "block_size=45 must be even",
+        ),
         (lambda: ArrayInt8.quantize(weight(96, 4), block_size=0), ValueError, "positive divisor"),
-        (lambda: ArrayInt8.quantize(weight(96, 4), block_size=2.0), TypeError, "block_size must be an int"),
-        (lambda: ArrayInt8.quantize(weight(96, 4), axis=1, block_size=3), ValueError, r"axis 1 of \(96, 4\)"),
-        (lambda: ArrayInt8.quantize(np.ones((8, 8), np.int32)), TypeError, "unsupported dtype int32"),
-        (lambda: ArrayNF4.quantize(np.ones((8, 8), np.complex64)), TypeError, "unsupported dtype complex64"),
-        (lambda: ArrayNF4.quantize(np.ones((64,), np.float32)), ValueError, r"2-D \(K, N\) weight, got shape \(64,\)"),
+        (
+            lambda: ArrayInt8.quantize(weight(96, 4), block_size=2.0),
+            TypeError,
+            "block_size must be an int",
+        ),
+        (
+            lambda: ArrayInt8.quantize(weight(96, 4), axis=1, block_size=3),
+            ValueError,
+            r"axis 1 of \(96, 4\)",
+        ),
+        (
+            lambda: ArrayInt8.quantize(np.ones((8, 8), np.int32)),
+            TypeError,
+            "unsupported dtype int32",
+        ),
+        (
+            lambda: ArrayNF4.quantize(np.ones((8, 8), np.complex64)),
+            TypeError,
+            "unsupported dtype complex64",
+        ),
+        (
+            lambda: ArrayNF4.quantize(np.ones((64,), np.float32)),
+            ValueError,
+            r"2-D \(K, N\) weight, got shape \(64,\)",
+        ),
         (lambda: ArrayInt8.quantize(weight(8, 8), axis=2), ValueError, "axis must be 0 or 1"),
         (lambda: fake_quantize(weight(8, 8), "fp8"), ValueError, "unknown format 'fp8'"),
     ],
@@ -217,7 +252,9 @@ def test_quantize_errors(call, error, message):
 def test_non_finite_input_is_rejected_with_check_finite(cls, bad):
     w = weight(64, 8)
     w[5, 3] = bad
-    with pytest.raises(ValueError, match=r"1 non-finite value\(s\) \(NaN/Inf\), first at index \(5, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"1 non-finite value\(s\) \(NaN/Inf\), first at index \(5, 3\)"
+    ):
         cls.quantize(w, check_finite=True)
 
 
@@ -225,8 +262,12 @@ def test_non_finite_input_inside_jit_poisons_its_block():
     w = weight(128, 4)
     w[70, 1] = np.nan
     dense = jax.jit(lambda w: ArrayNF4.quantize(w).materialize())(w)
-    assert np.all(np.isnan(np.asarray(dense)[64:, 1]))  # the whole block is NaN, not silently finite
-    assert np.all(np.isfinite(np.asarray(dense)[:64])) and np.all(np.isfinite(np.asarray(dense)[:, [0, 2, 3]]))
+    assert np.all(
+        np.isnan(np.asarray(dense)[64:, 1])
+    )  # the whole block is NaN, not silently finite
+    assert np.all(np.isfinite(np.asarray(dense)[:64])) and np.all(
+        np.isfinite(np.asarray(dense)[:, [0, 2, 3]])
+    )
 
 
 # ----------------------------------------------------------------------------- matmuls
@@ -257,12 +298,20 @@ def test_contractions_under_implicit_match_materialised(name, no_materialize):
         "q @ y": (lambda x, y, h, q: q @ y, w @ y),
         "h @ q.T": (lambda x, y, h, q: h @ q.T, h @ w.T),
         "q.T @ x.T": (lambda x, y, h, q: q.T @ x[0].T, w.T @ x[0].T),
-        "einsum kn,bsk->bns": (lambda x, y, h, q: jnp.einsum("kn,bsk->bns", q, x), np.einsum("kn,bsk->bns", w, x)),
-        "einsum mn,kn->km": (lambda x, y, h, q: jnp.einsum("mn,kn->km", h, q), np.einsum("mn,kn->km", h, w)),
+        "einsum kn,bsk->bns": (
+            lambda x, y, h, q: jnp.einsum("kn,bsk->bns", q, x),
+            np.einsum("kn,bsk->bns", w, x),
+        ),
+        "einsum mn,kn->km": (
+            lambda x, y, h, q: jnp.einsum("mn,kn->km", h, q),
+            np.einsum("mn,kn->km", h, w),
+        ),
         "x[0, 0] @ q (vector)": (lambda x, y, h, q: x[0, 0] @ q, x[0, 0] @ w),
     }
     # One jitted program for all the cases keeps the test to a single compilation.
-    got = jax.jit(implicit(lambda *args: {label: f(*args) for label, (f, _) in cases.items()}))(x, y, h, q)
+    got = jax.jit(implicit(lambda *args: {label: f(*args) for label, (f, _) in cases.items()}))(
+        x, y, h, q
+    )
     for label, (_, expected) in cases.items():
         np.testing.assert_allclose(got[label], expected, rtol=2e-5, atol=2e-4, err_msg=label)
     # Eagerly (no jit) the handler runs too.
@@ -291,7 +340,9 @@ def test_batch_dimension_contraction_falls_back_to_dense():
     z = np.random.default_rng(6).standard_normal((3, 32, 6)).astype(np.float32)
     # dot_general with the weight's N axis as a batch dimension: computed on the dense weight.
     got = implicit(lambda q, z: jnp.einsum("kn,mkn->nm", q, z))(q, z)
-    np.testing.assert_allclose(got, np.einsum("kn,mkn->nm", np.asarray(q.materialize()), z), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        got, np.einsum("kn,mkn->nm", np.asarray(q.materialize()), z), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_matmul_operators_without_implicit():
@@ -336,20 +387,32 @@ def test_jit_grad_vmap_match_materialised(name, no_materialize):
 
     xs = jnp.asarray(rng.standard_normal((3, 4, 128)), jnp.float32)
     batched = jax.jit(jax.vmap(implicit(lambda x, q: x @ q), in_axes=(0, None)))(xs, q)
-    np.testing.assert_allclose(batched, jnp.einsum("bmk,kn->bmn", xs, w, precision="highest"), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        batched, jnp.einsum("bmk,kn->bmn", xs, w, precision="highest"), rtol=1e-5, atol=1e-4
+    )
     # Gradients with respect to the stored float scales (e.g. learned scales) flow too,
     # and match autodiff of the materialised weight.
     gq = jax.jit(jax.grad(implicit(loss), argnums=1, allow_int=True))(x, q)
-    eq = jax.jit(jax.grad(lambda x, q: jnp.sum(jnp.tanh(jnp.dot(x, q.materialize(), precision="highest")) ** 2), argnums=1, allow_int=True))(x, q)
+    eq = jax.jit(
+        jax.grad(
+            lambda x, q: jnp.sum(jnp.tanh(jnp.dot(x, q.materialize(), precision="highest")) ** 2),
+            argnums=1,
+            allow_int=True,
+        )
+    )(x, q)
     assert type(gq) is type(q)
     float_leaves = [
-        (a, b) for a, b in zip(jax.tree_util.tree_leaves(gq), jax.tree_util.tree_leaves(eq)) if a.dtype == jnp.float32
+        (a, b)
+        for a, b in zip(jax.tree_util.tree_leaves(gq), jax.tree_util.tree_leaves(eq))
+        if a.dtype == jnp.float32
     ]
     assert float_leaves
     for got, expected in float_leaves:
         # A scale's gradient sums K products that can cancel: float32 summation order
         # (kernel versus XLA's dot) moves it by ~1e-6 of the largest entry.
-        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-5 * float(np.abs(expected).max()))
+        np.testing.assert_allclose(
+            got, expected, rtol=1e-3, atol=1e-5 * float(np.abs(expected).max())
+        )
         assert np.any(np.asarray(got) != 0)
 
 
@@ -388,7 +451,9 @@ def test_forward_mode_and_second_order_match_materialised(name, no_materialize):
     np.testing.assert_allclose(out, dense_out, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(tangent, dense_tangent, rtol=1e-4, atol=1e-4)
     _, tangent_t = jax.jvp(lambda y: implicit(lambda q, y: q @ y)(q, y), (y,), (y * 0.5,))
-    np.testing.assert_allclose(tangent_t, jnp.dot(w, y * 0.5, precision="highest"), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        tangent_t, jnp.dot(w, y * 0.5, precision="highest"), rtol=1e-4, atol=1e-4
+    )
 
     # jvp in the stored scales (learned scales), against the materialised weight's jvp.
     tq = _scale_tangent(q, seed=14)
@@ -428,7 +493,10 @@ _FLOAT_BUFFER = re.compile(r"\b(f16|bf16|f32|f64)\[([0-9,]+)\]")
 
 
 def largest_float_buffer(hlo_text):
-    return max(int(np.prod([int(d) for d in dims.split(",")])) for _, dims in _FLOAT_BUFFER.findall(hlo_text))
+    return max(
+        int(np.prod([int(d) for d in dims.split(",")]))
+        for _, dims in _FLOAT_BUFFER.findall(hlo_text)
+    )
 
 
 def test_jitted_nf4_matmul_holds_no_dense_weight(no_materialize):
@@ -440,7 +508,9 @@ def test_jitted_nf4_matmul_holds_no_dense_weight(no_materialize):
     assert largest_float_buffer(dense) >= k * n  # the scan finds a materialised weight ...
     assert largest_float_buffer(fused) < k * n  # ... and the kernel's program has none
     # The backward pass (gradient with respect to x) works slab by slab as well.
-    backward = jax.jit(jax.grad(implicit(lambda x, q: jnp.sum(x @ q)))).lower(x, q).compile().as_text()
+    backward = (
+        jax.jit(jax.grad(implicit(lambda x, q: jnp.sum(x @ q)))).lower(x, q).compile().as_text()
+    )
     assert largest_float_buffer(backward) < k * n
     # So does forward mode (a jvp in the activations).
     forward = (
@@ -455,7 +525,9 @@ def test_jitted_nf4_matmul_holds_no_dense_weight(no_materialize):
 # ----------------------------------------------------------------------------- QAT
 
 
-@pytest.mark.parametrize("fmt, options", [("int8", {}), ("int4", {"block_size": 32}), ("nf4", {"double_quant": True})])
+@pytest.mark.parametrize(
+    "fmt, options", [("int8", {}), ("int4", {"block_size": 32}), ("nf4", {"double_quant": True})]
+)
 def test_fake_quantize_straight_through_training(fmt, options):
     rng = np.random.default_rng(12)
     master = jnp.asarray(rng.standard_normal((64, 8)) * 0.5, jnp.float32)
@@ -501,7 +573,9 @@ def test_cotangent_of_quantised_array_refuses_to_materialise():
     q = ArrayNF4.quantize(weight(64, 8))
     cotangent = jax.grad(lambda q: jnp.sum(q.materialize()), allow_int=True)(q)
     assert cotangent.qvalue.dtype == jax.dtypes.float0
-    with pytest.raises(TypeError, match=r"cannot materialise a cotangent of ArrayNF4 .*fake_quantize"):
+    with pytest.raises(
+        TypeError, match=r"cannot materialise a cotangent of ArrayNF4 .*fake_quantize"
+    ):
         cotangent.materialize()
 
 
@@ -549,7 +623,8 @@ def test_stacked_weights_scan_experts_and_transposes(no_materialize):
 
 def test_transpose_of_stacking_axis_falls_back_to_dense():
     stacked = jax.tree_util.tree_map(
-        lambda *leaves: jnp.stack(leaves), *[ArrayInt8.quantize(weight(16, 8, seed=s)) for s in range(2)]
+        lambda *leaves: jnp.stack(leaves),
+        *[ArrayInt8.quantize(weight(16, 8, seed=s)) for s in range(2)],
     )
     got = implicit(lambda q: jnp.transpose(q, (1, 0, 2)))(stacked)
     np.testing.assert_allclose(got, np.transpose(np.asarray(stacked.materialize()), (1, 0, 2)))

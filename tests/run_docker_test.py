@@ -16,9 +16,30 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # The commands run_docker.sh (and the fakes) use besides the container tools.
-HOST_TOOLS = ("bash", "cat", "cp", "cut", "dirname", "basename", "env", "find", "grep", "id",
-              "ln", "ls", "mkdir", "mktemp", "readlink", "rm", "sed", "sha256sum", "sort", "tail",
-              "tar", "wc")
+HOST_TOOLS = (
+    "bash",
+    "cat",
+    "cp",
+    "cut",
+    "dirname",
+    "basename",
+    "env",
+    "find",
+    "grep",
+    "id",
+    "ln",
+    "ls",
+    "mkdir",
+    "mktemp",
+    "readlink",
+    "rm",
+    "sed",
+    "sha256sum",
+    "sort",
+    "tail",
+    "tar",
+    "wc",
+)
 
 # A fake docker/podman. Each call leaves calls/<n>.args (engine name and arguments,
 # NUL-separated) and, for build / import / run, what the test wants to see of their inputs.
@@ -75,8 +96,12 @@ class Sandbox:
     def __init__(self, tmp_path):
         self.tmp = tmp_path
         self.repo = tmp_path / "repo"
-        for rel in ("ci/run_docker.sh", "docker/Dockerfile.cpu", "docker/Dockerfile.cuda",
-                    "docker/Dockerfile.rocm"):
+        for rel in (
+            "ci/run_docker.sh",
+            "docker/Dockerfile.cpu",
+            "docker/Dockerfile.cuda",
+            "docker/Dockerfile.rocm",
+        ):
             (self.repo / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / rel, self.repo / rel)
         (self.repo / "build").mkdir()
@@ -115,7 +140,11 @@ class Sandbox:
         base.update(env or {})
         return subprocess.run(
             [str(self.bin / "bash"), str(self.repo / "ci" / "run_docker.sh"), *args],
-            cwd=self.repo, env=base, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            cwd=self.repo,
+            env=base,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
             timeout=60,
         )
 
@@ -141,7 +170,7 @@ def box(tmp_path):
 def _error_line(result, returncode=2):
     """The one error line of a run that must have exited with ``returncode``."""
     assert result.returncode == returncode, result.stderr
-    lines = [l for l in result.stderr.splitlines() if "error:" in l]
+    lines = [ln for ln in result.stderr.splitlines() if "error:" in ln]
     assert len(lines) == 1, result.stderr
     return lines[0]
 
@@ -154,22 +183,33 @@ def _option(args, flag):
 # ---- bad input ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--backend", "tpu", "--", "ci/job.sh"], "unknown backend 'tpu': choose cpu, cuda or rocm"),
-    (["--backend=metal", "--", "ci/job.sh"], "unknown backend 'metal': choose cpu, cuda or rocm"),
-    (["--backend"], "--backend needs a value (cpu, cuda or rocm)"),
-    (["--engine", "lxc", "--", "ci/job.sh"], "unknown engine 'lxc': choose docker or podman"),
-    (["--frobnicate", "--", "ci/job.sh"], "unknown option '--frobnicate'"),
-    (["ci/job.sh"], "unknown option 'ci/job.sh' (the ci/ script goes after '--'"),
-    (["--"], "no CI script given"),
-    ([], "no CI script given"),
-    (["--", "tests/conftest.py"], "'tests/conftest.py' is not a script under ci/"),
-    (["--", "ci/../build/build.py"], "is not a script under ci/"),
-    (["--", "ci/missing.sh"], "CI script 'ci/missing.sh' does not exist"),
-    (["--", "ci/run_docker.sh"], "cannot run itself inside the container"),
-    (["--backend", "cuda", "--base-from-debootstrap", "--", "ci/job.sh"],
-     "--base-from-debootstrap builds a Debian base image and only applies to --backend cpu, not 'cuda'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--backend", "tpu", "--", "ci/job.sh"],
+            "unknown backend 'tpu': choose cpu, cuda or rocm",
+        ),
+        (
+            ["--backend=metal", "--", "ci/job.sh"],
+            "unknown backend 'metal': choose cpu, cuda or rocm",
+        ),
+        (["--backend"], "--backend needs a value (cpu, cuda or rocm)"),
+        (["--engine", "lxc", "--", "ci/job.sh"], "unknown engine 'lxc': choose docker or podman"),
+        (["--frobnicate", "--", "ci/job.sh"], "unknown option '--frobnicate'"),
+        (["ci/job.sh"], "unknown option 'ci/job.sh' (the ci/ script goes after '--'"),
+        (["--"], "no CI script given"),
+        ([], "no CI script given"),
+        (["--", "tests/conftest.py"], "'tests/conftest.py' is not a script under ci/"),
+        (["--", "ci/../build/build.py"], "is not a script under ci/"),
+        (["--", "ci/missing.sh"], "CI script 'ci/missing.sh' does not exist"),
+        (["--", "ci/run_docker.sh"], "cannot run itself inside the container"),
+        (
+            ["--backend", "cuda", "--base-from-debootstrap", "--", "ci/job.sh"],
+            "--base-from-debootstrap builds a Debian base image and only applies to --backend cpu, not 'cuda'",
+        ),
+    ],
+)
 def test_bad_arguments_give_one_message_and_exit_2(box, args, message):
     box.add_engine("podman")
     result = box.run(*args)
@@ -200,13 +240,21 @@ def test_requested_engine_missing_or_dead(box):
 def test_cuda_without_nvidia_devices(box):
     box.add_engine("docker")
     result = box.run("--backend", "cuda", "--", "ci/job.sh")
-    assert f"--backend cuda needs an NVIDIA GPU, but there is no {box.dev}/nvidiactl" in _error_line(result)
+    assert (
+        f"--backend cuda needs an NVIDIA GPU, but there is no {box.dev}/nvidiactl"
+        in _error_line(result)
+    )
     assert box.calls("build") == []
 
 
-@pytest.mark.parametrize("present, missing", [
-    ([], "kfd"), (["kfd"], "dri"), (["dri"], "kfd"),
-])
+@pytest.mark.parametrize(
+    "present, missing",
+    [
+        ([], "kfd"),
+        (["kfd"], "dri"),
+        (["dri"], "kfd"),
+    ],
+)
 def test_rocm_without_amd_devices(box, present, missing):
     box.add_engine("docker")
     for name in present:
@@ -236,13 +284,25 @@ def test_failed_build_exits_1_and_runs_nothing(box):
     assert "failed (output above)" in line
     assert "add --base-from-debootstrap" in line and "add --host-ca" in line
     assert box.calls("run") == []
-    result = box.run("--backend", "rocm", "--host-ca=" + str(box.lock), "--", "ci/job.sh",
-                     env={"FAKE_BUILD_RC": "3", "JAXCORE_DOCKER_DEV_DIR": str(box.tmp)})
+    result = box.run(
+        "--backend",
+        "rocm",
+        "--host-ca=" + str(box.lock),
+        "--",
+        "ci/job.sh",
+        env={"FAKE_BUILD_RC": "3", "JAXCORE_DOCKER_DEV_DIR": str(box.tmp)},
+    )
     assert result.returncode == 2  # no devices: checked before any build
     (box.dev / "kfd").touch()
     (box.dev / "dri").touch()
-    result = box.run("--backend", "rocm", "--host-ca=" + str(box.lock), "--", "ci/job.sh",
-                     env={"FAKE_BUILD_RC": "3"})
+    result = box.run(
+        "--backend",
+        "rocm",
+        "--host-ca=" + str(box.lock),
+        "--",
+        "ci/job.sh",
+        env={"FAKE_BUILD_RC": "3"},
+    )
     line = _error_line(result, returncode=1)
     assert "Dockerfile.rocm failed (output above)" in line and "add --" not in line
 
@@ -291,9 +351,15 @@ def test_image_key_follows_lock_file_and_dockerfile(box):
 
 def test_environment_is_forwarded_through_an_env_file(box):
     box.add_engine("docker")
-    env = {"JAX_ENABLE_X64": "1", "JAXCORE_PLUGINS": "none", "JAXCORE_EMPTY": "",
-           "JAXCORE_PYTHON": ".venv/bin/python", "JAXCORE_MULTI": "a\nb", "OTHER_VAR": "x",
-           "XJAX_NOT": "y"}
+    env = {
+        "JAX_ENABLE_X64": "1",
+        "JAXCORE_PLUGINS": "none",
+        "JAXCORE_EMPTY": "",
+        "JAXCORE_PYTHON": ".venv/bin/python",
+        "JAXCORE_MULTI": "a\nb",
+        "OTHER_VAR": "x",
+        "XJAX_NOT": "y",
+    }
     result = box.run("--", "ci/job.sh", env=env)
     assert result.returncode == 0, result.stderr
     lines = box.calls("run")[0]["env"].splitlines()
@@ -330,8 +396,14 @@ def test_rocm_adds_devices_groups_and_shm(box):
     assert result.returncode == 0, result.stderr
     args = box.calls("run")[0]["args"]
     start = args.index("--device=/dev/kfd")
-    assert args[start:start + 6] == ["--device=/dev/kfd", "--device=/dev/dri", "--group-add", "video",
-                                      "--shm-size", "16G"]
+    assert args[start : start + 6] == [
+        "--device=/dev/kfd",
+        "--device=/dev/dri",
+        "--group-add",
+        "video",
+        "--shm-size",
+        "16G",
+    ]
     assert _option(box.calls("build")[0]["args"], "-t").startswith("localhost/jaxcore-ci-rocm:")
 
 
@@ -422,7 +494,9 @@ def test_base_from_debootstrap(box):
 def test_base_from_debootstrap_without_debootstrap(box):
     box.add_engine("podman")
     result = box.run("--base-from-debootstrap", "--", "ci/job.sh")
-    assert "--base-from-debootstrap needs debootstrap, which is not installed" in _error_line(result)
+    assert "--base-from-debootstrap needs debootstrap, which is not installed" in _error_line(
+        result
+    )
     assert box.calls("import") == [] and box.calls("build") == []
 
 

@@ -12,38 +12,43 @@ The operands, references and the checks both plugins share are in kernel_test_ut
 
 import jax
 import jax.numpy as jnp
+import kernel_test_util as ktu
 import numpy as np
 import pytest
 
 import jaxcore
 import jaxcore_tpu
-import kernel_test_util as ktu
 from jaxcore import kernels, quant
 from jaxcore.kernels.plugin_api import Problem
 from jaxcore_tpu import _blocks, _dequant
 from jaxcore_tpu import _matmul as tpu_matmul
-
 
 # (fmt, M, K, N, block_size, activation dtype, overrides). Covers M = 1, ragged M and N
 # blocks, several K steps with the VMEM accumulator, one scale row per step, 8 scale
 # blocks per step (blocked scales), tiny scale blocks (MXU scale expansion) and K that is
 # not a multiple of 128 (one whole-K step).
 CASES = [
-    ("int8", 1, 1024, 96, 1024, jnp.float32, {"block_k": 256}),   # per-channel, 4 K steps
+    ("int8", 1, 1024, 96, 1024, jnp.float32, {"block_k": 256}),  # per-channel, 4 K steps
     ("int8", 20, 512, 200, 64, jnp.bfloat16, {"block_m": 16, "block_n": 128}),  # ragged M, N
-    ("int8", 3, 24, 20, 24, jnp.float32, {}),                      # whole-K step
-    ("int4", 1, 1024, 128, 32, jnp.bfloat16, {"block_k": 512}),    # 16 blocks/step, blocked
-    ("int4", 5, 512, 200, 4, jnp.float32, {"block_k": 256, "block_n": 128}),  # 2-row groups: MXU expansion; ragged N
-    ("nf4", 1, 2048, 64, 64, jnp.bfloat16, {"block_k": 1024}),     # 2 K steps x 16 blocks
+    ("int8", 3, 24, 20, 24, jnp.float32, {}),  # whole-K step
+    ("int4", 1, 1024, 128, 32, jnp.bfloat16, {"block_k": 512}),  # 16 blocks/step, blocked
+    (
+        "int4",
+        5,
+        512,
+        200,
+        4,
+        jnp.float32,
+        {"block_k": 256, "block_n": 128},
+    ),  # 2-row groups: MXU expansion; ragged N
+    ("nf4", 1, 2048, 64, 64, jnp.bfloat16, {"block_k": 1024}),  # 2 K steps x 16 blocks
     ("nf4", 7, 512, 136, 512, jnp.float16, {"block_k": 256, "block_n": 128}),  # 1 scale row
 ]
 
 
 @pytest.mark.parametrize("fmt,m,k,n,block_size,dtype,overrides", CASES)
 def test_interpret_matches_reference(fmt, m, k, n, block_size, dtype, overrides):
-    ktu.check_interpret_matches_reference(
-        jaxcore_tpu, fmt, m, k, n, block_size, dtype, overrides
-    )
+    ktu.check_interpret_matches_reference(jaxcore_tpu, fmt, m, k, n, block_size, dtype, overrides)
 
 
 def test_accepts_what_the_reference_accepts():
@@ -102,9 +107,11 @@ def test_scale_block_misalignment_is_named():
     # ... and a step of 32 rows is under the 128-lane minimum.
     with pytest.raises(ValueError, match="multiple of 128 activation columns"):
         _blocks.validate(jaxcore_tpu.BlockConfig(1, 128, 32), problem)
-    with pytest.raises(TypeError, match=r"unknown BlockConfig field\(s\) \['split_k'\]"):
-        with jaxcore_tpu.block_config(split_k=2):
-            pass
+    with (
+        pytest.raises(TypeError, match=r"unknown BlockConfig field\(s\) \['split_k'\]"),
+        jaxcore_tpu.block_config(split_k=2),
+    ):
+        pass
 
 
 # ---- argument checks ---------------------------------------------------------------
@@ -115,12 +122,24 @@ def test_scale_block_misalignment_is_named():
     [
         (lambda a: dict(a, fmt="fp8"), ValueError, "unknown quantized format 'fp8'"),
         (lambda a: dict(a, x=a["x"].astype(jnp.int8)), TypeError, "floating dtype"),
-        (lambda a: dict(a, qvalue=a["qvalue"].astype(jnp.uint8)), TypeError, "int8 qvalue must be int8"),
+        (
+            lambda a: dict(a, qvalue=a["qvalue"].astype(jnp.uint8)),
+            TypeError,
+            "int8 qvalue must be int8",
+        ),
         (lambda a: dict(a, qvalue=a["qvalue"][:8]), ValueError, r"must have shape \(64, 16\)"),
         (lambda a: dict(a, block_size=0), ValueError, "block_size 0 must be positive"),
         (lambda a: dict(a, scale=a["scale"].T), ValueError, r"= \(2, 16\), got \(16, 2\)"),
-        (lambda a: dict(a, scale=a["scale"].astype(jnp.int8)), TypeError, "scale must have a floating dtype"),
-        (lambda a: dict(a, x=a["x"][None]), ValueError, r"x must be 2-D \(M, K\), got shape \(1, 2, 64\)"),
+        (
+            lambda a: dict(a, scale=a["scale"].astype(jnp.int8)),
+            TypeError,
+            "scale must have a floating dtype",
+        ),
+        (
+            lambda a: dict(a, x=a["x"][None]),
+            ValueError,
+            r"x must be 2-D \(M, K\), got shape \(1, 2, 64\)",
+        ),
     ],
 )
 def test_argument_errors(mutate, error, match):
@@ -130,8 +149,14 @@ def test_argument_errors(mutate, error, match):
 def test_invalid_explicit_config():
     x, qvalue, scale = ktu.make("int8", 1, 256, 128, 256, jnp.float32)
     with pytest.raises(ValueError, match="block_n=100"):
-        tpu_matmul.quantized_matmul(x, qvalue, scale, fmt="int8", block_size=256,
-                                    config=jaxcore_tpu.BlockConfig(1, 100, 256))
+        tpu_matmul.quantized_matmul(
+            x,
+            qvalue,
+            scale,
+            fmt="int8",
+            block_size=256,
+            config=jaxcore_tpu.BlockConfig(1, 100, 256),
+        )
 
 
 # ---- in-kernel decoding ------------------------------------------------------------
@@ -158,7 +183,9 @@ def test_plugin_metadata_and_initialize():
     assert jaxcore_tpu.__version__ == jaxcore.__version__
     assert jaxcore_tpu.PLATFORMS == ("tpu",)
     jaxcore_tpu.initialize()
-    assert kernels.registered_kernels("quantized_matmul")["tpu"] is jaxcore_tpu.quantized_matmul_impl
+    assert (
+        kernels.registered_kernels("quantized_matmul")["tpu"] is jaxcore_tpu.quantized_matmul_impl
+    )
     with pytest.raises(ValueError, match=r"serves platforms \('tpu',\), not \['cuda'\]"):
         jaxcore_tpu.initialize(platforms=("cuda",))
 
@@ -209,6 +236,9 @@ def test_platform_dependent_dispatch_on_cpu(monkeypatch, tpu_only_accelerator, f
 
 def test_bad_override_fails_when_traced_on_any_platform():
     ktu.check_bad_override_fails_when_traced(
-        jaxcore_tpu, jaxcore_tpu.quantized_matmul_impl, 128, {"block_n": 100},
+        jaxcore_tpu,
+        jaxcore_tpu.quantized_matmul_impl,
+        128,
+        {"block_n": 100},
         match="block_n=100",
     )

@@ -73,7 +73,9 @@ def test_shard_map_collective_and_grad(mesh):
 
 def test_shard_map_infers_in_specs_from_explicit_shardings(explicit_mesh):
     b = jax.device_put(_batch(), NamedSharding(explicit_mesh, P("x")))
-    doubled = ju.shard_map(lambda t: jt.tree_map(lambda v: v * 2, t), mesh=explicit_mesh, out_specs=P("x"))(b)
+    doubled = ju.shard_map(
+        lambda t: jt.tree_map(lambda v: v * 2, t), mesh=explicit_mesh, out_specs=P("x")
+    )(b)
     np.testing.assert_allclose(doubled.x, 2 * np.asarray(_batch().x))
 
 
@@ -91,7 +93,9 @@ def test_tree_helpers_inside_shard_map(mesh):
     # Per shard the stack axis is leading; shards are concatenated along axis 0.
     shards = np.split(x, N_DEVICES)
     masks = np.split(np.asarray(accept), N_DEVICES)
-    ref = np.concatenate([np.stack([np.where(m[:, None], s, 0.0), s]) for s, m in zip(shards, masks)])
+    ref = np.concatenate(
+        [np.stack([np.where(m[:, None], s, 0.0), s]) for s, m in zip(shards, masks)]
+    )
     np.testing.assert_allclose(out, ref)
 
 
@@ -124,7 +128,11 @@ def test_kahan_summation_with_sharded_operands(mesh):
 
 def test_jit_wrapper_with_named_shardings(mesh):
     sharding = NamedSharding(mesh, P("x"))
-    f = ju.jit(lambda batch: jt.tree_map(jnp.negative, batch), in_shardings=sharding, out_shardings=sharding)
+    f = ju.jit(
+        lambda batch: jt.tree_map(jnp.negative, batch),
+        in_shardings=sharding,
+        out_shardings=sharding,
+    )
     out = f(_batch())
     assert out.x.sharding.is_equivalent_to(sharding, 2)
     np.testing.assert_allclose(out.x, -np.asarray(_batch().x))

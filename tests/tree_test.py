@@ -151,9 +151,17 @@ def _static_values():
             (np.arange(3), np.ones((2, 2))),
             (np.arange(3), np.full((2, 2), 2.0)),
         ),
-        "frozen dataclass": (_Frozen(np.arange(4)), _Frozen(np.arange(4)), _Frozen(np.arange(4) * 2)),
+        "frozen dataclass": (
+            _Frozen(np.arange(4)),
+            _Frozen(np.arange(4)),
+            _Frozen(np.arange(4) * 2),
+        ),
         "jax array": (jnp.arange(3.0), jnp.arange(3.0), jnp.arange(3.0) + 1),
-        "numpy dtype change": (np.zeros(2, np.float32), np.zeros(2, np.float32), np.zeros(2, np.float64)),
+        "numpy dtype change": (
+            np.zeros(2, np.float32),
+            np.zeros(2, np.float32),
+            np.zeros(2, np.float64),
+        ),
     }
 
 
@@ -231,7 +239,9 @@ def test_static_field_rejects_tracer_under_jit():
 
 
 def test_static_field_defaults():
-    with pytest.raises(TypeError, match=r"default of this field\(static=True\) is a static field .* tracer"):
+    with pytest.raises(
+        TypeError, match=r"default of this field\(static=True\) is a static field .* tracer"
+    ):
         jax.jit(lambda v: jt.field(default=v, static=True))(1.0)
 
     @jt.dataclass
@@ -355,9 +365,8 @@ def test_no_post_init_is_scoped_to_the_current_thread():
 
 
 def test_no_post_init_restores_state_after_exception():
-    with pytest.raises(RuntimeError):
-        with jt.no_post_init():
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), jt.no_post_init():
+        raise RuntimeError("boom")
     with pytest.raises(ValueError):
         Positive(-1)
 
@@ -401,7 +410,9 @@ def test_tree_map_matches_jax_tree_map():
 def test_tree_map_prefix_and_is_leaf():
     out = jt.tree_map(lambda u, v: (u, v), {"a": 1, "b": 2}, {"a": (3, 4), "b": 5})
     assert out == {"a": (1, (3, 4)), "b": (2, 5)}
-    pairs = jt.tree_map(lambda t: sum(t), {"a": (1, 2), "b": (3, 4)}, is_leaf=lambda x: isinstance(x, tuple))
+    pairs = jt.tree_map(
+        lambda t: sum(t), {"a": (1, 2), "b": (3, 4)}, is_leaf=lambda x: isinstance(x, tuple)
+    )
     assert pairs == {"a": 3, "b": 7}
 
 
@@ -430,7 +441,9 @@ def test_tree_map_tree_match_leaf_and_is_leaf_nodes_get_aligned_values():
     assert out == [3 * 10 + 3]
     a = Labeled(jnp.array([1.0]), ("x",))
     b = Labeled(jnp.array([5.0]), ("y",))
-    seen = jt.tree_map(lambda u, v: (u.labels, v.labels), a, b, is_leaf=lambda x: isinstance(x, Labeled))
+    seen = jt.tree_map(
+        lambda u, v: (u.labels, v.labels), a, b, is_leaf=lambda x: isinstance(x, Labeled)
+    )
     assert seen == (("x", "y"), ("x", "y"))
 
 
@@ -439,7 +452,9 @@ def test_tree_map_rejects_bad_tree_match_result():
         def __tree_match__(self, *others):
             return [self]
 
-    with pytest.raises(TypeError, match=r"Broken.__tree_match__ must return a tuple of 2 aligned nodes"):
+    with pytest.raises(
+        TypeError, match=r"Broken.__tree_match__ must return a tuple of 2 aligned nodes"
+    ):
         jt.tree_map(lambda u, v: u, [Broken()], [Broken()])
 
     class Short:
@@ -452,9 +467,14 @@ def test_tree_map_rejects_bad_tree_match_result():
 
 def test_tree_map_mismatch_names_first_differing_path():
     a = {"a": {"b": 1, "c": 2}, "d": [1, 2]}
-    with pytest.raises(ValueError, match=r"tree_map: tree #1 .* first difference at \['a'\]: .*\['b'\], \['c'\].*\['b'\], \['x'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"tree_map: tree #1 .* first difference at \['a'\]: .*\['b'\], \['c'\].*\['b'\], \['x'\]",
+    ):
         jt.tree_map(lambda u, v: u, a, {"a": {"b": 1, "x": 2}, "d": [1, 2]})
-    with pytest.raises(ValueError, match=r"first difference at \['d'\]: expected list node .*got leaf of type int"):
+    with pytest.raises(
+        ValueError, match=r"first difference at \['d'\]: expected list node .*got leaf of type int"
+    ):
         jt.tree_map(lambda u, v: u, a, {"a": {"b": 1, "c": 2}, "d": 3})
     with pytest.raises(ValueError, match=r"tree #2 .*first difference at \['d'\]"):
         jt.tree_map(lambda u, v, w: u, a, a, {"a": {"b": 1, "c": 2}, "d": [1, 2, 3]})
@@ -463,15 +483,33 @@ def test_tree_map_mismatch_names_first_differing_path():
 @pytest.mark.parametrize(
     "ref, other, pattern",
     [
-        ({"a": None, "b": 1}, {"a": 3, "b": 2}, r"first difference at \['a'\]: expected None, got leaf of type int"),
-        ({"a": 3}, {"a": None}, r"first difference at \['a'\]: expected leaf of type int, got None"),
-        ({"a": ()}, {"a": 3}, r"first difference at \['a'\]: expected tuple node with children \[none\], got leaf"),
-        ({"a": {}}, {"a": [1]}, r"first difference at \['a'\]: expected dict node with children \[none\], got list node"),
+        (
+            {"a": None, "b": 1},
+            {"a": 3, "b": 2},
+            r"first difference at \['a'\]: expected None, got leaf of type int",
+        ),
+        (
+            {"a": 3},
+            {"a": None},
+            r"first difference at \['a'\]: expected leaf of type int, got None",
+        ),
+        (
+            {"a": ()},
+            {"a": 3},
+            r"first difference at \['a'\]: expected tuple node with children \[none\], got leaf",
+        ),
+        (
+            {"a": {}},
+            {"a": [1]},
+            r"first difference at \['a'\]: expected dict node with children \[none\], got list node",
+        ),
     ],
 )
 def test_mismatch_at_childless_nodes_names_the_path(ref, other, pattern):
     # None, () and {} are childless nodes, not leaves: the path must still be named.
-    with pytest.raises(ValueError, match=r"tree #1 does not match the structure of tree #0; " + pattern):
+    with pytest.raises(
+        ValueError, match=r"tree #1 does not match the structure of tree #0; " + pattern
+    ):
         jt.assert_same_structure(ref, other)
     if ref["a"] is None:
         with pytest.raises(ValueError, match=r"tree_map: tree #1 .*" + pattern):
@@ -493,7 +531,10 @@ def test_tree_map_rebuilds_childless_tree_match_nodes_like_jax():
 
 def test_mismatch_in_static_data_is_reported_at_the_node():
     p, q = Point(1.0, 2.0, tag="a"), Point(1.0, 2.0, tag="b")
-    with pytest.raises(ValueError, match=r"first difference at \[1\]: expected Point node .*static data \('a',\).*static data \('b',\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"first difference at \[1\]: expected Point node .*static data \('a',\).*static data \('b',\)",
+    ):
         jt.tree_map(lambda u, v: u, [0, p], [0, q])
 
 
@@ -502,7 +543,12 @@ def test_tree_structure_is_jax_treedef():
     td = jt.tree_structure(p)
     assert td == jax.tree_util.tree_structure(p)
     assert td.num_leaves == 2
-    assert jt.tree_structure((1, (2, 3)), is_leaf=lambda x: isinstance(x, tuple) and len(x) == 2 and x[0] == 2).num_leaves == 2
+    assert (
+        jt.tree_structure(
+            (1, (2, 3)), is_leaf=lambda x: isinstance(x, tuple) and len(x) == 2 and x[0] == 2
+        ).num_leaves
+        == 2
+    )
     assert td.unflatten([1, 2]) == Point(1, 2)
 
 
@@ -533,7 +579,10 @@ def test_stack_round_trip_property(base, count):
 @settings(max_examples=10, deadline=None)
 @given(_leaf_arrays, st.lists(st.integers(0, 2), min_size=1, max_size=3))
 def test_concat_round_trip_property(base, extra_rows):
-    trees = [Point(np.repeat(base[:1], r + 1, axis=0), np.full((r + 1, 2), r, np.float32)) for r in extra_rows]
+    trees = [
+        Point(np.repeat(base[:1], r + 1, axis=0), np.full((r + 1, 2), r, np.float32))
+        for r in extra_rows
+    ]
     cat = jt.tree_concat(*trees)
     assert isinstance(cat, Point)
     np.testing.assert_array_equal(cat.x, np.concatenate([t.x for t in trees]))
@@ -548,18 +597,29 @@ def test_stack_and_concat_errors():
         jt.tree_stack()
     with pytest.raises(ValueError, match="tree_concat needs at least one pytree"):
         jt.tree_concat()
-    with pytest.raises(ValueError, match=r"tree_stack: tree #1 .*first difference at <root>: expected dict node with children \[\['a'\]\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"tree_stack: tree #1 .*first difference at <root>: expected dict node with children \[\['a'\]\]",
+    ):
         jt.tree_stack({"a": 1.0}, {"b": 1.0})
-    with pytest.raises(ValueError, match=r"tree_stack: leaves at \['a'\] have different shapes \[\(2,\), \(3,\)\]"):
+    with pytest.raises(
+        ValueError, match=r"tree_stack: leaves at \['a'\] have different shapes \[\(2,\), \(3,\)\]"
+    ):
         jt.tree_stack({"a": np.ones(2)}, {"a": np.ones(3)})
     with pytest.raises(ValueError, match=r"tree_concat: leaf at \['a'\] is a scalar"):
         jt.tree_concat({"a": 1.0}, {"a": 2.0})
-    with pytest.raises(ValueError, match=r"tree_concat: leaves at \.x have shapes \[\(2, 3\), \(2, 4\)\]"):
+    with pytest.raises(
+        ValueError, match=r"tree_concat: leaves at \.x have shapes \[\(2, 3\), \(2, 4\)\]"
+    ):
         jt.tree_concat(Point(np.ones((2, 3)), np.ones(1)), Point(np.ones((2, 4)), np.ones(1)))
 
 
 def test_tree_zeros_like_matches_numpy():
-    tree = {"f": np.ones((2, 3), np.float32), "i": np.arange(4, dtype=np.int32), "p": Point(jnp.ones(1), jnp.ones(2))}
+    tree = {
+        "f": np.ones((2, 3), np.float32),
+        "i": np.arange(4, dtype=np.int32),
+        "p": Point(jnp.ones(1), jnp.ones(2)),
+    }
     z = jt.tree_zeros_like(tree)
     np.testing.assert_array_equal(z["f"], np.zeros((2, 3), np.float32))
     assert z["f"].dtype == np.float32 and z["i"].dtype == np.int32
@@ -569,7 +629,10 @@ def test_tree_zeros_like_matches_numpy():
 def test_tree_where_broadcast_last_matches_numpy():
     rng = np.random.default_rng(0)
     accept = rng.random(4) > 0.5
-    t1 = {"v": rng.normal(size=(4, 3)).astype(np.float32), "s": rng.normal(size=4).astype(np.float32)}
+    t1 = {
+        "v": rng.normal(size=(4, 3)).astype(np.float32),
+        "s": rng.normal(size=4).astype(np.float32),
+    }
     t2 = jax.tree_util.tree_map(lambda v: -v, t1)
     out = jt.tree_where_broadcast_last(accept, t1, t2)
     np.testing.assert_array_equal(out["v"], np.where(accept[:, None], t1["v"], t2["v"]))
@@ -579,10 +642,17 @@ def test_tree_where_broadcast_last_matches_numpy():
 
 
 def test_tree_where_broadcast_last_errors():
-    with pytest.raises(ValueError, match=r"leaf at \['v'\] has shape \(4,\) / \(4,\), fewer dimensions than accept with shape \(4, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"leaf at \['v'\] has shape \(4,\) / \(4,\), fewer dimensions than accept with shape \(4, 2\)",
+    ):
         jt.tree_where_broadcast_last(np.ones((4, 2), bool), {"v": np.ones(4)}, {"v": np.ones(4)})
-    with pytest.raises(ValueError, match=r"accept with shape \(3,\) does not broadcast .* leaf at \['v'\]"):
-        jt.tree_where_broadcast_last(np.ones(3, bool), {"v": np.ones((4, 2))}, {"v": np.ones((4, 2))})
+    with pytest.raises(
+        ValueError, match=r"accept with shape \(3,\) does not broadcast .* leaf at \['v'\]"
+    ):
+        jt.tree_where_broadcast_last(
+            np.ones(3, bool), {"v": np.ones((4, 2))}, {"v": np.ones((4, 2))}
+        )
     with pytest.raises(ValueError, match=r"tree_where_broadcast_last: tree #1 .*\['v'\]"):
         jt.tree_where_broadcast_last(np.ones(4, bool), {"v": np.ones(4)}, {"w": np.ones(4)})
 
@@ -711,11 +781,16 @@ def test_tree_scatter_set_errors():
         def scatter_args(self):
             return {"bogus": 1}
 
-    with pytest.raises(TypeError, match=r"unknown scatter argument\(s\) \['bogus'\] in BadNode.scatter_args"):
+    with pytest.raises(
+        TypeError, match=r"unknown scatter argument\(s\) \['bogus'\] in BadNode.scatter_args"
+    ):
         jt.tree_scatter_set(BadNode(jnp.zeros(2)), BadNode(jnp.ones(1)), jnp.array([0]), {})
     with pytest.raises(ValueError, match=r"tree_scatter_set: tree #1 .*first difference at <root>"):
         jt.tree_scatter_set(item, {"b": jnp.zeros(1)}, jnp.array([0]), {})
-    with pytest.raises(ValueError, match=r"cannot set the leaf at \['a'\] \(shape \(3,\)\) at indices of shape \(1,\) to a value of shape \(2,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"cannot set the leaf at \['a'\] \(shape \(3,\)\) at indices of shape \(1,\) to a value of shape \(2,\)",
+    ):
         jt.tree_scatter_set(item, {"a": jnp.ones(2)}, jnp.array([0]), {})
 
 
@@ -723,9 +798,12 @@ def test_assert_same_structure():
     jt.assert_same_structure()
     jt.assert_same_structure({"a": 1})
     jt.assert_same_structure({"a": 1, "b": [2]}, {"a": 5, "b": [jnp.ones(2)]})
-    with pytest.raises(ValueError, match=r"assert_same_structure: tree #2 .*first difference at \['b'\]: expected list node with children \[\[0\]\], got list node with children \[\[0\], \[1\]\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"assert_same_structure: tree #2 .*first difference at \['b'\]: expected list node with children \[\[0\]\], got list node with children \[\[0\], \[1\]\]",
+    ):
         jt.assert_same_structure({"a": 1, "b": [2]}, {"a": 1, "b": [2]}, {"a": 1, "b": [2, 3]})
-    jt.assert_same_structure([(1, 2)], [3], is_leaf=lambda x: isinstance(x, tuple) or isinstance(x, int))
+    jt.assert_same_structure([(1, 2)], [3], is_leaf=lambda x: isinstance(x, (tuple, int)))
 
 
 def test_stack_concat_and_where_align_tree_match_nodes_first():

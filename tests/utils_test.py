@@ -116,7 +116,10 @@ def test_no_jax_tracing_guard():
 
     assert host_only(jnp.ones(3), scale=2.0) == 6.0
     assert host_only.__doc__ == "Host function."
-    with pytest.raises(ju.NotJaxCompatibleError, match=r"host_only is marked no_jax_tracing but its positional argument 0 is a JAX tracer"):
+    with pytest.raises(
+        ju.NotJaxCompatibleError,
+        match=r"host_only is marked no_jax_tracing but its positional argument 0 is a JAX tracer",
+    ):
         jax.jit(host_only)(jnp.ones(3))
     with pytest.raises(ju.NotJaxCompatibleError, match=r"its argument 'scale' is a JAX tracer"):
         jax.jit(lambda s: host_only(np.ones(2), scale=s))(2.0)
@@ -157,7 +160,9 @@ def test_isin_narrow_dtypes_with_large_max_item_match_numpy(dtype, max_item):
     a = np.array([info.min, 0, 1, 99, info.max], dtype)
     b = np.array([info.max, 1, info.min, 99], dtype)
     wide = a.astype(np.int64)
-    ref = np.isin(a, b[(b >= 0) & (b.astype(np.int64) < max_item)]) & (wide >= 0) & (wide < max_item)
+    ref = (
+        np.isin(a, b[(b >= 0) & (b.astype(np.int64) < max_item)]) & (wide >= 0) & (wide < max_item)
+    )
     np.testing.assert_array_equal(ju.isin(a, b, max_item), ref)
 
 
@@ -247,7 +252,10 @@ def test_kahan_infinite_sum_stays_infinite_and_drops_the_compensation():
 def test_kahan_errors():
     with pytest.raises(ValueError, match="at least one summand"):
         ju.kahan_summation()
-    with pytest.raises(ValueError, match=r"tree #1 .*first difference at \['b'\]: expected leaf of type float, got tuple node"):
+    with pytest.raises(
+        ValueError,
+        match=r"tree #1 .*first difference at \['b'\]: expected leaf of type float, got tuple node",
+    ):
         ju.kahan_summation({"a": 1.0, "b": 2.0}, {"a": 1.0, "b": (2.0,)})
     with pytest.raises(ValueError, match=r"tree #1 does not match .*<root>"):
         ju.kahan_summation({"a": 1.0}, compensate={"z": 0.0})
@@ -282,7 +290,8 @@ def test_key_chain_is_deterministic_and_matches_kups_derivation():
     assert tuple(np.asarray(jax.random.key_data(rng)).tolist()) not in datas
     # Same numbers as kUPS for a seeded draw.
     np.testing.assert_array_equal(
-        jax.random.normal(first[1], (3,)), jax.random.normal(_kups_reference_keys(rng, (), 2)[1], (3,))
+        jax.random.normal(first[1], (3,)),
+        jax.random.normal(_kups_reference_keys(rng, (), 2)[1], (3,)),
     )
 
 
@@ -304,7 +313,9 @@ def test_key_chain_batches_and_raw_keys():
 def test_key_chain_errors():
     with pytest.raises(TypeError, match="rng must be a JAX PRNG key array, got int"):
         ju.key_chain(0)
-    with pytest.raises(ValueError, match=r"rng must be a single key, got key array of shape \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"rng must be a single key, got key array of shape \(2,\)"
+    ):
         ju.key_chain(jax.random.split(jax.random.key(0), 2))
     with pytest.raises(ValueError, match="typed key .* or a raw uint32 key"):
         ju.key_chain(jnp.ones(2))
@@ -325,7 +336,9 @@ def test_non_differentiable_identity_and_blocks_derivatives():
     out = ju.non_differentiable(tree)
     np.testing.assert_array_equal(out["b"][0], x * 2)
     np.testing.assert_array_equal(jax.jit(ju.non_differentiable)(x), x)
-    np.testing.assert_array_equal(jax.vmap(ju.non_differentiable)(jnp.ones((3, 2))), np.ones((3, 2)))
+    np.testing.assert_array_equal(
+        jax.vmap(ju.non_differentiable)(jnp.ones((3, 2))), np.ones((3, 2))
+    )
     with pytest.raises(NotImplementedError, match="not differentiable"):
         jax.grad(lambda v: ju.non_differentiable(v).sum())(x)
     with pytest.raises(NotImplementedError):
@@ -346,7 +359,10 @@ def _element(params, x):
 
 def test_sequential_vmap_matches_vmap_values_and_gradients():
     rng = np.random.default_rng(2)
-    params = {"w": jnp.asarray(rng.normal(size=(5, 3, 4)), jnp.float32), "b": jnp.asarray(rng.normal(size=(5, 3)), jnp.float32)}
+    params = {
+        "w": jnp.asarray(rng.normal(size=(5, 3, 4)), jnp.float32),
+        "b": jnp.asarray(rng.normal(size=(5, 3)), jnp.float32),
+    }
     xs = jnp.asarray(rng.normal(size=(5, 4)), jnp.float32)
     seq = jax.vmap(ju.sequential_vmap_with_vjp(_element))
     np.testing.assert_allclose(seq(params, xs), jax.vmap(_element)(params, xs), rtol=1e-6)
@@ -386,7 +402,9 @@ def test_sequential_vmap_with_unbatched_arguments_and_gradients():
     w = jnp.array([1.0, 2.0])
     out = jax.vmap(seq, in_axes=(0, None))(x, w)
     np.testing.assert_allclose(out, np.sin(np.arange(6.0)).reshape(3, 2) * [1.0, 2.0], rtol=1e-6)
-    gx, gw = jax.grad(lambda x, w: jax.vmap(seq, in_axes=(0, None))(x, w).sum(), argnums=(0, 1))(x, w)
+    gx, gw = jax.grad(lambda x, w: jax.vmap(seq, in_axes=(0, None))(x, w).sum(), argnums=(0, 1))(
+        x, w
+    )
     np.testing.assert_allclose(gx, np.cos(np.arange(6.0)).reshape(3, 2) * [1.0, 2.0], rtol=1e-6)
     np.testing.assert_allclose(gw, np.sin(np.arange(6.0)).reshape(3, 2).sum(0), rtol=1e-5)
 

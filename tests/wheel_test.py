@@ -29,7 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "build" / "wheel"))
-import build_wheel  # noqa: E402
+import build_wheel  # noqa: E402 - after the environment set-up above
 
 VERSION = "0.1.0"
 # The tested JAX range (jaxcore/version.bzl; tests/jax_version_test.py checks it against
@@ -66,7 +66,9 @@ def _wheel_dir():
 def wheel_dir():
     found = _wheel_dir()
     if found is None:
-        pytest.skip("wheels not built: run `bazel build //:wheels` (the README's test command does)")
+        pytest.skip(
+            "wheels not built: run `bazel build //:wheels` (the README's test command does)"
+        )
     return found
 
 
@@ -140,10 +142,19 @@ def test_cpu_wheel_ships_the_native_library_for_its_tag(wheel_dir):
     cpu, needed, versions = build_wheel.elf_dependencies(lib, NATIVE_LIB)
     assert cpu == platform.machine()
     # libstdc++ and libgcc are linked in: glibc is all it needs, as manylinux requires.
-    assert set(needed) <= {"libc.so.6", "libm.so.6", "libpthread.so.0", "ld-linux-x86-64.so.2",
-                           "ld-linux-aarch64.so.1"}, needed
-    glibc = [tuple(map(int, v[6:].split(".")[:2])) for vs in versions.values() for v in vs
-             if v.startswith("GLIBC_")]
+    assert set(needed) <= {
+        "libc.so.6",
+        "libm.so.6",
+        "libpthread.so.0",
+        "ld-linux-x86-64.so.2",
+        "ld-linux-aarch64.so.1",
+    }, needed
+    glibc = [
+        tuple(map(int, v[6:].split(".")[:2]))
+        for vs in versions.values()
+        for v in vs
+        if v.startswith("GLIBC_")
+    ]
     major, minor = map(int, re.match(r"manylinux_(\d+)_(\d+)_", NATIVE_TAG).groups())
     assert max(glibc) <= (major, minor)
     # Exactly the FFI handler and the ISA helpers are exported, and the build directory
@@ -161,15 +172,15 @@ def _fake_elf(machine=62, needed=("libc.so.6",), versions=(("libc.so.6", "GLIBC_
     """A minimal little-endian ELF64 with a dynamic section and version needs."""
     strtab = b"\0"
     offsets = {}
-    for name in [*needed, *[l for l, _ in versions], *[v for _, v in versions]]:
+    for name in [*needed, *[lib for lib, _ in versions], *[v for _, v in versions]]:
         if name not in offsets:
             offsets[name] = len(strtab)
             strtab += name.encode() + b"\0"
     dynamic = b"".join(struct.pack("<qQ", 1, offsets[n]) for n in needed) + struct.pack("<qQ", 0, 0)
     verneed = b""
-    libs = list(dict.fromkeys(l for l, _ in versions))
+    libs = list(dict.fromkeys(lib for lib, _ in versions))
     for i, lib in enumerate(libs):
-        names = [v for l, v in versions if l == lib]
+        names = [v for owner, v in versions if owner == lib]
         nxt = 0 if i == len(libs) - 1 else 16 + 16 * len(names)
         verneed += struct.pack("<HHIII", 1, len(names), offsets[lib], 16, nxt)
         for j, v in enumerate(names):
@@ -181,30 +192,59 @@ def _fake_elf(machine=62, needed=("libc.so.6",), versions=(("libc.so.6", "GLIBC_
         struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
         struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, 64, len(strtab), 0, 0, 1, 0),
         struct.pack("<IIQQQQIIQQ", 0, 6, 0, 0, 64 + len(strtab), len(dynamic), 1, 0, 8, 16),
-        struct.pack("<IIQQQQIIQQ", 0, 0x6FFFFFFE, 0, 0, 64 + len(strtab) + len(dynamic),
-                    len(verneed), 1, len(libs), 8, 0),
+        struct.pack(
+            "<IIQQQQIIQQ",
+            0,
+            0x6FFFFFFE,
+            0,
+            0,
+            64 + len(strtab) + len(dynamic),
+            len(verneed),
+            1,
+            len(libs),
+            8,
+            0,
+        ),
     ]
     return header + body + b"".join(sections)
 
 
 def _elf_header(machine, shoff, shnum):
     ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
-    return ident + struct.pack("<HHIQQQIHHHHHH", 3, machine, 1, 0, 0, shoff, 0, 64, 0, 0, 64,
-                               shnum, 1)
+    return ident + struct.pack(
+        "<HHIQQQIHHHHHH", 3, machine, 1, 0, 0, shoff, 0, 64, 0, 0, 64, shnum, 1
+    )
 
 
-@pytest.mark.parametrize("tag, binary, message", [
-    ("any", _fake_elf(), "cannot be tagged 'any'"),
-    ("manylinux_2_17_x86_64", _fake_elf(versions=(("libc.so.6", "GLIBC_2.34"),)),
-     "needs GLIBC_2.34, newer than manylinux_2_17_x86_64 allows; tag the wheel manylinux_2_34_x86_64"),
-    ("manylinux_2_35_x86_64", _fake_elf(needed=("libc.so.6", "libstdc++.so.6")),
-     "needs libstdc++.so.6, which manylinux_2_35_x86_64 does not allow"),
-    ("manylinux_2_35_aarch64", _fake_elf(), "is x86_64 code but the wheel is tagged manylinux_2_35_aarch64"),
-    ("linux_aarch64", _fake_elf(), "is x86_64 code"),
-    ("win_amd64", _fake_elf(), "unsupported platform tag 'win_amd64'"),
-    ("manylinux_2_35_x86_64", b"\x7fELF" + bytes([1, 1]) + bytes(58), "only little-endian 64-bit"),
-    ("manylinux_2_35_x86_64", b"\x7fELF" + bytes([2, 1]) + bytes(20), "truncated or malformed"),
-])
+@pytest.mark.parametrize(
+    "tag, binary, message",
+    [
+        ("any", _fake_elf(), "cannot be tagged 'any'"),
+        (
+            "manylinux_2_17_x86_64",
+            _fake_elf(versions=(("libc.so.6", "GLIBC_2.34"),)),
+            "needs GLIBC_2.34, newer than manylinux_2_17_x86_64 allows; tag the wheel manylinux_2_34_x86_64",
+        ),
+        (
+            "manylinux_2_35_x86_64",
+            _fake_elf(needed=("libc.so.6", "libstdc++.so.6")),
+            "needs libstdc++.so.6, which manylinux_2_35_x86_64 does not allow",
+        ),
+        (
+            "manylinux_2_35_aarch64",
+            _fake_elf(),
+            "is x86_64 code but the wheel is tagged manylinux_2_35_aarch64",
+        ),
+        ("linux_aarch64", _fake_elf(), "is x86_64 code"),
+        ("win_amd64", _fake_elf(), "unsupported platform tag 'win_amd64'"),
+        (
+            "manylinux_2_35_x86_64",
+            b"\x7fELF" + bytes([1, 1]) + bytes(58),
+            "only little-endian 64-bit",
+        ),
+        ("manylinux_2_35_x86_64", b"\x7fELF" + bytes([2, 1]) + bytes(20), "truncated or malformed"),
+    ],
+)
 def test_wheel_builder_refuses_a_dishonest_platform_tag(tmp_path, tag, binary, message):
     src = tmp_path / "src"
     src.mkdir()
@@ -221,11 +261,21 @@ def test_wheel_builder_accepts_an_honest_platform_tag(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "__init__.py").write_text("")
-    (src / "lib.so").write_bytes(_fake_elf(needed=("libc.so.6", "libm.so.6"), versions=(
-        ("libc.so.6", "GLIBC_2.2.5"), ("libc.so.6", "GLIBC_2.17"), ("libm.so.6", "GLIBC_2.2.5"))))
+    (src / "lib.so").write_bytes(
+        _fake_elf(
+            needed=("libc.so.6", "libm.so.6"),
+            versions=(
+                ("libc.so.6", "GLIBC_2.2.5"),
+                ("libc.so.6", "GLIBC_2.17"),
+                ("libm.so.6", "GLIBC_2.2.5"),
+            ),
+        )
+    )
     assert build_wheel.elf_dependencies((src / "lib.so").read_bytes()) == (
-        "x86_64", ["libc.so.6", "libm.so.6"],
-        {"libc.so.6": ["GLIBC_2.2.5", "GLIBC_2.17"], "libm.so.6": ["GLIBC_2.2.5"]})
+        "x86_64",
+        ["libc.so.6", "libm.so.6"],
+        {"libc.so.6": ["GLIBC_2.2.5", "GLIBC_2.17"], "libm.so.6": ["GLIBC_2.2.5"]},
+    )
     manifest = _manifest(tmp_path, src, ["__init__.py", "lib.so"])
     for tag in ("manylinux_2_17_x86_64", "linux_x86_64"):
         manifest["platform_tag"] = tag
@@ -239,7 +289,8 @@ def test_gpu_wheels_share_one_source_tree(wheel_dir):
     cuda = _read(wheel_dir / WHEELS["jaxcore-cuda12"][0])
     rocm = _read(wheel_dir / WHEELS["jaxcore-rocm6"][0])
     strip = lambda entries, pkg: {
-        n[len(pkg) + 1:]: d for n, (_, d) in entries.items()
+        n[len(pkg) + 1 :]: d
+        for n, (_, d) in entries.items()
         if n.startswith(pkg + "/") and not n.endswith("_build_config.py")
     }
     assert strip(cuda, "jaxcore_cuda12") == strip(rocm, "jaxcore_rocm6")
@@ -250,27 +301,45 @@ def test_gpu_wheels_share_one_source_tree(wheel_dir):
 def _manifest(tmp_path, src_dir, order):
     files = [[str(src_dir / name), f"pkg/{name}"] for name in order]
     return {
-        "dist_name": "demo-pkg", "version": "1.2.3", "summary": "demo", "license": "MIT",
-        "classifiers": [], "requires_python": ">=3.11", "requires": ["numpy"],
-        "python_tag": "py3", "abi_tag": "none", "platform_tag": "any",
-        "entry_points": {"jaxcore_plugins": {"cuda": "pkg"}}, "files": files,
-        "generated": {"pkg/_build_config.py": "X = 1\n"}, "version_file": "", "description_file": "",
+        "dist_name": "demo-pkg",
+        "version": "1.2.3",
+        "summary": "demo",
+        "license": "MIT",
+        "classifiers": [],
+        "requires_python": ">=3.11",
+        "requires": ["numpy"],
+        "python_tag": "py3",
+        "abi_tag": "none",
+        "platform_tag": "any",
+        "entry_points": {"jaxcore_plugins": {"cuda": "pkg"}},
+        "files": files,
+        "generated": {"pkg/_build_config.py": "X = 1\n"},
+        "version_file": "",
+        "description_file": "",
     }
 
 
 def test_wheel_builder_is_reproducible(tmp_path, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
-    for name, text in {"__init__.py": "A = 1\n", "b.py": "B = 2\n", "_build_config.py": "X = 0\n"}.items():
+    for name, text in {
+        "__init__.py": "A = 1\n",
+        "b.py": "B = 2\n",
+        "_build_config.py": "X = 0\n",
+    }.items():
         (src / name).write_text(text)
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     first = tmp_path / "first.whl"
-    build_wheel.write_wheel(_manifest(tmp_path, src, ["__init__.py", "b.py", "_build_config.py"]), first)
+    build_wheel.write_wheel(
+        _manifest(tmp_path, src, ["__init__.py", "b.py", "_build_config.py"]), first
+    )
     # Different mtimes and a different input order must not change a byte.
     for path in src.iterdir():
         os.utime(path, (2_000_000_000, 2_000_000_000))
     second = tmp_path / "second.whl"
-    build_wheel.write_wheel(_manifest(tmp_path, src, ["b.py", "_build_config.py", "__init__.py"]), second)
+    build_wheel.write_wheel(
+        _manifest(tmp_path, src, ["b.py", "_build_config.py", "__init__.py"]), second
+    )
     assert first.read_bytes() == second.read_bytes()
     with zipfile.ZipFile(first) as zf:
         assert zf.read("pkg/_build_config.py") == b"X = 1\n"  # generated wins over the source
@@ -324,26 +393,51 @@ def test_wheels_install_into_a_fresh_venv_and_run(wheel_dir, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # jax and numpy come from this interpreter's site-packages (no network); jaxcore does not.
     Path(site, "outer_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JAXCORE_PLUGINS", "PYTHONSAFEPATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "JAXCORE_PLUGINS", "PYTHONSAFEPATH")
+    }
     wheels = [str(wheel_dir / w[0]) for w in WHEELS.values()]
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--disable-pip-version-check", *wheels],
-                             capture_output=True, text=True, env=env, cwd=tmp_path)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-index", "--disable-pip-version-check", *wheels],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
-    run = subprocess.run([str(python), "-c", _INSTALLED_CHECK], capture_output=True, text=True,
-                         env=env, cwd=tmp_path, timeout=300)
+    run = subprocess.run(
+        [str(python), "-c", _INSTALLED_CHECK],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["jaxcore_file"].startswith(site)
     assert result["max_err"] < 1e-3
     assert {"cpu", "cuda", "rocm", "tpu"} <= set(result["platforms"]), result["report"]
     # `python -m jaxcore` lists the installed plugins, from their wheels.
-    listing = subprocess.run([str(python), "-m", "jaxcore"], capture_output=True, text=True,
-                             env=env, cwd=tmp_path, timeout=300)
+    listing = subprocess.run(
+        [str(python), "-m", "jaxcore"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert listing.returncode == 0, listing.stderr
-    for dist, (_, package, platform) in WHEELS.items():
-        if platform:
-            assert f"{platform} ({package}, {dist} {VERSION}" in listing.stdout, listing.stdout
+    for dist, (_, package, plat) in WHEELS.items():
+        if plat:
+            assert f"{plat} ({package}, {dist} {VERSION}" in listing.stdout, listing.stdout

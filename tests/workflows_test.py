@@ -68,8 +68,9 @@ def _scripts(job):
 
 
 def _uses(workflow):
-    return [step["uses"] for job in workflow["jobs"].values() for step in _steps(job)
-            if "uses" in step]
+    return [
+        step["uses"] for job in workflow["jobs"].values() for step in _steps(job) if "uses" in step
+    ]
 
 
 def test_ci_triggers_on_push_and_pull_request_and_cancels_superseded_runs(ci):
@@ -94,7 +95,9 @@ def test_every_action_is_pinned_by_commit_sha(name):
     uses = _uses(_load(name))
     assert uses
     for ref in uses:
-        assert ref.startswith("./") or SHA_PIN.match(ref), f"{name}: {ref} is not pinned to a 40-hex SHA"
+        assert ref.startswith("./") or SHA_PIN.match(ref), (
+            f"{name}: {ref} is not pinned to a 40-hex SHA"
+        )
 
 
 def test_every_ci_script_is_run_by_some_job(ci):
@@ -120,7 +123,8 @@ def test_every_job_script_and_dockerfile_exists(name):
             backends |= set(re.findall(r"run_docker\.sh --backend (\w+)", step.get("run", "")))
         for backend in backends:
             assert (REPO / "docker" / f"Dockerfile.{backend}").is_file(), (
-                f"{name}: job {job_name} needs docker/Dockerfile.{backend}")
+                f"{name}: job {job_name} needs docker/Dockerfile.{backend}"
+            )
     if pending:
         pytest.skip(f"not yet in ci/: {', '.join(sorted(pending))}")
 
@@ -131,8 +135,9 @@ def test_jobs_call_ci_scripts_through_run_docker(ci):
         assert runs, f"job {job_name} runs nothing"
         for entry in _entries(job):
             if entry.get("docker"):
-                assert any('ci/run_docker.sh --backend "$DOCKER_BACKEND" -- "$SCRIPT"' in r
-                           for r in runs), job_name
+                assert any(
+                    'ci/run_docker.sh --backend "$DOCKER_BACKEND" -- "$SCRIPT"' in r for r in runs
+                ), job_name
 
 
 def test_matrix_covers_every_backend_on_the_right_runners(ci):
@@ -154,8 +159,11 @@ def test_matrix_covers_every_backend_on_the_right_runners(ci):
 
 def test_bazel_and_pip_caches_are_keyed_on_the_lock_files(ci):
     for job_name in ("cpu", "accelerator"):
-        caches = [s["with"] for s in _steps(ci["jobs"][job_name])
-                  if s.get("uses", "").startswith("actions/cache@")]
+        caches = [
+            s["with"]
+            for s in _steps(ci["jobs"][job_name])
+            if s.get("uses", "").startswith("actions/cache@")
+        ]
         paths = {c["path"] for c in caches}
         assert {".cache/bazel-disk", ".cache/pip"} <= paths, job_name
         for cache in caches:
@@ -182,9 +190,13 @@ def test_release_publishes_with_trusted_publishing_after_the_cpu_jobs(release):
     assert publish["needs"] == "wheels"
     assert publish["permissions"] == {"id-token": "write"}
     assert publish["environment"]["name"] == "pypi"
-    steps = [s for s in _steps(publish) if s.get("uses", "").startswith("pypa/gh-action-pypi-publish@")]
+    steps = [
+        s for s in _steps(publish) if s.get("uses", "").startswith("pypa/gh-action-pypi-publish@")
+    ]
     assert len(steps) == 1
-    assert not {"password", "user"} & set(steps[0].get("with", {})), "trusted publishing needs no token"
+    assert not {"password", "user"} & set(steps[0].get("with", {})), (
+        "trusted publishing needs no token"
+    )
     assert "secrets." not in (WORKFLOWS / "release.yml").read_text()
 
 
@@ -193,11 +205,24 @@ def _actionlint():
     return str(here) if here.exists() else shutil.which("actionlint")
 
 
-@pytest.mark.skipif(_actionlint() is None, reason="actionlint is not installed "
-                    "(build/requirements_dev_lock.txt; `build/build.py setup` installs it)")
+@pytest.mark.skipif(
+    _actionlint() is None,
+    reason="actionlint is not installed "
+    "(build/requirements_dev_lock.txt; `build/build.py setup` installs it)",
+)
 def test_actionlint_is_clean():
     result = subprocess.run(
-        [_actionlint(), "-no-color", "-oneline", "-shellcheck=", "-pyflakes=",
-         *sorted(str(p) for p in WORKFLOWS.glob("*.yml"))],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+        [
+            _actionlint(),
+            "-no-color",
+            "-oneline",
+            "-shellcheck=",
+            "-pyflakes=",
+            *sorted(str(p) for p in WORKFLOWS.glob("*.yml")),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

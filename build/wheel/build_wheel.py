@@ -48,10 +48,19 @@ _SHT_DYNAMIC = 6
 _SHT_GNU_VERNEED = 0x6FFFFFFE
 _DT_NEEDED = 1
 # Shared libraries every manylinux system has: glibc's own (PEP 600).
-_MANYLINUX_LIBS = frozenset({
-    "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
-    "libresolv.so.2", "libutil.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1",
-})
+_MANYLINUX_LIBS = frozenset(
+    {
+        "libc.so.6",
+        "libm.so.6",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+        "libresolv.so.2",
+        "libutil.so.1",
+        "ld-linux-x86-64.so.2",
+        "ld-linux-aarch64.so.1",
+    }
+)
 _MANYLINUX_TAG_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
 _LINUX_TAG_RE = re.compile(r"^linux_(\w+)$")
 
@@ -67,6 +76,7 @@ def elf_dependencies(data, name="ELF file"):
     dynamic section and the version needs (.gnu.version_r), with names from their string
     tables. Raises WheelError for anything else.
     """
+
     def fail(what):
         raise WheelError(f"{name}: {what}")
 
@@ -76,12 +86,14 @@ def elf_dependencies(data, name="ELF file"):
         fail("only little-endian 64-bit ELF files are supported")
     try:
         (machine,) = struct.unpack_from("<H", data, 18)
-        shoff, = struct.unpack_from("<Q", data, 40)
+        (shoff,) = struct.unpack_from("<Q", data, 40)
         shentsize, shnum = struct.unpack_from("<HH", data, 58)
-        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        sections = [
+            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+        ]
 
         def section_bytes(sec):
-            return data[sec[4]:sec[4] + sec[5]]
+            return data[sec[4] : sec[4] + sec[5]]
 
         def string(strtab, offset):
             end = strtab.index(b"\0", offset)
@@ -136,7 +148,9 @@ def check_platform_tag(platform_tag, binaries):
     manylinux = _MANYLINUX_TAG_RE.match(platform_tag)
     linux = _LINUX_TAG_RE.match(platform_tag)
     if not manylinux and not linux:
-        raise WheelError(f"unsupported platform tag {platform_tag!r}: use manylinux_X_Y_<arch>, linux_<arch> or any")
+        raise WheelError(
+            f"unsupported platform tag {platform_tag!r}: use manylinux_X_Y_<arch>, linux_<arch> or any"
+        )
     arch = (manylinux or linux).groups()[-1]
     for path, data in sorted(binaries.items()):
         cpu, needed, versions = elf_dependencies(data, path)
@@ -154,7 +168,7 @@ def check_platform_tag(platform_tag, binaries):
         newest = max(glibc, key=_glibc_version, default=None)
         allowed = (int(manylinux.group(1)), int(manylinux.group(2)))
         if newest and _glibc_version(newest) > allowed:
-            need = "%d_%d" % _glibc_version(newest)
+            need = "{}_{}".format(*_glibc_version(newest))
             raise WheelError(
                 f"{path} needs {newest}, newer than {platform_tag} allows; tag the wheel "
                 f"manylinux_{need}_{arch} (jaxcore/tools/platform_tags.bzl) or build on an older glibc"
@@ -169,7 +183,7 @@ def _timestamp():
         try:
             epoch = int(raw)
         except ValueError:
-            raise WheelError(f"SOURCE_DATE_EPOCH must be an integer, got {raw!r}")
+            raise WheelError(f"SOURCE_DATE_EPOCH must be an integer, got {raw!r}") from None
         epoch = max(epoch, _ZIP_EPOCH)
     return time.gmtime(epoch)[:6]
 
@@ -259,7 +273,9 @@ def collect_entries(m):
     dist_info = f"{normalize_dist_name(m['dist_name'])}-{m['version']}.dist-info"
     entries[f"{dist_info}/METADATA"] = _metadata(m, description).encode("utf-8")
     entries[f"{dist_info}/WHEEL"] = _wheel_file(m).encode("utf-8")
-    top_level = sorted({p.split("/", 1)[0] for p in entries if "/" in p and not p.startswith(dist_info)})
+    top_level = sorted(
+        {p.split("/", 1)[0] for p in entries if "/" in p and not p.startswith(dist_info)}
+    )
     entries[f"{dist_info}/top_level.txt"] = ("\n".join(top_level) + "\n").encode("utf-8")
     if m["entry_points"]:
         entries[f"{dist_info}/entry_points.txt"] = _entry_points(m["entry_points"]).encode("utf-8")

@@ -20,37 +20,31 @@ The modules import each other in one direction; read them bottom-up:
   discovery) and registers the control-flow rules.
 """
 
-from jaxcore.implicit import _base
-from jaxcore.implicit import _materialize
-from jaxcore.implicit import _rules
-from jaxcore.implicit._base import ImplicitArray
-from jaxcore.implicit._base import UninitializedAval
-from jaxcore.implicit._base import aux_field
-from jaxcore.implicit._dispatch import AmbiguousHandlerError
-from jaxcore.implicit._dispatch import register
-from jaxcore.implicit._dispatch import registered_handlers
-from jaxcore.implicit._materialize import default_handler
-from jaxcore.implicit._materialize import materialize_handler
-from jaxcore.implicit._materialize import materialize_nested
-from jaxcore.implicit._ste import StraightThrough
-from jaxcore.implicit._ste import ste
-from jaxcore.implicit._trace import implicit
-from jaxcore.implicit._trace import use_implicit
-from jaxcore.implicit._tree import combine_leaf_predicate
-from jaxcore.implicit._tree import flatten_one_implicit_layer
-from jaxcore.implicit._tree import implicit_depth
-from jaxcore.implicit._tree import is_array
-from jaxcore.implicit._tree import leaf_predicate
-from jaxcore.implicit._tree import tree_flatten_with_implicit
-from jaxcore.implicit._tree import tree_flatten_with_path_with_implicit
-from jaxcore.implicit._tree import tree_leaves_with_implicit
-from jaxcore.implicit._tree import tree_map_with_implicit
-from jaxcore.implicit._tree import tree_map_with_path_with_implicit
-from jaxcore.implicit._tree import tree_structure_with_implicit
+from jaxcore.implicit import _base, _materialize, _rules
+from jaxcore.implicit._base import ImplicitArray, UninitializedAval, aux_field
+from jaxcore.implicit._dispatch import AmbiguousHandlerError, register, registered_handlers
+from jaxcore.implicit._materialize import default_handler, materialize_handler, materialize_nested
+from jaxcore.implicit._ste import StraightThrough, ste
+from jaxcore.implicit._trace import implicit, use_implicit
+from jaxcore.implicit._tree import (
+    combine_leaf_predicate,
+    flatten_one_implicit_layer,
+    implicit_depth,
+    is_array,
+    leaf_predicate,
+    tree_flatten_with_implicit,
+    tree_flatten_with_path_with_implicit,
+    tree_leaves_with_implicit,
+    tree_map_with_implicit,
+    tree_map_with_path_with_implicit,
+    tree_structure_with_implicit,
+)
 from jaxcore.implicit._warnings import ENV_VAR as WARN_ENV_VAR
-from jaxcore.implicit._warnings import MaterializationWarning
-from jaxcore.implicit._warnings import materialization_warnings
-from jaxcore.implicit._warnings import reset_materialization_warnings
+from jaxcore.implicit._warnings import (
+    MaterializationWarning,
+    materialization_warnings,
+    reset_materialization_warnings,
+)
 
 # Assembly: the layers below import nothing above them; they are wired together here.
 _base.install_materializer(_materialize.materialize_full)

@@ -125,10 +125,7 @@ class _AvalAttribute:
 
     def __set__(self, obj: tp.Any, value: tp.Any) -> None:
         if value is not None:
-            if self.name == "shape":
-                value = tuple(int(d) for d in value)
-            else:
-                value = jnp.dtype(value)
+            value = tuple(int(d) for d in value) if self.name == "shape" else jnp.dtype(value)
         obj.__dict__[self.slot] = value
         obj.__dict__.pop(_AVAL_ATTR, None)
 
@@ -261,8 +258,7 @@ def _discover(obj: ImplicitArray) -> jax.ShapeDtypeStruct:
         _discovering.reset(token)
     if not isinstance(out, jax.ShapeDtypeStruct):
         raise UninitializedAval(
-            f"{type(obj).__name__}.materialize() must return one array, got a "
-            f"{type(out).__name__}"
+            f"{type(obj).__name__}.materialize() must return one array, got a {type(out).__name__}"
         )
     if key is not None:
         if len(_discovered_avals) >= _MAX_DISCOVERY_CACHE:
@@ -372,7 +368,10 @@ class ImplicitArray(abc.ABC):
             cls.warn_on_materialize = bool(warn_on_materialize)
         IMPLICIT_TYPES.add(cls)
         jax.tree_util.register_pytree_with_keys(
-            cls, _flatten_with_keys, functools.partial(_unflatten, cls), _flatten,
+            cls,
+            _flatten_with_keys,
+            functools.partial(_unflatten, cls),
+            _flatten,
         )
 
     @abc.abstractmethod

@@ -123,7 +123,7 @@ def _annotation_namespaces(fn: tp.Callable[..., tp.Any]) -> tuple[tp.Any, dict, 
         else:
             break
     if not isinstance(target, (types.FunctionType, type)) and callable(target):
-        call = getattr(type(target), "__call__", None)  # a callable object: its __call__
+        call = type(target).__call__  # a callable object: its __call__
         if isinstance(call, types.FunctionType):
             target = call
     module = sys.modules.get(getattr(target, "__module__", None) or "")
@@ -234,7 +234,9 @@ class Handler:
         self.keywords: frozenset[str] | None = (
             None
             if any(p.kind is p.VAR_KEYWORD for p in params)
-            else frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+            else frozenset(
+                p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+            )
         )
         self.takes_primitive = takes_primitive
         self.positional = tuple(positional)
@@ -304,9 +306,7 @@ def lookup_primitive(name: str) -> jex_core.Primitive:
     )
 
 
-def register(
-    primitive: jex_core.Primitive | str, *, precedence: int = 0
-) -> tp.Callable[[CT], CT]:
+def register(primitive: jex_core.Primitive | str, *, precedence: int = 0) -> tp.Callable[[CT], CT]:
     """Registers a handler for ``primitive`` applied to implicit arrays.
 
     The handler receives the operands positionally (optionally preceded by the
@@ -440,9 +440,10 @@ def _resolve_uncached(
     return best[0]
 
 
-def registered_handlers(primitive: jex_core.Primitive | str) -> tuple[tp.Callable[..., tp.Any], ...]:
+def registered_handlers(
+    primitive: jex_core.Primitive | str,
+) -> tuple[tp.Callable[..., tp.Any], ...]:
     """Returns the functions registered for ``primitive``, oldest first."""
     if isinstance(primitive, str):
         primitive = lookup_primitive(primitive)
     return tuple(h.fn for h in _handlers.get(primitive, ()))
-

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import typing as tp
 
-from jaxcore.implicit import _base
-from jaxcore.implicit import _trace
+from jaxcore.implicit import _base, _trace
 
 # Kept here too: the name was public to handlers written against earlier releases.
 has_implicit_children = _base.has_implicit_children
@@ -53,10 +52,7 @@ def materialize_full(x: tp.Any) -> tp.Any:
 
 def materialize_all(values: tp.Sequence[tp.Any]) -> list[tp.Any]:
     """Fully materialises every implicit array in a flat sequence of operands."""
-    return [
-        materialize_nested(v, full=True) if _base.is_implicit(v) else v
-        for v in values
-    ]
+    return [materialize_nested(v, full=True) if _base.is_implicit(v) else v for v in values]
 
 
 def default_handler(primitive: tp.Any, *args: tp.Any, **params: tp.Any) -> tp.Any:

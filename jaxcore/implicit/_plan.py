@@ -22,8 +22,7 @@ import typing as tp
 import jax
 import jax.extend.core as jex_core
 
-from jaxcore import _jax_internals
-from jaxcore import _registry_version
+from jaxcore import _jax_internals, _registry_version
 from jaxcore.implicit import _warnings
 
 _MAX_PLANS = 4096

@@ -24,14 +24,8 @@ import jax
 import jax.extend.core as jex_core
 from jax.extend.core import primitives as prims
 
-from jaxcore import _jax_internals
-from jaxcore import _registry_version
-from jaxcore.implicit import _base
-from jaxcore.implicit import _dispatch
-from jaxcore.implicit import _materialize
-from jaxcore.implicit import _plan
-from jaxcore.implicit import _trace
-from jaxcore.implicit import _warnings
+from jaxcore import _jax_internals, _registry_version
+from jaxcore.implicit import _base, _dispatch, _materialize, _plan, _trace, _warnings
 
 _RULE_PRECEDENCE = -(2**30)
 
@@ -67,10 +61,8 @@ def _stable_carry_mask(
     mask = [False] * len(init)
     while True:
         carry = _apply_mask(init, mask)
-        out = jax.eval_shape(lambda c, e: _apply_mask(step(c, *e), mask), carry, list(extra))
-        new_mask = [
-            m or _signature(o) != _signature(c) for m, o, c in zip(mask, out, carry)
-        ]
+        out = jax.eval_shape(lambda c, e, m=mask: _apply_mask(step(c, *e), m), carry, list(extra))
+        new_mask = [m or _signature(o) != _signature(c) for m, o, c in zip(mask, out, carry)]
         if new_mask == mask:
             return mask
         mask = new_mask
@@ -141,13 +133,10 @@ def _cond_rule(primitive, index: tp.Any, *operands: tp.Any, branches, **params):
     fns = [_implicit_jaxpr_fn(branch) for branch in branches]
     shapes = [jax.eval_shape(fn, *operands) for fn in fns]
     mask = [
-        len({_signature(branch_out[i]) for branch_out in shapes}) > 1
-        for i in range(len(shapes[0]))
+        len({_signature(branch_out[i]) for branch_out in shapes}) > 1 for i in range(len(shapes[0]))
     ]
     if any(mask):
-        fns = [
-            (lambda *ops, _fn=fn: _apply_mask(_fn(*ops), mask)) for fn in fns
-        ]
+        fns = [(lambda *ops, _fn=fn: _apply_mask(_fn(*ops), mask)) for fn in fns]
     return list(jax.lax.switch(index, fns, *operands))
 
 

@@ -26,9 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxcore.implicit import _base
-from jaxcore.implicit import _dispatch
-from jaxcore.implicit import _trace
+from jaxcore.implicit import _base, _dispatch, _trace
 
 # Primitives linear in each operand when the others are held fixed. Their derivative
 # is a sum of one application per operand with that operand replaced by its tangent,
@@ -164,9 +162,7 @@ def _apply(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) -> tp.Any
         # No handler keeps the values implicit: materialise them, with the straight-through
         # gradient, and let JAX differentiate the primitive as usual.
         _trace.warn_for(primitive, forward)
-        dense = [
-            a.materialize() if w else _base.materialize_full(a) for a, w in zip(args, wrapped)
-        ]
+        dense = [a.materialize() if w else _base.materialize_full(a) for a, w in zip(args, wrapped)]
         return primitive.bind(*dense, **params)
 
     # What carries each operand's tangent: a wrapped operand's master (standing for the
@@ -271,9 +267,7 @@ def _straight_through_tangents(
             ops[i] = x
         return primitive.bind(*ops, **params)
 
-    _, out_tangents = jax.jvp(
-        at, [dense[i] for i in positions], [tangents[i] for i in positions]
-    )
+    _, out_tangents = jax.jvp(at, [dense[i] for i in positions], [tangents[i] for i in positions])
     return _outputs(primitive, out_tangents)
 
 

@@ -36,9 +36,7 @@ import jax.extend.core as jex_core
 import numpy as np
 
 from jaxcore import _jax_internals
-from jaxcore.implicit import _base
-from jaxcore.implicit import _dispatch
-from jaxcore.implicit import _warnings
+from jaxcore.implicit import _base, _dispatch, _warnings
 
 _is_implicit = _base.is_implicit
 _IMPLICIT_TYPES = _base.IMPLICIT_TYPES
@@ -142,9 +140,7 @@ class _ImplicitTrace(jax.core.Trace):
         with jex_core.set_current_trace(parent):
             out = apply_primitive(primitive, values, params)
         if primitive.multiple_results:
-            return [
-                _ImplicitTracer(self, o) if type(o) in _IMPLICIT_TYPES else o for o in out
-            ]
+            return [_ImplicitTracer(self, o) if type(o) in _IMPLICIT_TYPES else o for o in out]
         if type(out) in _IMPLICIT_TYPES:
             return _ImplicitTracer(self, out)
         return out
@@ -305,9 +301,7 @@ def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs:
             is_leaf=lambda c: c is not x and _is_implicit(c),
         )
 
-    args, kwargs = jax.tree_util.tree_map(
-        wrap_children, (args, kwargs), is_leaf=_base.is_implicit
-    )
+    args, kwargs = jax.tree_util.tree_map(wrap_children, (args, kwargs), is_leaf=_base.is_implicit)
     with jex_core.set_current_trace(trace):
         out = fn(*args, **kwargs)
     return jax.tree_util.tree_map(_is_tracer_of(trace), out)
@@ -370,7 +364,9 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
             if not any(map(_is_implicit, leaves)):
                 return fn(*args, **kwargs)
             trace = _current_implicit_trace()
-            leaves = [_ImplicitTracer(trace, leaf) if _is_implicit(leaf) else leaf for leaf in leaves]
+            leaves = [
+                _ImplicitTracer(trace, leaf) if _is_implicit(leaf) else leaf for leaf in leaves
+            ]
             f, args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         with jex_core.set_current_trace(trace):
             out = f(*args, **kwargs)

@@ -135,7 +135,8 @@ def flatten_one_implicit_layer(tree: tp.Any) -> tuple[list[tp.Any], tp.Any]:
         if isinstance(leaf, _base.ImplicitArray):
             leaves.extend(
                 _tu.tree_leaves(
-                    leaf, is_leaf=lambda x, n=leaf: x is not n and isinstance(x, _base.ImplicitArray)
+                    leaf,
+                    is_leaf=lambda x, n=leaf: x is not n and isinstance(x, _base.ImplicitArray),
                 )
             )
         else:

@@ -20,6 +20,7 @@ structure, and the file's structure must match it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -55,7 +56,9 @@ def _implicit_arrays(tree) -> dict[str, dict]:
     from jaxcore.implicit import ImplicitArray
 
     found = {}
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, ImplicitArray))
+    flat, _ = jax.tree_util.tree_flatten_with_path(
+        tree, is_leaf=lambda x: isinstance(x, ImplicitArray)
+    )
     for path, node in flat:
         if not isinstance(node, ImplicitArray):
             continue
@@ -142,10 +145,8 @@ def save(path: str | os.PathLike, tree) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
@@ -189,7 +190,9 @@ def _read(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         out = {}
         for key, stored in tensors.items():
             if _digest(stored) != digests[key]:
-                raise CheckpointError(f"load: tensor {key} of {path!r} is corrupted (sha256 mismatch)")
+                raise CheckpointError(
+                    f"load: tensor {key} of {path!r} is corrupted (sha256 mismatch)"
+                )
             dtype = np.dtype(jax.numpy.dtype(described[key]["dtype"]))
             value = stored.view(dtype) if stored.dtype != dtype else stored
             out[key] = value.reshape(described[key]["shape"])
@@ -259,7 +262,9 @@ def load(path: str | os.PathLike, like, *, sharding=None):
     if set(keys) != set(tensors):
         missing = sorted(set(keys) - set(tensors))
         extra = sorted(set(tensors) - set(keys))
-        raise CheckpointError(f"load: keys differ from the template: missing {missing}, unexpected {extra}")
+        raise CheckpointError(
+            f"load: keys differ from the template: missing {missing}, unexpected {extra}"
+        )
     values = []
     for key, leaf in leaves:
         stored = tensors[key]
@@ -276,7 +281,9 @@ def load(path: str | os.PathLike, like, *, sharding=None):
     elif isinstance(sharding, jax.sharding.Sharding):
         placed = [jax.device_put(v, sharding) for v in values]
     else:
-        shardings = jax.tree_util.tree_leaves(sharding, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))
+        shardings = jax.tree_util.tree_leaves(
+            sharding, is_leaf=lambda s: isinstance(s, jax.sharding.Sharding)
+        )
         if len(shardings) != len(values):
             raise CheckpointError(
                 f"load: {len(shardings)} shardings for {len(values)} leaves; pass one Sharding "

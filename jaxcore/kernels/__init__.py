@@ -19,7 +19,12 @@ from jaxcore.kernels._reference import (
     reference_quantized_matmul_transposed,
     reference_scale_gradient,
 )
-from jaxcore.kernels._registry import PLATFORMS, register_kernel, registered_kernels, unregister_kernel
+from jaxcore.kernels._registry import (
+    PLATFORMS,
+    register_kernel,
+    registered_kernels,
+    unregister_kernel,
+)
 
 register_kernel("quantized_matmul", "cpu", reference_quantized_matmul)
 

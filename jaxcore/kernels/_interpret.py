@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 ENV_VAR = "JAXCORE_PALLAS_INTERPRET"
 _ACCELERATOR_PLATFORMS = ("cuda", "rocm", "tpu")

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Hashable, NamedTuple
+from collections.abc import Callable, Hashable
+from typing import NamedTuple
 
 import jax
+import jax.extend.core as jex_core
 import jax.numpy as jnp
 import numpy as np
-
-import jax.extend.core as jex_core
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -52,7 +52,8 @@ def _dispatch(x2d, qvalue, scale, cfg: _Config):
     impls = dict(cfg.impls)
     static = dict(fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype)
     branches = {
-        platform: functools.partial(impl, interpret=False, **static) for platform, impl in impls.items()
+        platform: functools.partial(impl, interpret=False, **static)
+        for platform, impl in impls.items()
     }
     if cfg.interpret_on is not None:
         branches["cpu"] = functools.partial(impls[cfg.interpret_on], interpret=True, **static)
@@ -121,7 +122,9 @@ def _forward_jaxpr(
     """
     del context
     specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in operands]
-    return jax.make_jaxpr(lambda x2d, qvalue, scale: _FORWARD[prim](x2d, qvalue, scale, cfg))(*specs)
+    return jax.make_jaxpr(lambda x2d, qvalue, scale: _FORWARD[prim](x2d, qvalue, scale, cfg))(
+        *specs
+    )
 
 
 def _lower(prim, ctx, x2d, qvalue, scale, *, cfg: _Config):

@@ -106,8 +106,12 @@ def xla_quantized_matmul(x, qvalue, scale, *, fmt: str, block_size: int, out_dty
     rows = jnp.repeat(scale, problem.group_packed, axis=0)
     acc_dtype = jnp.promote_types(x.dtype, jnp.float32)
     acc = sum(
-        jnp.dot(xp.astype(acc_dtype), v.astype(acc_dtype) * rows.astype(acc_dtype),
-                precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc_dtype)
+        jnp.dot(
+            xp.astype(acc_dtype),
+            v.astype(acc_dtype) * rows.astype(acc_dtype),
+            precision=jax.lax.Precision.HIGHEST,
+            preferred_element_type=acc_dtype,
+        )
         for xp, v in zip(split_activations(x, problem), decode_parts(fmt, qvalue))
     )
     return acc.astype(out_dtype)

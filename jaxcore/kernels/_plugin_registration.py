@@ -87,19 +87,31 @@ def quantized_matmul_impls(
     bind = platform_primitive(primitive_name, lowered_kernel, lowered_fallback, platforms)
 
     def make_impl(platform: str):
-        def impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype,
-                 interpret: bool = False):
+        def impl(
+            x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False
+        ):
             if interpret:  # interpret mode lowers on any platform: call the kernel directly
                 return kernel(
-                    x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
-                    interpret=True, platform=platform,
+                    x2d,
+                    qvalue,
+                    scale,
+                    fmt=fmt,
+                    block_size=block_size,
+                    out_dtype=out_dtype,
+                    interpret=True,
+                    platform=platform,
                 )
             problem, _, out_dtype = prepare_operands(
                 x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
             )
             validate_tiles(problem, platform)  # a bad override fails here, early
             return bind(
-                x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype,
+                x2d,
+                qvalue,
+                scale,
+                fmt=fmt,
+                block_size=block_size,
+                out_dtype=out_dtype,
                 overrides=tiles.current(),
             )
 

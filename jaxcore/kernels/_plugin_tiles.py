@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import types
 from collections.abc import Iterator, Mapping
 
 
@@ -26,7 +27,7 @@ class TileOverrides:
         self._type_name = config_type.__name__
         self._fields = frozenset(f.name for f in dataclasses.fields(config_type))
         self._var: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
-            name, default={}
+            name, default=types.MappingProxyType({})
         )
 
     @contextlib.contextmanager

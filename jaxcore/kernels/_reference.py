@@ -45,7 +45,9 @@ def step_rows(fmt: str, k: int, block_size: int, target: int = _TARGET_STEP_ROWS
     """
     if block_size <= target:
         n_blocks = k // block_size
-        group = max(g for g in range(1, n_blocks + 1) if n_blocks % g == 0 and g * block_size <= target)
+        group = max(
+            g for g in range(1, n_blocks + 1) if n_blocks % g == 0 and g * block_size <= target
+        )
         return group * block_size
     multiple = 2 if fmt in _formats.PACKED_FORMATS else 1
     divisors = [d for d in range(multiple, target + 1, multiple) if block_size % d == 0]
@@ -55,7 +57,9 @@ def step_rows(fmt: str, k: int, block_size: int, target: int = _TARGET_STEP_ROWS
 
 def _check_operand(name: str, x2d: jax.Array, size: int, what: str) -> None:
     if x2d.ndim != 2 or x2d.shape[1] != size:
-        raise ValueError(f"{name} must have shape (M, {size}) to match the weight's {what}, got {x2d.shape}")
+        raise ValueError(
+            f"{name} must have shape (M, {size}) to match the weight's {what}, got {x2d.shape}"
+        )
     if not jnp.issubdtype(x2d.dtype, jnp.floating):
         raise TypeError(f"{name} must be floating point, got dtype {x2d.dtype}")
 
@@ -182,14 +186,18 @@ def reference_quantized_matmul_transposed(
         return tuple(
             lax.dynamic_update_slice_in_dim(
                 out,
-                lax.dot_general(x32, w, contract_n, precision=_HIGHEST, preferred_element_type=jnp.float32),
+                lax.dot_general(
+                    x32, w, contract_n, precision=_HIGHEST, preferred_element_type=jnp.float32
+                ),
                 slabs.start(i),
                 axis=1,
             )
             for out, w in zip(outs, slabs.read(i))
         )
 
-    init = tuple(jnp.zeros((x2d.shape[0], k // slabs.parts), jnp.float32) for _ in range(slabs.parts))
+    init = tuple(
+        jnp.zeros((x2d.shape[0], k // slabs.parts), jnp.float32) for _ in range(slabs.parts)
+    )
     outs = lax.fori_loop(0, slabs.n_steps, body, init)
     return slabs.merge_columns(outs).astype(out_dtype)
 

@@ -10,7 +10,7 @@ made with the old kernels.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from jaxcore import _registry_version
 
@@ -25,7 +25,9 @@ def _check_name_platform(name: str, platform: str) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError(f"kernel name must be a non-empty string, got {name!r}")
     if platform not in PLATFORMS:
-        raise ValueError(f"unknown platform {platform!r} for kernel {name!r}; expected one of {PLATFORMS}")
+        raise ValueError(
+            f"unknown platform {platform!r} for kernel {name!r}; expected one of {PLATFORMS}"
+        )
 
 
 def register_kernel(name: str, platform: str, impl: Callable) -> None:

@@ -35,8 +35,11 @@ def _fail_fast_excepthook(kind, value, tb) -> None:
     """
     try:
         traceback.print_exception(kind, value, tb)
-        print(f"jaxcore.launch: process {os.environ.get(_env.PROCESS_ID)} failed; exiting "
-              "without the distributed shutdown barrier", file=sys.stderr)
+        print(
+            f"jaxcore.launch: process {os.environ.get(_env.PROCESS_ID)} failed; exiting "
+            "without the distributed shutdown barrier",
+            file=sys.stderr,
+        )
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
@@ -79,8 +82,10 @@ def initialize(*, initialization_timeout: int = 120, heartbeat_timeout_seconds: 
     num_processes = _int_setting(_env.NUM_PROCESSES)
     coordinator = os.environ.get(_env.COORDINATOR) or os.environ.get(_env.JAX_COORDINATOR)
     if not coordinator:
-        raise RuntimeError(f"jaxcore.launch: {_env.COORDINATOR} is not set; start the program "
-                           "with `python -m jaxcore.launch`")
+        raise RuntimeError(
+            f"jaxcore.launch: {_env.COORDINATOR} is not set; start the program "
+            "with `python -m jaxcore.launch`"
+        )
     jax.config.update("jax_cpu_collectives_implementation", _env.CPU_COLLECTIVES)
     jax.distributed.initialize(
         coordinator_address=coordinator,

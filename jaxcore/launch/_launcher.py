@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import ctypes
 import os
 import re
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from jaxcore.launch import _env
 
@@ -66,8 +67,9 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def child_environment(base: dict, process_id: int, processes: int, devices_per_process: int,
-                      coordinator: str) -> dict:
+def child_environment(
+    base: dict, process_id: int, processes: int, devices_per_process: int, coordinator: str
+) -> dict:
     """The environment of process ``process_id``: ``base`` plus the launcher's variables.
 
     Sets the process id and count and the coordinator address (jaxcore's variables, read
@@ -78,18 +80,20 @@ def child_environment(base: dict, process_id: int, processes: int, devices_per_p
     env = dict(base)
     flags = re.sub(rf"{_env.DEVICE_COUNT_FLAG}=\S*", "", env.get("XLA_FLAGS", "")).split()
     flags.append(f"{_env.DEVICE_COUNT_FLAG}={devices_per_process}")
-    env.update({
-        _env.PROCESS_ID: str(process_id),
-        _env.NUM_PROCESSES: str(processes),
-        _env.COORDINATOR: coordinator,
-        _env.DEVICES_PER_PROCESS: str(devices_per_process),
-        _env.JAX_COORDINATOR: coordinator,
-        _env.JAX_COORDINATOR_BIND: coordinator,
-        _env.JAX_CPU_COLLECTIVES: _env.CPU_COLLECTIVES,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": " ".join(flags),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            _env.PROCESS_ID: str(process_id),
+            _env.NUM_PROCESSES: str(processes),
+            _env.COORDINATOR: coordinator,
+            _env.DEVICES_PER_PROCESS: str(devices_per_process),
+            _env.JAX_COORDINATOR: coordinator,
+            _env.JAX_COORDINATOR_BIND: coordinator,
+            _env.JAX_CPU_COLLECTIVES: _env.CPU_COLLECTIVES,
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": " ".join(flags),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -144,10 +148,8 @@ class _Process:
         return self.exit_time is not None and self.popen.returncode != 0
 
     def signal_group(self, signum: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _exit_status(returncode: int) -> int:
@@ -165,8 +167,13 @@ def _describe(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-def launch(command: Sequence[str], processes: int, devices_per_process: int = 1,
-           timeout: float | None = None, env: dict | None = None) -> int:
+def launch(
+    command: Sequence[str],
+    processes: int,
+    devices_per_process: int = 1,
+    timeout: float | None = None,
+    env: dict | None = None,
+) -> int:
     """Runs ``command`` as ``processes`` local processes of one JAX multi-process run.
 
     Each process's output is copied to ours, every line prefixed with ``[p<id>]``. The run
@@ -195,7 +202,9 @@ def launch(command: Sequence[str], processes: int, devices_per_process: int = 1,
     if processes < 1:
         raise ValueError(f"jaxcore.launch: --processes must be >= 1, got {processes}")
     if devices_per_process < 1:
-        raise ValueError(f"jaxcore.launch: --devices-per-process must be >= 1, got {devices_per_process}")
+        raise ValueError(
+            f"jaxcore.launch: --devices-per-process must be >= 1, got {devices_per_process}"
+        )
     if timeout is not None and timeout <= 0:
         raise ValueError(f"jaxcore.launch: --timeout must be positive, got {timeout}")
     base = dict(os.environ if env is None else env)
@@ -214,8 +223,10 @@ def launch(command: Sequence[str], processes: int, devices_per_process: int = 1,
 
     reservation = reserve_port()
     coordinator = f"127.0.0.1:{reservation.getsockname()[1]}"
-    _log(f"{processes} process(es) x {devices_per_process} CPU device(s), coordinator {coordinator}: "
-         + " ".join(command))
+    _log(
+        f"{processes} process(es) x {devices_per_process} CPU device(s), coordinator {coordinator}: "
+        + " ".join(command)
+    )
     lock = threading.Lock()
     width = len(str(processes - 1))
     procs: list[_Process] = []
@@ -257,7 +268,9 @@ def _watch(procs: list[_Process], timeout: float | None, stop_signal: list[int])
             first = min((p for p in procs if p.failed()), key=lambda p: p.exit_time)
             code = first.popen.returncode
             running = [p for p in procs if p.exit_time is None]
-            _log(f"process {first.index} {_describe(code)}; stopping the {len(running)} still running")
+            _log(
+                f"process {first.index} {_describe(code)}; stopping the {len(running)} still running"
+            )
             first.stderr.join(1.0)
             first.stdout.join(1.0)
             tail = list(first.stderr.tail) or list(first.stdout.tail)
@@ -273,8 +286,10 @@ def _watch(procs: list[_Process], timeout: float | None, stop_signal: list[int])
             _log(f"got {signal.Signals(signum).name}; stopping {len(running)} process(es)")
             return 128 + signum
         if timeout is not None and time.monotonic() - start > timeout:
-            _log(f"timed out after {timeout:g} s; stopping {len(running)} process(es): "
-                 + ", ".join(str(p.index) for p in running))
+            _log(
+                f"timed out after {timeout:g} s; stopping {len(running)} process(es): "
+                + ", ".join(str(p.index) for p in running)
+            )
             return TIMEOUT_EXIT_CODE
         time.sleep(_POLL_S)
 
@@ -290,10 +305,8 @@ def _stop(procs: list[_Process]) -> None:
         p.signal_group(signal.SIGTERM)
     deadline = time.monotonic() + _STOP_GRACE_S
     for p in running:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.popen.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
     for p in procs:
         p.signal_group(signal.SIGKILL)
     for p in procs:
@@ -302,24 +315,35 @@ def _stop(procs: list[_Process]) -> None:
         except subprocess.TimeoutExpired:
             _log(f"process {p.index} (pid {p.popen.pid}) did not exit after SIGKILL")
     if len(failed_before) > 1:
-        _log("failed on their own, in this order: " + ", ".join(
-            f"process {p.index} {_describe(p.popen.returncode)}" for p in failed_before))
+        _log(
+            "failed on their own, in this order: "
+            + ", ".join(f"process {p.index} {_describe(p.popen.returncode)}" for p in failed_before)
+        )
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m jaxcore.launch",
         description="Runs a command as N local processes of one JAX multi-process run "
-                    "(coordinator on a free loopback port, CPU devices, gloo collectives). "
-                    "The program calls jaxcore.launch.initialize() first.",
+        "(coordinator on a free loopback port, CPU devices, gloo collectives). "
+        "The program calls jaxcore.launch.initialize() first.",
         epilog="Example: python -m jaxcore.launch --processes 2 --devices-per-process 2 -- "
-               "python3 train.py",
+        "python3 train.py",
     )
     parser.add_argument("--processes", "-n", type=int, required=True, help="number of processes")
-    parser.add_argument("--devices-per-process", "-d", type=int, default=1,
-                        help="CPU devices per process (default 1)")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help=f"seconds before the run is stopped (exit code {TIMEOUT_EXIT_CODE})")
+    parser.add_argument(
+        "--devices-per-process",
+        "-d",
+        type=int,
+        default=1,
+        help="CPU devices per process (default 1)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds before the run is stopped (exit code {TIMEOUT_EXIT_CODE})",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command [args]")
     return parser
 

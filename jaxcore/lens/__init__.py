@@ -5,7 +5,7 @@ Public API (re-exports only; implementations live in private modules).
 
 from jaxcore.lens._access import LensPathError
 from jaxcore.lens._fields import HasLensFields, LensField
-from jaxcore.lens._lens import Lens, apply, focus, get, set  # noqa: A004
+from jaxcore.lens._lens import Lens, apply, focus, get, set  # noqa: A004 - lens vocabulary
 from jaxcore.tree import lens_field
 
 __all__ = [

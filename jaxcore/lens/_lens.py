@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jaxcore.lens._access import get_step, set_step
 from jaxcore.lens._path import Step, parse_steps
@@ -39,7 +40,7 @@ class Lens:
         """The key entries from the root to the focused value."""
         return self._steps
 
-    def focus(self, *path: Any) -> "Lens":
+    def focus(self, *path: Any) -> Lens:
         """Returns a lens that focuses further into this lens's target.
 
         Args:

@@ -8,6 +8,20 @@ the positional one.
 
 # ruff: noqa: F401, A004
 
+# --- Haliax's submodules: random numbers, higher-order functions, checkpointing ---
+from jaxcore.named import (
+    _methods,  # noqa: F401 - binds NamedArray's operators and methods
+    hof,
+    jax_utils,
+    nn,
+    random,
+)
+
+# --- dot/einsum, rearrange strings, fft, refs, tree helpers, partitioning ---
+from jaxcore.named import _partitioning as partitioning
+from jaxcore.named import _tree as tree
+from jaxcore.named import _tree as tree_util
+from jaxcore.named._array import AxesSpec, NamedArray, NamedOrNumeric
 from jaxcore.named._axis import (
     Axis,
     AxisSelection,
@@ -25,10 +39,8 @@ from jaxcore.named._axis import (
     union_axes,
     without_axes,
 )
-from jaxcore.named._array import AxesSpec, NamedArray, NamedOrNumeric
 from jaxcore.named._broadcast import broadcast_arrays, broadcast_axis, broadcast_to, named
-from jaxcore.named._indexing import dblock, ds, dslice, index, slice, take, updated_slice
-from jaxcore.named import _methods  # noqa: F401 - binds NamedArray's operators and methods
+from jaxcore.named._checkpoint import ScanCheckpointPolicy
 from jaxcore.named._creation import (
     arange,
     full,
@@ -41,25 +53,6 @@ from jaxcore.named._creation import (
     zeros,
     zeros_like,
 )
-from jaxcore.named._ops import *  # noqa: F403 - the generated op table and friends
-from jaxcore.named._ops import BINARY_OPS, UNARY_OPS
-from jaxcore.named._shape import (
-    concatenate,
-    flatten,
-    flatten_axes,
-    ravel,
-    rearrange,
-    rename,
-    split,
-    stack,
-    unbind,
-    unflatten_axis,
-)
-
-# --- dot/einsum, rearrange strings, fft, refs, tree helpers, partitioning ---
-from jaxcore.named import _partitioning as partitioning
-from jaxcore.named import _tree as tree
-from jaxcore.named import _tree as tree_util
 from jaxcore.named._dot import dot, einsum
 from jaxcore.named._fft import (
     fft,
@@ -73,6 +66,9 @@ from jaxcore.named._fft import (
     rfft,
     rfftfreq,
 )
+from jaxcore.named._indexing import dblock, ds, dslice, index, slice, take, updated_slice
+from jaxcore.named._ops import *  # noqa: F403 - the generated op table and friends
+from jaxcore.named._ops import BINARY_OPS, UNARY_OPS
 from jaxcore.named._partitioning import (
     ResourceMapping,
     axis_mapping,
@@ -87,6 +83,18 @@ from jaxcore.named._partitioning import (
     sharding_for_axis,
 )
 from jaxcore.named._ref import NamedRef, freeze, new_ref, swap
+from jaxcore.named._shape import (
+    concatenate,
+    flatten,
+    flatten_axes,
+    ravel,
+    rearrange,
+    rename,
+    split,
+    stack,
+    unbind,
+    unflatten_axis,
+)
 from jaxcore.named._tree import (
     Stacked,
     scan_aware_tree_map,
@@ -96,9 +104,5 @@ from jaxcore.named._tree import (
     tree_structure,
     tree_unflatten,
 )
-
-# --- Haliax's submodules: random numbers, higher-order functions, checkpointing ---
-from jaxcore.named import hof, jax_utils, nn, random
-from jaxcore.named._checkpoint import ScanCheckpointPolicy
 from jaxcore.named.hof import fold, map, scan, vmap
 from jaxcore.named.jax_utils import filter_checkpoint, tree_checkpoint_name

@@ -165,7 +165,9 @@ class NamedArray:
             ValueError: if the array still has axes.
         """
         if self.axes:
-            raise ValueError(f"scalar() needs an array with no axes, got axes {_describe(self.axes)}")
+            raise ValueError(
+                f"scalar() needs an array with no axes, got axes {_describe(self.axes)}"
+            )
         return self.array
 
     def tolist(self):
@@ -260,7 +262,9 @@ class NamedArray:
         if isinstance(axis, (str, Axis)):
             name = axis if isinstance(axis, str) else axis.name
             return self._names.index(name) if name in self._names else None
-        return tuple(self.axis_indices(a) for a in (axis.keys() if isinstance(axis, Mapping) else axis))
+        return tuple(
+            self.axis_indices(a) for a in (axis.keys() if isinstance(axis, Mapping) else axis)
+        )
 
     def matches_axes(self, spec) -> bool:
         """True if this array conforms to an axes spec (see ``NamedArray[...]``).
@@ -302,7 +306,7 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
-NamedOrNumeric = typing.Union[NamedArray, int, float, complex, bool, jax.Array]
+NamedOrNumeric = NamedArray | int | float | complex | bool | jax.Array
 """A ``NamedArray`` or something that broadcasts against anything (a scalar)."""
 
 # ----------------------------------------------------------------------------- specs
@@ -333,7 +337,10 @@ class AxesSpec:
         return _match_ordered(tuple(self.names), tuple(actual))
 
     def __eq__(self, other):
-        return isinstance(other, AxesSpec) and (self.names, self.ordered) == (other.names, other.ordered)
+        return isinstance(other, AxesSpec) and (self.names, self.ordered) == (
+            other.names,
+            other.ordered,
+        )
 
     def __hash__(self):
         return hash((self.names, self.ordered))
@@ -373,7 +380,10 @@ def _as_axes_spec(spec) -> AxesSpec:
     if isinstance(spec, str):
         return AxesSpec(tuple(_spec_entry(t) for t in spec.split()), ordered=True)
     if isinstance(spec, (set, frozenset)):
-        return AxesSpec(tuple(sorted((_spec_entry(t) for t in spec), key=lambda n: (n is Ellipsis, str(n)))), ordered=False)
+        return AxesSpec(
+            tuple(sorted((_spec_entry(t) for t in spec), key=lambda n: (n is Ellipsis, str(n)))),
+            ordered=False,
+        )
     if isinstance(spec, Mapping):
         return AxesSpec(tuple(_spec_entry(t) for t in spec), ordered=False)
     if isinstance(spec, Sequence):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Union
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -37,7 +36,9 @@ class Axis:
 
     def __post_init__(self):
         if not isinstance(self.name, str):
-            raise TypeError(f"Axis name must be a str, got {self.name!r} ({type(self.name).__name__})")
+            raise TypeError(
+                f"Axis name must be a str, got {self.name!r} ({type(self.name).__name__})"
+            )
         size = self.size
         if isinstance(size, bool) or not hasattr(size, "__index__"):
             raise TypeError(f"Axis {self.name!r}: size must be an int, got {size!r}")
@@ -58,19 +59,19 @@ class Axis:
         return f"Axis({self.name!r}, {self.size})"
 
 
-AxisSelector = Union[Axis, str]
+AxisSelector = Axis | str
 """One axis: an ``Axis`` or just its name (the size is read from an array)."""
 
 ShapeDict = Mapping[str, int]
 """Axis names mapped to sizes, in axis order."""
 
-PartialShapeDict = Mapping[str, Union[int, None]]
+PartialShapeDict = Mapping[str, int | None]
 """Axis names mapped to sizes, or ``None`` for "any size"."""
 
-AxisSpec = Union[Axis, Sequence[Axis], ShapeDict]
+AxisSpec = Axis | Sequence[Axis] | ShapeDict
 """Fully sized axes, used when creating or reshaping arrays."""
 
-AxisSelection = Union[AxisSelector, Sequence[AxisSelector], PartialShapeDict]
+AxisSelection = AxisSelector | Sequence[AxisSelector] | PartialShapeDict
 """One or more axes, sizes optional; used for reductions, indexing and the like."""
 
 
@@ -182,9 +183,13 @@ def to_axes(spec: AxisSpec) -> tuple[Axis, ...]:
     if isinstance(spec, tuple) and all(type(a) is Axis for a in spec):
         axes = spec
     elif isinstance(spec, str):
-        raise TypeError(f"Axis {spec!r} is given by name only; its size is needed here (pass an Axis)")
+        raise TypeError(
+            f"Axis {spec!r} is given by name only; its size is needed here (pass an Axis)"
+        )
     elif isinstance(spec, Mapping):
-        axes = tuple(k if isinstance(k, Axis) else Axis(_name_of(k), _as_size(k, v)) for k, v in spec.items())
+        axes = tuple(
+            k if isinstance(k, Axis) else Axis(_name_of(k), _as_size(k, v)) for k, v in spec.items()
+        )
     elif isinstance(spec, Sequence):
         out = []
         for a in spec:
@@ -195,7 +200,9 @@ def to_axes(spec: AxisSpec) -> tuple[Axis, ...]:
             out.append(_axis_of(a))
         axes = tuple(out)
     else:
-        raise TypeError(f"Expected an AxisSpec (Axis, sequence of Axis or shape dict), got {spec!r}")
+        raise TypeError(
+            f"Expected an AxisSpec (Axis, sequence of Axis or shape dict), got {spec!r}"
+        )
     check_unique(axes)
     return axes
 
@@ -215,7 +222,9 @@ def _rebuild(template: AxisSelection, items: list[tuple[str, int | None]], origi
     """Builds the result container: a dict for dict templates, else a tuple of selectors."""
     if isinstance(template, Mapping):
         return {name: size for name, size in items}
-    return tuple(originals.get(name, name if size is None else Axis(name, size)) for name, size in items)
+    return tuple(
+        originals.get(name, name if size is None else Axis(name, size)) for name, size in items
+    )
 
 
 def _originals(*sels) -> dict:
@@ -256,7 +265,9 @@ def concat_axes(a1: AxisSelection, a2: AxisSelection) -> AxisSelection:
     names1 = {n for n, _ in i1}
     for n, _ in i2:
         if n in names1:
-            raise ValueError(f"Axis {n!r} occurs in both {a1!r} and {a2!r}; concat_axes needs disjoint axes")
+            raise ValueError(
+                f"Axis {n!r} occurs in both {a1!r} and {a2!r}; concat_axes needs disjoint axes"
+            )
     return _rebuild(a1, i1 + i2, _originals(a1, a2))
 
 

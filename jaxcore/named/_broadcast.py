@@ -126,7 +126,9 @@ def _cache_put(cache: dict, key, value):
     return value
 
 
-def _broadcast_pair(a1: tuple[Axis, ...], a2: tuple[Axis, ...], require_subset: bool = True) -> tuple[Axis, ...]:
+def _broadcast_pair(
+    a1: tuple[Axis, ...], a2: tuple[Axis, ...], require_subset: bool = True
+) -> tuple[Axis, ...]:
     """The axes two operands broadcast to, as Haliax orders them.
 
     With ``require_subset`` (the rule for elementwise ops) one operand's axes must contain
@@ -160,7 +162,9 @@ def _broadcast_pair(a1: tuple[Axis, ...], a2: tuple[Axis, ...], require_subset: 
     return tuple(a for a in a2 if a not in a1) + a1
 
 
-def _broadcast_all(axes_list: Sequence[tuple[Axis, ...]], require_subset: bool = True) -> tuple[Axis, ...]:
+def _broadcast_all(
+    axes_list: Sequence[tuple[Axis, ...]], require_subset: bool = True
+) -> tuple[Axis, ...]:
     """The axes several operands broadcast to: pairwise ``_broadcast_pair``, largest first.
 
     Operands are taken in decreasing number of elements (ties keep argument order), so
@@ -184,7 +188,9 @@ def _binary_plan(a1: tuple[Axis, ...], a2: tuple[Axis, ...]):
     if plan is None:
         out = _broadcast_pair(a1, a2)
         plan = _cache_put(
-            _BINARY_PLANS, key, (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out), {})
+            _BINARY_PLANS,
+            key,
+            (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out), {}),
         )
     return plan
 
@@ -285,9 +291,15 @@ def elementwise_nary(fn, *args, **kwargs):
     for a in args:
         if not isinstance(a, NamedArray) and a is not None:
             _check_scalar_operand(a, named_args[0])
-    layout = tuple(a.axes if isinstance(a, NamedArray) else (None if a is None else "scalar") for a in args)
+    layout = tuple(
+        a.axes if isinstance(a, NamedArray) else (None if a is None else "scalar") for a in args
+    )
     operands = [a.array if isinstance(a, NamedArray) else a for a in args if a is not None]
-    if not kwargs and fn in EAGER_KERNEL_FNS and not builtins.any(isinstance(x, _Tracer) for x in operands):
+    if (
+        not kwargs
+        and fn in EAGER_KERNEL_FNS
+        and not builtins.any(isinstance(x, _Tracer) for x in operands)
+    ):
         key = (fn, layout)
         kernel = _NARY_KERNELS.get(key)
         if kernel is None:
@@ -336,7 +348,8 @@ def broadcast_arrays(*arrays, require_subset: bool = True, ensure_order: bool = 
         return tuple(arrays)
     out = _broadcast_all([a.axes for a in named_args], require_subset)
     return tuple(
-        broadcast_to(a, out, ensure_order=ensure_order) if isinstance(a, NamedArray) else a for a in arrays
+        broadcast_to(a, out, ensure_order=ensure_order) if isinstance(a, NamedArray) else a
+        for a in arrays
     )
 
 
@@ -385,7 +398,9 @@ def broadcast_to(
             raise ValueError(
                 f"broadcast_to needs a NamedArray or a scalar, got a positional array of shape {getattr(a, 'shape', None)}"
             )
-        return NamedArray._new(jnp.broadcast_to(jnp.asarray(a), tuple(x.size for x in target)), target)
+        return NamedArray._new(
+            jnp.broadcast_to(jnp.asarray(a), tuple(x.size for x in target)), target
+        )
     target_sizes = {ax.name: ax.size for ax in target}
     for ax in a.axes:
         s = target_sizes.get(ax.name)

@@ -11,7 +11,8 @@ passes to ``checkpoint``, so JAX's name-based policies can pick them out.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Literal, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import jax
 
@@ -19,7 +20,7 @@ from jaxcore.named.jax_utils import filter_checkpoint
 
 __all__ = ["ScanCheckpointPolicy", "ScanCheckpointSpec"]
 
-_SaveSpec = Union[bool, Literal["offload"]]
+_SaveSpec = bool | Literal["offload"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,13 +64,17 @@ class ScanCheckpointPolicy:
         if remat_policy is True:
             return ScanCheckpointPolicy(simple=True)
         if remat_policy is False:
-            return ScanCheckpointPolicy(save_carries=True, save_inputs=True, save_block_internals=True, disable=True)
+            return ScanCheckpointPolicy(
+                save_carries=True, save_inputs=True, save_block_internals=True, disable=True
+            )
         if remat_policy == "offload":
             return ScanCheckpointPolicy(save_carries="offload", save_inputs="offload")
         if remat_policy in ("recompute", "full"):
             return ScanCheckpointPolicy(save_carries=False, save_inputs=False)
         if remat_policy == "save_all":
-            return ScanCheckpointPolicy(save_carries=True, save_inputs=True, save_block_internals=True)
+            return ScanCheckpointPolicy(
+                save_carries=True, save_inputs=True, save_block_internals=True
+            )
         if remat_policy == "nested":
             return ScanCheckpointPolicy(nested=True)
         raise ValueError(
@@ -89,7 +94,9 @@ class ScanCheckpointPolicy:
             return fn
         if self.simple:
             return filter_checkpoint(fn, prevent_cse=self.prevent_cse)
-        return filter_checkpoint(fn, policy=self._to_jax_policy(carry_name, input_name), prevent_cse=self.prevent_cse)
+        return filter_checkpoint(
+            fn, policy=self._to_jax_policy(carry_name, input_name), prevent_cse=self.prevent_cse
+        )
 
     def _to_jax_policy(self, carry_name: str, input_name: str):
         save: list[str] = []
@@ -103,8 +110,12 @@ class ScanCheckpointPolicy:
             elif what is False:
                 remat.append(name)
             else:
-                raise ValueError(f"ScanCheckpointPolicy: expected True, False or 'offload', got {what!r}")
-        if isinstance(self.save_block_internals, Sequence) and not isinstance(self.save_block_internals, str):
+                raise ValueError(
+                    f"ScanCheckpointPolicy: expected True, False or 'offload', got {what!r}"
+                )
+        if isinstance(self.save_block_internals, Sequence) and not isinstance(
+            self.save_block_internals, str
+        ):
             save.extend(self.save_block_internals)
         offload.extend(self.offload_block_internals)
         if offload:
@@ -125,5 +136,7 @@ class ScanCheckpointPolicy:
         return None  # jax.checkpoint's default: save nothing, recompute everything
 
 
-ScanCheckpointSpec = Union[ScanCheckpointPolicy, bool, Literal["offload", "recompute", "full", "save_all", "nested"]]
+ScanCheckpointSpec = (
+    ScanCheckpointPolicy | bool | Literal["offload", "recompute", "full", "save_all", "nested"]
+)
 """A policy, or one of the shorthands ``ScanCheckpointPolicy.from_bool_or_str`` accepts."""

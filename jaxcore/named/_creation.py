@@ -6,8 +6,8 @@ import math
 
 import jax.numpy as jnp
 
-from jaxcore.named._axis import Axis, AxisSelector, AxisSpec, to_axes
 from jaxcore.named._array import NamedArray, _check_named
+from jaxcore.named._axis import Axis, AxisSelector, AxisSpec, to_axes
 
 _DEFAULT_NUM = 50  # numpy's default number of samples for linspace & co.
 
@@ -33,7 +33,9 @@ def full(shape: AxisSpec, fill_value, dtype=None) -> NamedArray:
     axes = to_axes(shape)
     if isinstance(fill_value, NamedArray):
         if fill_value.axes:
-            raise ValueError(f"full needs a scalar fill_value, got a NamedArray with axes {fill_value.axes}")
+            raise ValueError(
+                f"full needs a scalar fill_value, got a NamedArray with axes {fill_value.axes}"
+            )
         fill_value = fill_value.array
     return NamedArray._new(jnp.full(_shape(axes), fill_value, dtype=dtype), axes)
 
@@ -79,14 +81,24 @@ def _samples_axis(axis: AxisSelector) -> Axis:
     raise TypeError(f"Expected an Axis or an axis name, got {axis!r}")
 
 
-def linspace(axis: AxisSelector, *, start: float, stop: float, endpoint: bool = True, dtype=None) -> NamedArray:
+def linspace(
+    axis: AxisSelector, *, start: float, stop: float, endpoint: bool = True, dtype=None
+) -> NamedArray:
     """Evenly spaced samples from ``start`` to ``stop`` along ``axis`` (a name gives 50)."""
     ax = _samples_axis(axis)
-    return NamedArray._new(jnp.linspace(start, stop, ax.size, endpoint=endpoint, dtype=dtype), (ax,))
+    return NamedArray._new(
+        jnp.linspace(start, stop, ax.size, endpoint=endpoint, dtype=dtype), (ax,)
+    )
 
 
 def logspace(
-    axis: AxisSelector, *, start: float, stop: float, endpoint: bool = True, base: float = 10.0, dtype=None
+    axis: AxisSelector,
+    *,
+    start: float,
+    stop: float,
+    endpoint: bool = True,
+    base: float = 10.0,
+    dtype=None,
 ) -> NamedArray:
     """``base ** linspace(start, stop)`` along ``axis`` (a name gives 50 samples)."""
     ax = _samples_axis(axis)
@@ -95,10 +107,14 @@ def logspace(
     )
 
 
-def geomspace(axis: AxisSelector, *, start: float, stop: float, endpoint: bool = True, dtype=None) -> NamedArray:
+def geomspace(
+    axis: AxisSelector, *, start: float, stop: float, endpoint: bool = True, dtype=None
+) -> NamedArray:
     """Geometrically spaced samples from ``start`` to ``stop`` along ``axis``."""
     ax = _samples_axis(axis)
-    return NamedArray._new(jnp.geomspace(start, stop, ax.size, endpoint=endpoint, dtype=dtype), (ax,))
+    return NamedArray._new(
+        jnp.geomspace(start, stop, ax.size, endpoint=endpoint, dtype=dtype), (ax,)
+    )
 
 
 __all__ = [

@@ -15,15 +15,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jaxcore.named._axis import Axis, AxisSelection, selection_items
 from jaxcore.named._array import NamedArray, _Tracer
-from jaxcore.named._rearrange import Side, _binding_name, fill_ellipses, parse_einsum, raise_parse_error
+from jaxcore.named._axis import Axis, AxisSelection, selection_items
+from jaxcore.named._rearrange import (
+    Side,
+    _binding_name,
+    fill_ellipses,
+    parse_einsum,
+    raise_parse_error,
+)
 
 __all__ = ["dot", "einsum", "order_for_partial_spec"]
 
@@ -67,7 +74,9 @@ def order_for_partial_spec(
         if not isinstance(name, str):
             raise TypeError(f"out_axes entries must be Axis, str or ..., got {entry!r}")
         if name not in by_name:
-            raise ValueError(f"Axis {name!r} in {tuple(spec)!r} is not among the axes {tuple(axes)!r}")
+            raise ValueError(
+                f"Axis {name!r} in {tuple(spec)!r} is not among the axes {tuple(axes)!r}"
+            )
         if name in named_slot:
             raise ValueError(f"Axis {name!r} occurs twice in {tuple(spec)!r}")
         if isinstance(entry, Axis) and entry.size != by_name[name].size:
@@ -83,7 +92,8 @@ def order_for_partial_spec(
             )
         return tuple(by_name[e.name if isinstance(e, Axis) else e] for e in spec)
     filled = fill_ellipses(
-        [e if e is Ellipsis else ((e.name if isinstance(e, Axis) else e),) for e in spec], list(natural)
+        [e if e is Ellipsis else ((e.name if isinstance(e, Axis) else e),) for e in spec],
+        list(natural),
     )
     return tuple(by_name[name] for slot in filled for name in slot)
 
@@ -134,7 +144,9 @@ def _contracted_names(axis: AxisSelection | None, known: Mapping[str, Axis]) -> 
     names = set()
     for name, size in selection_items(axis):
         if name not in known:
-            raise ValueError(f"Cannot contract axis {name!r}: no operand has it (axes: {tuple(known)})")
+            raise ValueError(
+                f"Cannot contract axis {name!r}: no operand has it (axes: {tuple(known)})"
+            )
         if size is not None and size != known[name].size:
             raise ValueError(f"Axis {name!r} has size {known[name].size}, but axis= says {size}")
         names.add(name)
@@ -152,9 +164,13 @@ def _plan_dot(
         for a in axes:
             remaining_counts[a.name] = remaining_counts.get(a.name, 0) + 1
 
-    def presum(axes: tuple[Axis, ...], others: dict[str, int]) -> tuple[tuple[int, ...], tuple[Axis, ...]]:
+    def presum(
+        axes: tuple[Axis, ...], others: dict[str, int]
+    ) -> tuple[tuple[int, ...], tuple[Axis, ...]]:
         # Contracted axes no other live operand has can be summed right away.
-        drop = tuple(i for i, a in enumerate(axes) if a.name in contracted and not others.get(a.name))
+        drop = tuple(
+            i for i, a in enumerate(axes) if a.name in contracted and not others.get(a.name)
+        )
         return drop, tuple(a for i, a in enumerate(axes) if i not in drop)
 
     def release(axes: tuple[Axis, ...]) -> None:
@@ -248,13 +264,17 @@ def _run_plan(
             fn = plan.eager.get(key)
             if fn is None:
                 fn = plan.eager[key] = jax.jit(
-                    functools.partial(_compute, plan, precision, preferred_element_type, dot_general)
+                    functools.partial(
+                        _compute, plan, precision, preferred_element_type, dot_general
+                    )
                 )
         except TypeError:  # unhashable option: run op by op
             fn = None
         if fn is not None:
             return NamedArray._new(fn(*raws), plan.out_axes)
-    return NamedArray._new(_compute(plan, precision, preferred_element_type, dot_general, *raws), plan.out_axes)
+    return NamedArray._new(
+        _compute(plan, precision, preferred_element_type, dot_general, *raws), plan.out_axes
+    )
 
 
 def _out_key(out_axes) -> tuple | None:
@@ -321,7 +341,9 @@ def dot(
             if len(_DOT_PLANS) >= _MAX_CACHED_PLANS:
                 _DOT_PLANS.clear()
             _DOT_PLANS[key] = plan
-    return _run_plan(plan, [a.array for a in arrays], precision, preferred_element_type, dot_general)
+    return _run_plan(
+        plan, [a.array for a in arrays], precision, preferred_element_type, dot_general
+    )
 
 
 _DOT_PLANS: dict = {}
@@ -337,7 +359,9 @@ def _simple_names(expr: str, side: Side, what: str) -> list[str | EllipsisType]:
         if item is Ellipsis:
             out.append(Ellipsis)
         elif item.is_group:
-            raise_parse_error(f"Parenthesized groups are not supported in einsum {what}", expr, item.span)
+            raise_parse_error(
+                f"Parenthesized groups are not supported in einsum {what}", expr, item.span
+            )
         else:
             out.append(item.name)
     return out
@@ -358,7 +382,9 @@ def _plan_einsum(
             value = aliases[name]
             real = _binding_name(name, aliases)
             if real not in known:
-                raise_parse_error(f"Alias {name}={value!r} names no axis of the operands", equation, item_span)
+                raise_parse_error(
+                    f"Alias {name}={value!r} names no axis of the operands", equation, item_span
+                )
             if isinstance(value, Axis) and known[real].size != value.size:
                 raise_parse_error(
                     f"Alias {name}={value!r} has size {value.size}, but the operands' axis "
@@ -374,7 +400,9 @@ def _plan_einsum(
         if item is Ellipsis:
             n_out_ellipses += 1
         elif item.is_group:
-            raise_parse_error("Parenthesized groups are not supported in einsum outputs", equation, item.span)
+            raise_parse_error(
+                "Parenthesized groups are not supported in einsum outputs", equation, item.span
+            )
     rhs_has_ellipsis = n_out_ellipses > 0
     output_only = len(inputs) == 1 and inputs[0].ordered and not inputs[0].items
     unordered = len(inputs) == 1 and not inputs[0].ordered
@@ -390,7 +418,9 @@ def _plan_einsum(
                 continue
             real = resolve(item, None)
             if real not in known:
-                raise_parse_error(f"Axis {real!r} is not in any operand (axes: {tuple(known)})", equation, None)
+                raise_parse_error(
+                    f"Axis {real!r} is not in any operand (axes: {tuple(known)})", equation, None
+                )
             lhs_names.add(real)
         out_real: list[str | EllipsisType] = []
         for item in rhs.items:
@@ -400,7 +430,9 @@ def _plan_einsum(
             real = resolve(item.name, item.span)
             if real not in known:
                 raise_parse_error(
-                    f"Output axis {real!r} is not in any operand (axes: {tuple(known)})", equation, item.span
+                    f"Output axis {real!r} is not in any operand (axes: {tuple(known)})",
+                    equation,
+                    item.span,
                 )
             if real in out_real:
                 raise_parse_error(f"Output axis {real!r} occurs twice", equation, item.span)
@@ -412,7 +444,11 @@ def _plan_einsum(
         # else the axes named on the left but not the right are contracted and the others
         # kept, the output axes last ("{} ->" contracts nothing).
         if output_only or rhs_has_ellipsis:
-            contracted = frozenset() if rhs_has_ellipsis else frozenset(n for n in known if n not in named_out)
+            contracted = (
+                frozenset()
+                if rhs_has_ellipsis
+                else frozenset(n for n in known if n not in named_out)
+            )
             spec = tuple(out_real)
         elif lhs.has_ellipsis:
             contracted = frozenset(n for n in known if n not in named_out)
@@ -423,7 +459,9 @@ def _plan_einsum(
     else:
         if len(inputs) != len(operands):
             raise_parse_error(
-                f"The equation has {len(inputs)} inputs but {len(operands)} arrays were given", equation, None
+                f"The equation has {len(inputs)} inputs but {len(operands)} arrays were given",
+                equation,
+                None,
             )
         letters: dict[str, Axis] = {}
         owner: dict[str, str] = {}
@@ -437,7 +475,9 @@ def _plan_einsum(
             items = side.items
             for item in items:
                 if item is not Ellipsis and item.is_group:
-                    raise_parse_error("Parenthesized groups are not supported in einsum", equation, item.span)
+                    raise_parse_error(
+                        "Parenthesized groups are not supported in einsum", equation, item.span
+                    )
             n_ell = sum(it is Ellipsis for it in items)
             if n_ell > 1:
                 raise_parse_error(f"Input {k} has more than one '...'", equation, None)
@@ -445,8 +485,14 @@ def _plan_einsum(
                 cut = items.index(Ellipsis)
                 front, back = items[:cut], items[cut + 1 :]
                 if len(front) + len(back) > len(axes):
-                    raise_parse_error(f"Input {k} names more axes than array {k} has ({len(axes)})", equation, None)
-                pairs = list(zip(front, axes[: len(front)])) + list(zip(back, axes[len(axes) - len(back) :]))
+                    raise_parse_error(
+                        f"Input {k} names more axes than array {k} has ({len(axes)})",
+                        equation,
+                        None,
+                    )
+                pairs = list(zip(front, axes[: len(front)])) + list(
+                    zip(back, axes[len(axes) - len(back) :])
+                )
             else:
                 if len(items) != len(axes):
                     raise_parse_error(
@@ -461,7 +507,9 @@ def _plan_einsum(
                 if letter in aliases:
                     used_aliases.add(letter)
                     value = aliases[letter]
-                    if _binding_name(letter, aliases) != ax.name or (isinstance(value, Axis) and value != ax):
+                    if _binding_name(letter, aliases) != ax.name or (
+                        isinstance(value, Axis) and value != ax
+                    ):
                         raise_parse_error(
                             f"{letter!r} is aliased to {value!r} but binds axis {ax!r} of array {k}",
                             equation,
@@ -485,7 +533,9 @@ def _plan_einsum(
                 out_real.append(Ellipsis)
                 continue
             if item.name not in letters:
-                raise_parse_error(f"Output {item.name!r} does not occur in any input", equation, item.span)
+                raise_parse_error(
+                    f"Output {item.name!r} does not occur in any input", equation, item.span
+                )
             real = letters[item.name].name
             if real in out_real:
                 raise_parse_error(f"Output {item.name!r} occurs twice", equation, item.span)
@@ -559,7 +609,9 @@ def einsum(
         if len(_EINSUM_PLANS) >= _MAX_CACHED_PLANS:
             _EINSUM_PLANS.clear()
         _EINSUM_PLANS[key] = plan
-    return _run_plan(plan, [a.array for a in arrays], precision, preferred_element_type, _dot_general)
+    return _run_plan(
+        plan, [a.array for a in arrays], precision, preferred_element_type, _dot_general
+    )
 
 
 _EINSUM_PLANS: dict = {}

@@ -16,12 +16,12 @@ Axes keep their names and positions; their sizes become whatever the transform p
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax.numpy as jnp
 
-from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
 from jaxcore.named._array import NamedArray
+from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
 
 __all__ = [
     "fft",
@@ -54,18 +54,20 @@ def _size_of(name: str, size: AxisSizeLike, fn: str) -> int | None:
         return None
     if isinstance(size, Axis):
         if size.name != name:
-            raise ValueError(f"{fn}: size for axis {name!r} is given as {size!r}, which has another name")
+            raise ValueError(
+                f"{fn}: size for axis {name!r} is given as {size!r}, which has another name"
+            )
         return size.size
     if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"{fn}: length for axis {name!r} must be an int, an Axis or None, got {size!r}")
+        raise TypeError(
+            f"{fn}: length for axis {name!r} must be an int, an Axis or None, got {size!r}"
+        )
     if size <= 0:
         raise ValueError(f"{fn}: length for axis {name!r} must be positive, got {size}")
     return size
 
 
-def _resolve(
-    a: NamedArray, axis, fn: str
-) -> tuple[list[int], list[int | None]]:
+def _resolve(a: NamedArray, axis, fn: str) -> tuple[list[int], list[int | None]]:
     """Turns the ``axis`` argument into (axis indices, requested lengths or None)."""
     if not isinstance(a, NamedArray):
         raise TypeError(f"{fn} expects a NamedArray, got {type(a).__name__}")
@@ -82,7 +84,9 @@ def _resolve(
     elif isinstance(axis, Sequence):
         items = [(sel, sel if isinstance(sel, Axis) else None) for sel in axis]
     else:
-        raise TypeError(f"{fn}: axis must be None, a name, an Axis, a sequence or a mapping, got {axis!r}")
+        raise TypeError(
+            f"{fn}: axis must be None, a name, an Axis, a sequence or a mapping, got {axis!r}"
+        )
     if not items:
         raise ValueError(f"{fn}: axis selects no axes")
     indices, sizes = [], []
@@ -99,7 +103,9 @@ def _wrap(a: NamedArray, raw) -> NamedArray:
     return NamedArray(raw, tuple(Axis(ax.name, n) for ax, n in zip(a.axes, raw.shape)))
 
 
-def _make(name: str, one_d: Callable, n_d: Callable | None, default_last: Callable[[int], int] | None):
+def _make(
+    name: str, one_d: Callable, n_d: Callable | None, default_last: Callable[[int], int] | None
+):
     """Builds a named transform from a 1-D and (optionally) an n-D ``jnp.fft`` function.
 
     ``default_last`` gives the default length of the last transformed axis when other axes

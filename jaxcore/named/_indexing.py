@@ -107,7 +107,9 @@ def _normalize_index_arg(idx) -> Mapping:
         for k in range(0, len(idx), 2):
             key, val = idx[k], idx[k + 1]
             if not isinstance(key, (str, Axis)):
-                raise TypeError(f"Expected an axis name or Axis at position {k} of the index, got {key!r}")
+                raise TypeError(
+                    f"Expected an axis name or Axis at position {k} of the index, got {key!r}"
+                )
             name = key if isinstance(key, str) else key.name
             if name in out:
                 raise ValueError(f"Axis {name!r} is indexed twice in {idx!r}")
@@ -209,7 +211,9 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
             # A list of ints picks those positions; the axis keeps its name and place.
             ix = jnp.asarray(idx, dtype=jnp.int32) if idx else jnp.zeros((0,), jnp.int32)
             if ix.ndim != 1 or not _is_int_array(ix):
-                raise TypeError(f"A list index for axis {name!r} must be a flat list of ints, got {idx!r}")
+                raise TypeError(
+                    f"A list index for axis {name!r} must be a flat list of ints, got {idx!r}"
+                )
             kinds[pos] = "adv"
             adv[pos] = NamedArray._new(ix, (Axis(name, ix.shape[0]),))
             adv_order.append(pos)
@@ -217,7 +221,9 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
             # An un-named positional index array (Haliax's rule): 1-d only, see
             # _unnamed_index_axis for the name its axis gets.
             if not _is_int_array(idx):
-                raise TypeError(f"Index array for axis {name!r} must have an integer dtype, got {idx.dtype}")
+                raise TypeError(
+                    f"Index array for axis {name!r} must have an integer dtype, got {idx.dtype}"
+                )
             if idx.ndim != 1:
                 raise ValueError(
                     f"Only 0-d or 1-d un-named arrays can index an axis; axis {name!r} got one of shape "
@@ -412,14 +418,21 @@ class _NamedIndexUpdateRef:
         arr = self._array
         plan = _plan_index(arr, self._slices)
         if isinstance(value, NamedArray):
-            value = broadcast_to(value, plan.axes, ensure_order=True, enforce_no_extra_axes=True).array
+            value = broadcast_to(
+                value, plan.axes, ensure_order=True, enforce_no_extra_axes=True
+            ).array
         elif not _is_scalar_like(value):
             raise ValueError(
                 f"Update value must be a NamedArray or a scalar, got a positional array of shape "
                 f"{getattr(value, 'shape', None)}; the selected region has axes {_describe(plan.axes)}"
             )
         x = arr.array
-        if plan.perm is None and not kwargs and not isinstance(x, _Tracer) and not isinstance(value, _Tracer):
+        if (
+            plan.perm is None
+            and not kwargs
+            and not isinstance(x, _Tracer)
+            and not isinstance(value, _Tracer)
+        ):
             updater = _static_indexer(method, plan.pos)
             if updater is not None:  # eager, static ints/slices: one compiled dispatch
                 return NamedArray._new(updater(x, value), arr.axes, arr._names)
@@ -487,9 +500,13 @@ def _static_int(x):
 def _unwrap_start(name, start):
     if isinstance(start, NamedArray):
         if start.axes:
-            raise ValueError(f"Start for axis {name!r} must be a scalar, got axes {_describe(start.axes)}")
+            raise ValueError(
+                f"Start for axis {name!r} must be a scalar, got axes {_describe(start.axes)}"
+            )
         return start.array
-    if isinstance(start, bool) or not (isinstance(start, (int, np.integer)) or getattr(start, "ndim", None) == 0):
+    if isinstance(start, bool) or not (
+        isinstance(start, (int, np.integer)) or getattr(start, "ndim", None) == 0
+    ):
         raise TypeError(f"Start for axis {name!r} must be an integer scalar, got {start!r}")
     return start
 
@@ -523,7 +540,11 @@ def slice(array: NamedArray, *args, **kwargs) -> NamedArray:  # noqa: A001 - par
     Raises:
         ValueError: if an axis is missing or a static window runs past the end.
     """
-    if (args and isinstance(args[0], Mapping)) or "start" in kwargs and isinstance(kwargs["start"], Mapping):
+    if (
+        (args and isinstance(args[0], Mapping))
+        or "start" in kwargs
+        and isinstance(kwargs["start"], Mapping)
+    ):
         return _slice_many(array, *args, **kwargs)
     return _slice_one(array, *args, **kwargs)
 
@@ -538,7 +559,11 @@ def _slice_one(array, axis, new_axis=None, start=0, length=None) -> NamedArray:
     start = _unwrap_start(old.name, start)
     s = _static_int(start)
     length = _window_length(old, start, s, length)
-    out_axis = new_axis if isinstance(new_axis, Axis) else Axis(new_axis if new_axis is not None else old.name, length)
+    out_axis = (
+        new_axis
+        if isinstance(new_axis, Axis)
+        else Axis(new_axis if new_axis is not None else old.name, length)
+    )
     if s is not None:
         x = lax.slice_in_dim(array.array, s, s + length, axis=pos)
     else:
@@ -566,10 +591,14 @@ def _slice_many(array, start: Mapping, length: Mapping | None = None) -> NamedAr
         sizes[pos] = ln
         axes[pos] = new_ax if new_ax is not None else Axis(old.name, ln)
     if length_by_name:
-        raise ValueError(f"slice: lengths given for axes {sorted(length_by_name)} that have no start")
+        raise ValueError(
+            f"slice: lengths given for axes {sorted(length_by_name)} that have no start"
+        )
     axes = tuple(axes)
     check_unique(axes)
-    x = lax.dynamic_slice(array.array, [jnp.asarray(s) if isinstance(s, _Tracer) else s for s in starts], sizes)
+    x = lax.dynamic_slice(
+        array.array, [jnp.asarray(s) if isinstance(s, _Tracer) else s for s in starts], sizes
+    )
     return NamedArray._new(x, axes)
 
 
@@ -626,7 +655,9 @@ def take(
                 f"take: index {shown if values.ndim else int(values)} is out of bounds for axis "
                 f"{name!r} of size {size} (pass mode='clip', 'wrap' or 'fill' to allow it)"
             )
-    if mode in (None, "promise_in_bounds") or (concrete and mode == "fill" and _in_range(raw, size)):
+    if mode in (None, "promise_in_bounds") or (
+        concrete and mode == "fill" and _in_range(raw, size)
+    ):
         return _index_fn(array, {axis: index})
     raw = jnp.asarray(raw)
     if mode == "wrap":
@@ -635,7 +666,9 @@ def take(
         fixed = jnp.clip(raw, 0, size - 1)
     else:
         fixed = jnp.clip(jnp.where(raw < 0, raw + size, raw), 0, size - 1)
-    fixed_index = NamedArray._new(fixed, index.axes, index._names) if isinstance(index, NamedArray) else fixed
+    fixed_index = (
+        NamedArray._new(fixed, index.axes, index._names) if isinstance(index, NamedArray) else fixed
+    )
     out = _index_fn(array, {axis: fixed_index})
     if mode != "fill":
         return out
@@ -643,7 +676,9 @@ def take(
     if isinstance(index, NamedArray):
         valid = broadcast_to(NamedArray._new(valid, index.axes, index._names), out.axes).array
     fill = _default_fill(out.dtype) if fill_value is None else fill_value
-    return NamedArray._new(jnp.where(valid, out.array, jnp.asarray(fill, out.dtype)), out.axes, out._names)
+    return NamedArray._new(
+        jnp.where(valid, out.array, jnp.asarray(fill, out.dtype)), out.axes, out._names
+    )
 
 
 def _in_range(raw, size: int) -> bool:
@@ -662,7 +697,9 @@ def _default_fill(dtype):
     return info.min if jnp.issubdtype(dtype, jnp.signedinteger) else info.max
 
 
-def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: NamedArray) -> NamedArray:
+def updated_slice(
+    array: NamedArray, start: Mapping[AxisSelector, Any], update: NamedArray
+) -> NamedArray:
     """Writes ``update`` into ``array`` at the given per-axis start offsets.
 
     Axes of ``array`` not in ``start`` start at 0. ``update``'s axes are matched by name;
@@ -721,7 +758,9 @@ def updated_slice(array: NamedArray, start: Mapping[AxisSelector, Any], update: 
     return NamedArray._new(x, array.axes, array._names)
 
 
-def _updated_slice_rows(array: NamedArray, start: Mapping, update, map_axes: tuple[Axis, ...]) -> NamedArray:
+def _updated_slice_rows(
+    array: NamedArray, start: Mapping, update, map_axes: tuple[Axis, ...]
+) -> NamedArray:
     """``updated_slice`` with per-row starts: one ``jax.vmap`` level per axis of the starts."""
     for ax in map_axes:
         if ax.name not in array._names:
@@ -758,7 +797,9 @@ def _updated_slice_rows(array: NamedArray, start: Mapping, update, map_axes: tup
             start_mapped.append(set())
 
     def row(a, u, *sts):
-        out = updated_slice(NamedArray._new(a, rows), dict(zip(keys, sts)), NamedArray._new(u, upd_rows))
+        out = updated_slice(
+            NamedArray._new(a, rows), dict(zip(keys, sts)), NamedArray._new(u, upd_rows)
+        )
         return out.array
 
     fn = row

@@ -50,8 +50,12 @@ class _Methods:
     def rearrange(self, *args, **kwargs) -> NamedArray:
         return _shape.rearrange(self, *args, **kwargs)
 
-    def broadcast_to(self, axes: AxisSpec, ensure_order: bool = True, enforce_no_extra_axes: bool = True) -> NamedArray:
-        return broadcast_to(self, axes, ensure_order=ensure_order, enforce_no_extra_axes=enforce_no_extra_axes)
+    def broadcast_to(
+        self, axes: AxisSpec, ensure_order: bool = True, enforce_no_extra_axes: bool = True
+    ) -> NamedArray:
+        return broadcast_to(
+            self, axes, ensure_order=ensure_order, enforce_no_extra_axes=enforce_no_extra_axes
+        )
 
     def broadcast_axis(self, axis: AxisSpec) -> NamedArray:
         return broadcast_axis(self, axis)
@@ -272,10 +276,18 @@ _FORWARDING_METHODS = (
 )  # fmt: skip
 
 
-_CLASS_MACHINERY = frozenset({
-    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__hash__",
-    "__firstlineno__", "__static_attributes__",
-})
+_CLASS_MACHINERY = frozenset(
+    {
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__hash__",
+        "__firstlineno__",
+        "__static_attributes__",
+    }
+)
 
 
 def _bind() -> None:
@@ -289,7 +301,9 @@ def _bind() -> None:
         setattr(NamedArray, name, value)
     for name in _FORWARDING_METHODS:
         function = {"flatten": "ravel", "product": "prod"}.get(name, name)
-        getattr(NamedArray, name).__doc__ = (
+        getattr(
+            NamedArray, name
+        ).__doc__ = (
             f"Method form of ``jaxcore.named.{function}`` with this array as the first argument."
         )
 

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxcore.named._axis import Axis, AxisSelector
 from jaxcore.named._array import NamedArray, _check_named, _describe, _is_scalar_like
+from jaxcore.named._axis import Axis, AxisSelector
 from jaxcore.named._broadcast import (
     EAGER_KERNEL_FNS,
     _wrap_result,
@@ -211,7 +211,9 @@ def _reduce_one_axis(fn, array: NamedArray, axis: str) -> NamedArray:
     names = array._names
     pos = names.index(axis)
     axes = array.axes
-    return NamedArray._new(fn(array.array, axis=pos), axes[:pos] + axes[pos + 1 :], names[:pos] + names[pos + 1 :])
+    return NamedArray._new(
+        fn(array.array, axis=pos), axes[:pos] + axes[pos + 1 :], names[:pos] + names[pos + 1 :]
+    )
 
 
 def _reduce_plan(array: NamedArray, axis):
@@ -243,7 +245,9 @@ def _reduce_plan(array: NamedArray, axis):
 
 def _selection_list(axis):
     if isinstance(axis, Mapping):
-        return [k if isinstance(k, Axis) else (k if v is None else Axis(k, v)) for k, v in axis.items()]
+        return [
+            k if isinstance(k, Axis) else (k if v is None else Axis(k, v)) for k, v in axis.items()
+        ]
     return list(axis)
 
 
@@ -297,17 +301,26 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
     elif has_dtype:
 
         def op(array, axis=None, *, where=None, dtype=None):
-            if type(axis) is str and where is None and dtype is None and type(array) is NamedArray:
-                if axis in array._names:
-                    return _reduce_one_axis(fn, array, axis)
+            if (
+                type(axis) is str
+                and where is None
+                and dtype is None
+                and type(array) is NamedArray
+                and axis in array._names
+            ):
+                return _reduce_one_axis(fn, array, axis)
             return _reduce(fn, name, array, axis, where, {} if dtype is None else {"dtype": dtype})
 
     else:
 
         def op(array, axis=None, *, where=None):
-            if type(axis) is str and where is None and type(array) is NamedArray:
-                if axis in array._names:
-                    return _reduce_one_axis(fn, array, axis)
+            if (
+                type(axis) is str
+                and where is None
+                and type(array) is NamedArray
+                and axis in array._names
+            ):
+                return _reduce_one_axis(fn, array, axis)
             return _reduce(fn, name, array, axis, where, {})
 
     op.__name__ = op.__qualname__ = name
@@ -323,10 +336,12 @@ def _make_reduction(name: str, fn, doc: str, has_dtype: bool, has_ddof: bool = F
 def _ptp(x, axis=None, where=None):
     if where is None:
         return jnp.ptp(x, axis=axis)
-    return jnp.max(x, axis=axis, where=where, initial=-jnp.inf) - jnp.min(x, axis=axis, where=where, initial=jnp.inf)
+    return jnp.max(x, axis=axis, where=where, initial=-jnp.inf) - jnp.min(
+        x, axis=axis, where=where, initial=jnp.inf
+    )
 
 
-sum = _make_reduction("sum", jnp.sum, "Named version of ``jax.numpy.sum``.", True)  # noqa: A001
+sum = _make_reduction("sum", jnp.sum, "Named version of ``jax.numpy.sum``.", True)  # noqa: A001 - NumPy's name
 prod = _make_reduction("prod", jnp.prod, "Named version of ``jax.numpy.prod``.", True)
 mean = _make_reduction("mean", jnp.mean, "Named version of ``jax.numpy.mean``.", True)
 nansum = _make_reduction("nansum", jnp.nansum, "Named version of ``jax.numpy.nansum``.", True)
@@ -336,19 +351,33 @@ _MASK_NOTE = " Elements masked out by ``where`` count as the dtype's lowest valu
 _MASK_NOTE_MIN = " Elements masked out by ``where`` count as the dtype's highest value."
 _max = _extreme_initial(jnp.max, True)
 _min = _extreme_initial(jnp.min, False)
-max = _make_reduction("max", _max, "Named version of ``jax.numpy.max``." + _MASK_NOTE, False)  # noqa: A001
-min = _make_reduction("min", _min, "Named version of ``jax.numpy.min``." + _MASK_NOTE_MIN, False)  # noqa: A001
+max = _make_reduction("max", _max, "Named version of ``jax.numpy.max``." + _MASK_NOTE, False)  # noqa: A001 - NumPy's name
+min = _make_reduction("min", _min, "Named version of ``jax.numpy.min``." + _MASK_NOTE_MIN, False)  # noqa: A001 - NumPy's name
 amax = _make_reduction("amax", _max, "Alias of ``max``." + _MASK_NOTE, False)
 amin = _make_reduction("amin", _min, "Alias of ``min``." + _MASK_NOTE_MIN, False)
-nanmax = _make_reduction("nanmax", _extreme_initial(jnp.nanmax, True), "Named version of ``jax.numpy.nanmax``." + _MASK_NOTE, False)
-nanmin = _make_reduction("nanmin", _extreme_initial(jnp.nanmin, False), "Named version of ``jax.numpy.nanmin``." + _MASK_NOTE_MIN, False)
-all = _make_reduction("all", jnp.all, "True where all elements along the axes are true.", False)  # noqa: A001
-any = _make_reduction("any", jnp.any, "True where any element along the axes is true.", False)  # noqa: A001
+nanmax = _make_reduction(
+    "nanmax",
+    _extreme_initial(jnp.nanmax, True),
+    "Named version of ``jax.numpy.nanmax``." + _MASK_NOTE,
+    False,
+)
+nanmin = _make_reduction(
+    "nanmin",
+    _extreme_initial(jnp.nanmin, False),
+    "Named version of ``jax.numpy.nanmin``." + _MASK_NOTE_MIN,
+    False,
+)
+all = _make_reduction("all", jnp.all, "True where all elements along the axes are true.", False)  # noqa: A001 - NumPy's name
+any = _make_reduction("any", jnp.any, "True where any element along the axes is true.", False)  # noqa: A001 - NumPy's name
 ptp = _make_reduction("ptp", _ptp, "Peak to peak (max - min) along the axes.", False)
 std = _make_reduction("std", jnp.std, "Named version of ``jax.numpy.std``.", True, has_ddof=True)
 var = _make_reduction("var", jnp.var, "Named version of ``jax.numpy.var``.", True, has_ddof=True)
-nanstd = _make_reduction("nanstd", jnp.nanstd, "Named version of ``jax.numpy.nanstd``.", True, has_ddof=True)
-nanvar = _make_reduction("nanvar", jnp.nanvar, "Named version of ``jax.numpy.nanvar``.", True, has_ddof=True)
+nanstd = _make_reduction(
+    "nanstd", jnp.nanstd, "Named version of ``jax.numpy.nanstd``.", True, has_ddof=True
+)
+nanvar = _make_reduction(
+    "nanvar", jnp.nanvar, "Named version of ``jax.numpy.nanvar``.", True, has_ddof=True
+)
 
 
 def _make_arg_reduction(name: str, fn):
@@ -384,7 +413,9 @@ def _make_axiswise(name: str, fn, has_dtype: bool):
 
         def op(a, axis: AxisSelector, *, dtype=None):
             _check_named(a, name)
-            return NamedArray._new(fn(a.array, axis=a._index_of(axis), dtype=dtype), a.axes, a._names)
+            return NamedArray._new(
+                fn(a.array, axis=a._index_of(axis), dtype=dtype), a.axes, a._names
+            )
 
     else:
 
@@ -419,7 +450,9 @@ def argsort(a: NamedArray, axis: AxisSelector | None, *, stable: bool = False):
     _check_named(a, "argsort")
     if axis is None:
         return jnp.argsort(a.array, axis=None, stable=stable)
-    return NamedArray._new(jnp.argsort(a.array, axis=a._index_of(axis), stable=stable), a.axes, a._names)
+    return NamedArray._new(
+        jnp.argsort(a.array, axis=a._index_of(axis), stable=stable), a.axes, a._names
+    )
 
 
 # ----------------------------------------------------------------------------- misc
@@ -438,7 +471,9 @@ def where(condition, x=None, y=None, fill_value: int | None = None, new_axis: Ax
     """
     if x is None and y is None:
         if new_axis is None or fill_value is None:
-            raise ValueError("where(condition) needs both fill_value and new_axis (the size of the result)")
+            raise ValueError(
+                "where(condition) needs both fill_value and new_axis (the size of the result)"
+            )
         return nonzero(condition, size=new_axis, fill_value=fill_value)
     if x is None or y is None:
         raise ValueError("where needs both x and y (or neither, with fill_value and new_axis)")
@@ -454,7 +489,9 @@ def clip(array, a_min, a_max):
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """Elementwise closeness within tolerance, operands matched by axis name."""
-    return elementwise_binary(lambda x, y: jnp.isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan), a, b)
+    return elementwise_binary(
+        lambda x, y: jnp.isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan), a, b
+    )
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
@@ -559,16 +596,20 @@ def searchsorted(a: NamedArray, v, *, side: str = "left", sorter=None, method: s
         raise ValueError(f"searchsorted needs a one-dimensional `a`, got axes {_describe(a.axes)}")
     if isinstance(sorter, NamedArray):
         if sorter.ndim != 1:
-            raise ValueError(f"searchsorted needs a one-dimensional sorter, got axes {_describe(sorter.axes)}")
+            raise ValueError(
+                f"searchsorted needs a one-dimensional sorter, got axes {_describe(sorter.axes)}"
+            )
         sorter = sorter.array
     if isinstance(v, NamedArray):
         return NamedArray._new(
-            jnp.searchsorted(a.array, v.array, side=side, sorter=sorter, method=method), v.axes, v._names
+            jnp.searchsorted(a.array, v.array, side=side, sorter=sorter, method=method),
+            v.axes,
+            v._names,
         )
     return jnp.searchsorted(a.array, v, side=side, sorter=sorter, method=method)
 
 
-def bincount(x: NamedArray, Counts: Axis, *, weights=None, minlength: int = 0) -> NamedArray:  # noqa: N803
+def bincount(x: NamedArray, Counts: Axis, *, weights=None, minlength: int = 0) -> NamedArray:  # noqa: N803 - Haliax's name
     """Named ``jnp.bincount`` over every element of ``x``; the result lies along ``Counts``.
 
     Args:
@@ -581,20 +622,32 @@ def bincount(x: NamedArray, Counts: Axis, *, weights=None, minlength: int = 0) -
     if not isinstance(Counts, Axis):
         raise TypeError(f"bincount needs an Axis for Counts, got {Counts!r}")
     if minlength > Counts.size:
-        raise ValueError(f"bincount: minlength={minlength} exceeds the size {Counts.size} of axis {Counts.name!r}")
+        raise ValueError(
+            f"bincount: minlength={minlength} exceeds the size {Counts.size} of axis {Counts.name!r}"
+        )
     if weights is not None:
         if isinstance(weights, NamedArray):
             weights = broadcast_to(weights, x.axes).array.reshape(-1)
         elif _is_scalar_like(weights):
             weights = jnp.full((x.size,), weights)
         else:
-            raise ValueError(f"bincount weights must be a NamedArray or a scalar, got shape {weights.shape}")
-    out = jnp.bincount(x.array.reshape(-1), weights=weights, minlength=minlength, length=Counts.size)
+            raise ValueError(
+                f"bincount weights must be a NamedArray or a scalar, got shape {weights.shape}"
+            )
+    out = jnp.bincount(
+        x.array.reshape(-1), weights=weights, minlength=minlength, length=Counts.size
+    )
     return NamedArray._new(out, (Counts,))
 
 
-def pad(array: NamedArray, pad_width: Mapping[AxisSelector, tuple[int, int]], *, mode: str = "constant",
-        constant_values=0, **kwargs) -> NamedArray:
+def pad(
+    array: NamedArray,
+    pad_width: Mapping[AxisSelector, tuple[int, int]],
+    *,
+    mode: str = "constant",
+    constant_values=0,
+    **kwargs,
+) -> NamedArray:
     """Named ``jnp.pad``: ``pad_width`` maps axes to ``(before, after)``; other axes are untouched.
 
     Raises:
@@ -609,7 +662,9 @@ def pad(array: NamedArray, pad_width: Mapping[AxisSelector, tuple[int, int]], *,
             w = (int(w), int(w))
         before, after = w
         if before < 0 or after < 0:
-            raise ValueError(f"pad widths for axis {axes[pos].name!r} must be non-negative, got {w}")
+            raise ValueError(
+                f"pad widths for axis {axes[pos].name!r} must be non-negative, got {w}"
+            )
         widths[pos] = (before, after)
         axes[pos] = Axis(axes[pos].name, axes[pos].size + before + after)
     if isinstance(constant_values, NamedArray):
@@ -623,7 +678,9 @@ def pad(array: NamedArray, pad_width: Mapping[AxisSelector, tuple[int, int]], *,
     return NamedArray._new(jnp.pad(array.array, widths, mode=mode, **kwargs), tuple(axes))
 
 
-def trace(array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, offset=0, dtype=None) -> NamedArray:
+def trace(
+    array: NamedArray, axis1: AxisSelector, axis2: AxisSelector, offset=0, dtype=None
+) -> NamedArray:
     """Sum along the diagonal of two named axes; both axes are removed."""
     _check_named(array, "trace")
     p1, p2 = array._index_of(axis1), array._index_of(axis2)
@@ -666,7 +723,9 @@ def packbits(a: NamedArray, axis: AxisSelector, *, bitorder: str = "big") -> Nam
     return NamedArray._new(out, axes)
 
 
-def unpackbits(a: NamedArray, axis: AxisSelector, *, count: int | None = None, bitorder: str = "big") -> NamedArray:
+def unpackbits(
+    a: NamedArray, axis: AxisSelector, *, count: int | None = None, bitorder: str = "big"
+) -> NamedArray:
     """Named ``jnp.unpackbits`` along ``axis``, which grows to ``8 * size`` (or ``count``)."""
     _check_named(a, "unpackbits")
     pos = a._index_of(axis)
@@ -686,7 +745,9 @@ def _poly_axis_name(*xs) -> str:
     for x in xs:
         if isinstance(x, NamedArray):
             if x.ndim != 1:
-                raise ValueError(f"Polynomial coefficients must be one-dimensional, got axes {_describe(x.axes)}")
+                raise ValueError(
+                    f"Polynomial coefficients must be one-dimensional, got axes {_describe(x.axes)}"
+                )
             return x.axes[0].name
     return DEFAULT_POLY_AXIS_NAME
 

@@ -18,13 +18,14 @@ import contextlib
 import functools
 import math
 import threading
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
 from jaxcore.named._array import NamedArray
+from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
 
 __all__ = [
     "ResourceMapping",
@@ -80,7 +81,10 @@ def current_axis_mapping() -> dict[str, PhysicalAxisSpec | None]:
 
 @contextlib.contextmanager
 def axis_mapping(
-    mapping: ResourceMapping | None = None, *, merge: bool = False, **kwargs: PhysicalAxisSpec | None
+    mapping: ResourceMapping | None = None,
+    *,
+    merge: bool = False,
+    **kwargs: PhysicalAxisSpec | None,
 ) -> Iterator[dict[str, PhysicalAxisSpec | None]]:
     """Installs a logical-to-mesh axis mapping for the enclosed code.
 
@@ -116,7 +120,9 @@ def _mesh_axes(phys: PhysicalAxisSpec | None) -> tuple[str, ...]:
     return (phys,) if isinstance(phys, str) else (phys or ())
 
 
-def _spec_for_axes(axes: Sequence[Axis | str], mapping: Mapping[str, PhysicalAxisSpec | None]) -> PartitionSpec:
+def _spec_for_axes(
+    axes: Sequence[Axis | str], mapping: Mapping[str, PhysicalAxisSpec | None]
+) -> PartitionSpec:
     entries = []
     used: dict[str, str] = {}
     for ax in axes:
@@ -136,7 +142,9 @@ def _spec_for_axes(axes: Sequence[Axis | str], mapping: Mapping[str, PhysicalAxi
 
 
 def _is_axes(x: Any) -> bool:
-    return isinstance(x, (tuple, list)) and all(isinstance(a, (Axis, str)) for a in x) and len(x) > 0
+    return (
+        isinstance(x, (tuple, list)) and all(isinstance(a, (Axis, str)) for a in x) and len(x) > 0
+    )
 
 
 def pspec_for(x: Any, mapping: ResourceMapping | None = None) -> Any:
@@ -167,7 +175,9 @@ def pspec_for(x: Any, mapping: ResourceMapping | None = None) -> Any:
     )
 
 
-def physical_axis_name(axis: AxisSelector, mapping: ResourceMapping | None = None) -> PhysicalAxisSpec | None:
+def physical_axis_name(
+    axis: AxisSelector, mapping: ResourceMapping | None = None
+) -> PhysicalAxisSpec | None:
     """The mesh axis (or axes) ``axis`` maps to, or ``None`` if it is not mapped."""
     name = axis.name if isinstance(axis, Axis) else axis
     return _mapping_or_current(mapping).get(name)
@@ -185,7 +195,9 @@ def _current_mesh() -> Mesh | None:
     return None if mesh is None or mesh.empty else mesh
 
 
-def physical_axis_size(axis: AxisSelector, mapping: ResourceMapping | None = None, mesh=None) -> int | None:
+def physical_axis_size(
+    axis: AxisSelector, mapping: ResourceMapping | None = None, mesh=None
+) -> int | None:
     """How many shards ``axis`` is split into (product of its mesh axes), or ``None`` if unmapped.
 
     Raises:
@@ -196,7 +208,9 @@ def physical_axis_size(axis: AxisSelector, mapping: ResourceMapping | None = Non
         return None
     mesh = mesh if mesh is not None else _current_mesh()
     if mesh is None:
-        raise ValueError(f"Axis {axis!r} maps to {phys!r} but there is no mesh (pass mesh= or use jax.set_mesh)")
+        raise ValueError(
+            f"Axis {axis!r} maps to {phys!r} but there is no mesh (pass mesh= or use jax.set_mesh)"
+        )
     shape = _mesh_shape(mesh)
     names = _mesh_axes(phys)
     for n in names:
@@ -205,7 +219,9 @@ def physical_axis_size(axis: AxisSelector, mapping: ResourceMapping | None = Non
     return math.prod(shape[n] for n in names)
 
 
-def round_axis_for_partitioning(axis: Axis, mapping: ResourceMapping | None = None, mesh=None) -> Axis:
+def round_axis_for_partitioning(
+    axis: Axis, mapping: ResourceMapping | None = None, mesh=None
+) -> Axis:
     """Returns ``axis`` grown to the next multiple of its shard count (unchanged if unmapped)."""
     parts = physical_axis_size(axis, mapping, mesh)
     if not parts:
@@ -213,7 +229,9 @@ def round_axis_for_partitioning(axis: Axis, mapping: ResourceMapping | None = No
     return Axis(axis.name, -(-axis.size // parts) * parts)
 
 
-def sharding_for_axis(axis: AxisSelection, mapping: ResourceMapping | None = None, mesh=None) -> NamedSharding:
+def sharding_for_axis(
+    axis: AxisSelection, mapping: ResourceMapping | None = None, mesh=None
+) -> NamedSharding:
     """The ``NamedSharding`` for an array with the given axes (or one axis).
 
     Raises:
@@ -234,7 +252,9 @@ def _check_divisible(arr: NamedArray, spec: PartitionSpec, mesh) -> None:
         names = _mesh_axes(phys)
         for n in names:
             if n not in shape:
-                raise ValueError(f"Axis {ax.name!r} maps to mesh axis {n!r}, which the mesh {shape} lacks")
+                raise ValueError(
+                    f"Axis {ax.name!r} maps to mesh axis {n!r}, which the mesh {shape} lacks"
+                )
         parts = math.prod(shape[n] for n in names)
         if ax.size % parts:
             raise ValueError(
@@ -258,7 +278,9 @@ def _place(arr: NamedArray, spec: PartitionSpec, mesh) -> NamedArray:
     used = [n for p in spec for n in _mesh_axes(p)]
     if used and all(types[n] == AxisType.Explicit for n in used):
         return NamedArray._new(jax.sharding.reshard(raw, spec), arr.axes, arr._names)
-    return NamedArray._new(jax.lax.with_sharding_constraint(raw, NamedSharding(mesh, spec)), arr.axes, arr._names)
+    return NamedArray._new(
+        jax.lax.with_sharding_constraint(raw, NamedSharding(mesh, spec)), arr.axes, arr._names
+    )
 
 
 def shard(x: Any, mapping: ResourceMapping | None = None, mesh: Mesh | None = None) -> Any:
@@ -299,14 +321,16 @@ def shard(x: Any, mapping: ResourceMapping | None = None, mesh: Mesh | None = No
 
 
 def _is_dynamic(leaf: Any) -> bool:
-    return isinstance(leaf, (NamedArray, jax.Array)) or hasattr(leaf, "__jax_array__") or (
-        hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+    return (
+        isinstance(leaf, (NamedArray, jax.Array))
+        or hasattr(leaf, "__jax_array__")
+        or (hasattr(leaf, "shape") and hasattr(leaf, "dtype"))
     )
 
 
 def _donation_flags(spec: Any, tree: Any, what: str) -> list[bool]:
     """Expands a donation spec (bool / callable / pytree prefix of those) to one flag per leaf."""
-    is_named = lambda v: isinstance(v, NamedArray)  # noqa: E731
+    is_named = lambda v: isinstance(v, NamedArray)
     n = len(jax.tree.leaves(tree, is_leaf=is_named))
     if spec is None:
         return [False] * n
@@ -317,7 +341,9 @@ def _donation_flags(spec: Any, tree: Any, what: str) -> list[bool]:
     try:
         expanded = jax.tree.map(
             lambda s, sub: jax.tree.map(
-                (lambda leaf: bool(s(leaf))) if callable(s) else (lambda leaf: bool(s)), sub, is_leaf=is_named
+                (lambda leaf: bool(s(leaf))) if callable(s) else (lambda leaf: bool(s)),
+                sub,
+                is_leaf=is_named,
             ),
             spec,
             tree,
@@ -375,21 +401,31 @@ def named_jit(
             donate_kwargs=donate_kwargs,
             **jit_args,
         )
-    for bad in ("in_shardings", "out_shardings", "donate_argnums", "donate_argnames", "static_argnums"):
+    for bad in (
+        "in_shardings",
+        "out_shardings",
+        "donate_argnums",
+        "donate_argnames",
+        "static_argnums",
+    ):
         if bad in jit_args:
-            raise TypeError(f"named_jit computes {bad} itself; use the *_axis_resources / donate_* arguments")
+            raise TypeError(
+                f"named_jit computes {bad} itself; use the *_axis_resources / donate_* arguments"
+            )
 
     cache: dict = {}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        compute = _validated(axis_resources) if axis_resources is not None else current_axis_mapping()
+        compute = (
+            _validated(axis_resources) if axis_resources is not None else current_axis_mapping()
+        )
         out_map = _validated(out_axis_resources) if out_axis_resources is not None else compute
         mesh = _current_mesh() if (compute or out_map or in_axis_resources) else None
         if in_axis_resources is not None:
             args, kwargs = shard((args, kwargs), in_axis_resources, mesh)
 
-        is_named = lambda v: isinstance(v, NamedArray)  # noqa: E731
+        is_named = lambda v: isinstance(v, NamedArray)
         leaves, treedef = jax.tree.flatten((args, kwargs), is_leaf=is_named)
         dynamic_mask = tuple(_is_dynamic(leaf) for leaf in leaves)
         static = tuple(None if d else leaf for leaf, d in zip(leaves, dynamic_mask))
@@ -400,9 +436,18 @@ def named_jit(
             flags = _donation_flags(donate_args, args, "donate_args") + _donation_flags(
                 donate_kwargs, kwargs, "donate_kwargs"
             )
-            donate = tuple(i for i, k in enumerate(j for j, d in enumerate(dynamic_mask) if d) if flags[k])
-        key = (treedef, dynamic_mask, static, donate, tuple(sorted(compute.items())),
-               tuple(sorted(out_map.items())), id(mesh) if mesh is not None else None)
+            donate = tuple(
+                i for i, k in enumerate(j for j, d in enumerate(dynamic_mask) if d) if flags[k]
+            )
+        key = (
+            treedef,
+            dynamic_mask,
+            static,
+            donate,
+            tuple(sorted(compute.items())),
+            tuple(sorted(out_map.items())),
+            id(mesh) if mesh is not None else None,
+        )
         try:
             jitted = cache.get(key)
         except TypeError as e:

@@ -26,14 +26,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from types import EllipsisType
-from typing import Mapping, NoReturn
+from typing import NoReturn
 
 import jax
 from jax import lax
 
-from jaxcore.named._axis import Axis
 from jaxcore.named._array import NamedArray
+from jaxcore.named._axis import Axis
 
 __all__ = [
     "Capture",
@@ -78,7 +79,9 @@ class Side:
         return any(item is Ellipsis for item in self.items)
 
 
-def raise_parse_error(message: str, expression: str, span: tuple[int, int] | int | None) -> NoReturn:
+def raise_parse_error(
+    message: str, expression: str, span: tuple[int, int] | int | None
+) -> NoReturn:
     """Raises a ``ValueError`` that shows ``expression`` with a caret under ``span``."""
     text = f"{message}\n    {expression}"
     if span is not None:
@@ -434,7 +437,9 @@ def _bind_lhs(
             target = _binding_name(capture.name, bindings)
             if target not in names:
                 raise_parse_error(
-                    f"Axis {target!r} is not in the array (axes: {tuple(names)})", expr, capture.span
+                    f"Axis {target!r} is not in the array (axes: {tuple(names)})",
+                    expr,
+                    capture.span,
                 )
             assign(names.index(target), capture)
 
@@ -465,8 +470,7 @@ def _build_rhs(
     def take(var: str, capture: Capture) -> int:
         if var not in variables:
             raise_parse_error(
-                f"Name {var!r} on the right is not bound on the left "
-                f"(bound: {sorted(variables)})",
+                f"Name {var!r} on the right is not bound on the left (bound: {sorted(variables)})",
                 expr,
                 capture.span,
             )
@@ -551,8 +555,10 @@ def _plan(expression: str, axes: tuple[Axis, ...], binding_items: tuple) -> _Pla
     perm_t = None if perm == list(range(len(perm))) else tuple(perm)
     permuted = tuple(intermediate[i] for i in perm)
     final_t = tuple(final)
-    final_shape = None if [a.size for a in permuted] == [a.size for a in final_t] else tuple(
-        a.size for a in final_t
+    final_shape = (
+        None
+        if [a.size for a in permuted] == [a.size for a in final_t]
+        else tuple(a.size for a in final_t)
     )
     return _Plan(split_shape, perm_t, final_shape, final_t)
 

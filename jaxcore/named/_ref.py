@@ -14,13 +14,14 @@ buffer.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jaxcore.named._axis import Axis, AxisSelector
 from jaxcore.named._array import NamedArray
+from jaxcore.named._axis import Axis, AxisSelector
 from jaxcore.named._indexing import dslice
 
 __all__ = ["NamedRef", "freeze", "new_ref", "swap"]
@@ -34,7 +35,11 @@ def _is_int_like(x: Any) -> bool:
         return False
     if isinstance(x, int):
         return True
-    return hasattr(x, "dtype") and getattr(x, "shape", None) == () and jnp.issubdtype(x.dtype, jnp.integer)
+    return (
+        hasattr(x, "dtype")
+        and getattr(x, "shape", None) == ()
+        and jnp.issubdtype(x.dtype, jnp.integer)
+    )
 
 
 class _Window:
@@ -58,10 +63,14 @@ def _compose_dslice(name: str, base, sel: dslice):
     start, n = sel.start, sel.size
     if not _is_int_like(start):
         raise TypeError(f"Axis {name!r}: a dslice start must be an integer scalar, got {start!r}")
-    if _is_static_int(start) or (hasattr(start, "shape") and not isinstance(start, jax.core.Tracer)):
+    if _is_static_int(start) or (
+        hasattr(start, "shape") and not isinstance(start, jax.core.Tracer)
+    ):
         s = int(start)
         if s < 0 or s + n > len(base):
-            raise IndexError(f"dslice({s}, {n}) is out of bounds for axis {name!r} of size {len(base)}")
+            raise IndexError(
+                f"dslice({s}, {n}) is out of bounds for axis {name!r} of size {len(base)}"
+            )
         if isinstance(base, range):
             return base[s : s + n]
         return _Window(base.start + s * base.step, n, base.step)
@@ -81,7 +90,9 @@ def _compose(name: str, size: int, staged, sel):
         if _is_int_like(sel):
             if _is_static_int(sel):
                 if not -base.size <= sel < base.size:
-                    raise IndexError(f"Index {sel} is out of bounds for axis {name!r} of size {base.size}")
+                    raise IndexError(
+                        f"Index {sel} is out of bounds for axis {name!r} of size {base.size}"
+                    )
                 sel = sel % base.size
             else:
                 sel = jnp.where(sel < 0, sel + base.size, sel)
@@ -97,7 +108,9 @@ def _compose(name: str, size: int, staged, sel):
     if _is_int_like(sel):
         if isinstance(sel, int):
             if not -len(base) <= sel < len(base):
-                raise IndexError(f"Index {sel} is out of bounds for axis {name!r} of size {len(base)}")
+                raise IndexError(
+                    f"Index {sel} is out of bounds for axis {name!r} of size {len(base)}"
+                )
             return base[sel]
         sel = jnp.where(sel < 0, sel + len(base), sel)
         return base.start + sel * base.step
@@ -139,7 +152,9 @@ class NamedRef:
 
     def __init__(self, ref: Any, axes: tuple[Axis, ...], prefix: tuple | None = None):
         if len(axes) != len(ref.shape) or any(a.size != s for a, s in zip(axes, ref.shape)):
-            raise ValueError(f"NamedRef axes {axes} do not match the buffer shape {tuple(ref.shape)}")
+            raise ValueError(
+                f"NamedRef axes {axes} do not match the buffer shape {tuple(ref.shape)}"
+            )
         self._ref = ref
         self._axes = tuple(axes)
         self._prefix = (None,) * len(axes) if prefix is None else tuple(prefix)
@@ -178,7 +193,9 @@ class NamedRef:
         for a in self.axes:
             if a.name == name:
                 if isinstance(axis, Axis) and axis.size != a.size:
-                    raise ValueError(f"Axis {name!r} has size {a.size} in this NamedRef, not {axis.size}")
+                    raise ValueError(
+                        f"Axis {name!r} has size {a.size} in this NamedRef, not {axis.size}"
+                    )
                 return a
         raise ValueError(f"Axis {name!r} is not in this NamedRef (axes: {self.axes})")
 
@@ -269,7 +286,9 @@ def _aligned(value, target: tuple[Axis, ...], dtype) -> jax.Array:
             raise ValueError(f"Value axis {a.name!r} is not in the target axes {target}")
         t = target[names.index(a.name)]
         if t.size != a.size:
-            raise ValueError(f"Axis {a.name!r} has size {a.size} in the value but {t.size} in the target")
+            raise ValueError(
+                f"Axis {a.name!r} has size {a.size} in the value but {t.size} in the target"
+            )
     order = sorted(range(len(value.axes)), key=lambda i: names.index(value.axes[i].name))
     raw = value.array.astype(dtype)
     if order != list(range(len(order))):
@@ -286,7 +305,10 @@ def _is_dynamic(s) -> bool:
 jax.tree_util.register_pytree_node(
     NamedRef,
     lambda r: (
-        (r._ref, tuple(s.start if isinstance(s, _Window) else s for s in r._prefix if _is_dynamic(s))),
+        (
+            r._ref,
+            tuple(s.start if isinstance(s, _Window) else s for s in r._prefix if _is_dynamic(s)),
+        ),
         (
             r._axes,
             tuple(
@@ -304,7 +326,8 @@ def _unflatten_ref(aux, children) -> NamedRef:
     ref, dynamic = children
     it = iter(dynamic)
     prefix = tuple(
-        next(it) if s == ("d",) else _Window(next(it), s[1], s[2]) if isinstance(s, tuple) else s for s in layout
+        next(it) if s == ("d",) else _Window(next(it), s[1], s[2]) if isinstance(s, tuple) else s
+        for s in layout
     )
     obj = object.__new__(NamedRef)
     obj._ref, obj._axes, obj._prefix = ref, axes, prefix

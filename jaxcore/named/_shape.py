@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 import jax.numpy as jnp
 from jax import lax
 
-from jaxcore.named._axis import Axis, AxisSelection, AxisSelector, AxisSpec, check_unique, to_axes
 from jaxcore.named._array import NamedArray, _check_named, _describe
+from jaxcore.named._axis import Axis, AxisSelection, AxisSelector, AxisSpec, check_unique, to_axes
 
 
 def _named_axis(new_axis: AxisSelector, size: int, what: str) -> Axis:
@@ -23,7 +23,9 @@ def _named_axis(new_axis: AxisSelector, size: int, what: str) -> Axis:
         return Axis(new_axis, size)
     if isinstance(new_axis, Axis):
         if new_axis.size != size:
-            raise ValueError(f"{what}: axis {new_axis.name!r} has size {new_axis.size}, expected {size}")
+            raise ValueError(
+                f"{what}: axis {new_axis.name!r} has size {new_axis.size}, expected {size}"
+            )
         return new_axis
     raise TypeError(f"{what}: expected an axis name or Axis, got {new_axis!r}")
 
@@ -91,7 +93,9 @@ def flatten_axes(target, old_axes=_MISSING, new_axis=_MISSING):
     """
     if new_axis is _MISSING:
         if isinstance(target, NamedArray) or old_axes is _MISSING:
-            raise TypeError("flatten_axes takes (array, old_axes, new_axis), (axes, old_axes, new_axis) or (axes, new_axis)")
+            raise TypeError(
+                "flatten_axes takes (array, old_axes, new_axis), (axes, old_axes, new_axis) or (axes, new_axis)"
+            )
         spec = to_axes(target)
         return _named_axis(old_axes, math.prod(a.size for a in spec), "flatten_axes")
     if isinstance(target, NamedArray):
@@ -115,7 +119,9 @@ def _flatten_plan(array: NamedArray, old_axes: AxisSelection, new_axis: AxisSele
     after = [i for i in range(array.ndim) if i not in merged and i > first]
     perm = before + positions + after
     new_ax = _named_axis(new_axis, math.prod(array.axes[i].size for i in positions), "flatten_axes")
-    out_axes = tuple(array.axes[i] for i in before) + (new_ax,) + tuple(array.axes[i] for i in after)
+    out_axes = (
+        tuple(array.axes[i] for i in before) + (new_ax,) + tuple(array.axes[i] for i in after)
+    )
     check_unique(out_axes)
     return perm, out_axes
 
@@ -231,7 +237,9 @@ def concatenate(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
     for k, arr in enumerate(arrays):
         _check_named(arr, "concatenate")
         if name not in arr._names:
-            raise ValueError(f"concatenate: array {k} (axes {_describe(arr.axes)}) has no axis {name!r}")
+            raise ValueError(
+                f"concatenate: array {k} (axes {_describe(arr.axes)}) has no axis {name!r}"
+            )
     raw = _align_all(arrays, name, "concatenate")
     pos = arrays[0]._names.index(name)
     total = sum(arr.axes[arr._names.index(name)].size for arr in arrays)
@@ -278,11 +286,10 @@ def rearrange(array: NamedArray, *args, **kwargs) -> NamedArray:
 
         return rearrange_str(array, args[0], **kwargs)
     if kwargs:
-        raise TypeError(f"rearrange with a sequence of axes takes no keyword arguments, got {sorted(kwargs)}")
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        spec = args[0]
-    else:
-        spec = args
+        raise TypeError(
+            f"rearrange with a sequence of axes takes no keyword arguments, got {sorted(kwargs)}"
+        )
+    spec = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
     named_pos = [array._index_of(a) for a in spec if a is not Ellipsis]
     named_set = set(named_pos)
     if len(named_set) != len(named_pos):
@@ -297,7 +304,9 @@ def rearrange(array: NamedArray, *args, **kwargs) -> NamedArray:
         from jaxcore.named._rearrange import fill_ellipses
 
         it = iter(named_pos)
-        slots = fill_ellipses([a if a is Ellipsis else (next(it),) for a in spec], range(array.ndim))
+        slots = fill_ellipses(
+            [a if a is Ellipsis else (next(it),) for a in spec], range(array.ndim)
+        )
         perm = [i for slot in slots for i in slot]
     else:
         perm, it = [], iter(named_pos)

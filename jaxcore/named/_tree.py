@@ -9,12 +9,13 @@ container (the scan-over-layers pattern), so per-layer code never sees the layer
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import jax
 
-from jaxcore.named._axis import Axis
 from jaxcore.named._array import NamedArray
+from jaxcore.named._axis import Axis
 
 __all__ = [
     "Stacked",
@@ -43,7 +44,9 @@ def _with_named_leaves(is_leaf: Callable[[Any], bool] | None) -> Callable[[Any],
     return lambda x: isinstance(x, NamedArray) or bool(is_leaf(x))
 
 
-def map(fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:
+def map(
+    fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> Any:
     """Like ``jax.tree.map`` but ``NamedArray`` values are leaves.
 
     Args:
@@ -114,7 +117,10 @@ class Stacked:
 
 
 def _unstack_map(
-    fn: Callable[..., Any], block: Axis, trees: Sequence[Any], is_leaf: Callable[[Any], bool] | None = None
+    fn: Callable[..., Any],
+    block: Axis,
+    trees: Sequence[Any],
+    is_leaf: Callable[[Any], bool] | None = None,
 ) -> Any:
     """Applies ``fn`` to each layer of ``trees`` with ``jax.vmap`` over the ``block`` axis."""
     raw_in = []
@@ -187,7 +193,9 @@ def scan_aware_map(
         if isinstance(x, Stacked):
             for o in others:
                 if not isinstance(o, Stacked) or o.block != x.block:
-                    raise ValueError(f"scan_aware_map: Stacked over {x.block} does not line up with {o!r}")
+                    raise ValueError(
+                        f"scan_aware_map: Stacked over {x.block} does not line up with {o!r}"
+                    )
             inner = _unstack_map(fn, x.block, [x.stacked, *(o.stacked for o in others)], is_leaf)
             return Stacked(inner, x.block)
         return fn(x, *others)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -99,12 +100,16 @@ def _spec_for(sig: inspect.Signature | None, default: Any, args_spec: Any, kwarg
     try:
         bound = sig.replace(parameters=params).bind_partial(*args_spec, **kwargs_spec)
     except TypeError as e:
-        raise TypeError(f"vmap: args=/kwargs= specs do not fit the function's signature {sig}: {e}") from None
+        raise TypeError(
+            f"vmap: args=/kwargs= specs do not fit the function's signature {sig}: {e}"
+        ) from None
     bound.apply_defaults()
     return bound
 
 
-def _leaf_axes(spec: Any, subtree: Any, name: str, size: int | None) -> list[tuple[Any, int | None]]:
+def _leaf_axes(
+    spec: Any, subtree: Any, name: str, size: int | None
+) -> list[tuple[Any, int | None]]:
     """``(leaf, in_axis)`` for each leaf of ``subtree`` under one spec leaf."""
     out = []
     for leaf in _flat(subtree)[0]:
@@ -126,7 +131,9 @@ def _leaf_axes(spec: Any, subtree: Any, name: str, size: int | None) -> list[tup
     return out
 
 
-def _pair_with_spec(spec_tree: Any, actual: Any, name: str, size: int | None) -> list[tuple[Any, Any]]:
+def _pair_with_spec(
+    spec_tree: Any, actual: Any, name: str, size: int | None
+) -> list[tuple[Any, Any]]:
     """Broadcasts a spec tree (a prefix of ``actual``) down to ``actual``'s leaves."""
     pairs: list = []
     jax.tree.map(
@@ -177,7 +184,9 @@ def vmap(
     elif isinstance(axis, (tuple, list)):
         axes = tuple(axis)
     else:
-        raise TypeError(f"vmap: expected an Axis or an axis name, or a sequence of them, got {axis!r}")
+        raise TypeError(
+            f"vmap: expected an Axis or an axis name, or a sequence of them, got {axis!r}"
+        )
     if not axes:
         return fn
     if len(axes) > 1:
@@ -208,7 +217,9 @@ def vmap(
             s_kwargs = {k: kwargs.get(k, default) for k in a_kwargs}
         pairs = _pair_with_spec((tuple(s_args), s_kwargs), (tuple(a_args), a_kwargs), name, size)
         in_leaves, in_def = _flat((tuple(a_args), a_kwargs))
-        if len(pairs) != len(in_leaves):  # a spec leaf stood for a subtree: ordering matches flattening
+        if len(pairs) != len(
+            in_leaves
+        ):  # a spec leaf stood for a subtree: ordering matches flattening
             raise ValueError("vmap: could not match the args=/kwargs= specs to the arguments")
         dyn, in_axes, plan = [], [], []
         for leaf, ax in pairs:
@@ -217,7 +228,9 @@ def vmap(
                 continue
             if isinstance(leaf, NamedArray):
                 dyn.append(leaf.array)
-                plan.append(("named", leaf.axes if ax is None else leaf.axes[:ax] + leaf.axes[ax + 1 :]))
+                plan.append(
+                    ("named", leaf.axes if ax is None else leaf.axes[:ax] + leaf.axes[ax + 1 :])
+                )
             else:
                 dyn.append(leaf)
                 plan.append(("array", None))
@@ -251,7 +264,9 @@ def vmap(
             return arrays
 
         spmd = physical_axis_name(name)
-        out = jax.vmap(body, in_axes=tuple(in_axes), out_axes=0, axis_size=n, spmd_axis_name=spmd)(*dyn)
+        out = jax.vmap(body, in_axes=tuple(in_axes), out_axes=0, axis_size=n, spmd_axis_name=spmd)(
+            *dyn
+        )
         return _unpack_out(out, out_meta[-1], Axis(name, n))
 
     return mapped_fn
@@ -372,7 +387,9 @@ def scan(
         outer = _closest_divisor_to_sqrt(length) if outer is True else (outer or None)
         with jax.named_scope(f"scan({name})"):
             if outer is None or outer <= 1 or outer >= length:
-                carry, ys = jax.lax.scan(body, init, xs, length=length, reverse=reverse, unroll=unroll)
+                carry, ys = jax.lax.scan(
+                    body, init, xs, length=length, reverse=reverse, unroll=unroll
+                )
             else:
                 carry, ys = _nested_scan(body, init, xs, length, outer, reverse, unroll)
         return carry, _unpack_out(ys, out_meta[-1], Axis(name, length))
@@ -452,4 +469,3 @@ def map(  # noqa: A001 - Haliax's name
         return inner(None, *args, **kwargs)[1]
 
     return mapped
-

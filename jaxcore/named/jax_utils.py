@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -40,7 +41,9 @@ def tree_checkpoint_name(x: T, name: str) -> T:
     """
     if not isinstance(name, str):
         raise TypeError(f"tree_checkpoint_name: name must be a str, got {name!r}")
-    return jax.tree.map(lambda leaf: checkpoint_name(leaf, name) if is_jax_array_like(leaf) else leaf, x)
+    return jax.tree.map(
+        lambda leaf: checkpoint_name(leaf, name) if is_jax_array_like(leaf) else leaf, x
+    )
 
 
 def _split(tree: Any) -> tuple[list[int], list[Any], list[Any], Any]:

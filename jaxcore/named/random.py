@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import jax.random as jrandom
 
@@ -109,7 +109,9 @@ def _index(fname: str, x: NamedArray, axis: AxisSelector, what: str) -> int:
         raise TypeError(f"hax.random.{fname}: {what} must be a NamedArray, got {type(x).__name__}")
     name = axis_name(axis)
     if not isinstance(name, str):
-        raise TypeError(f"hax.random.{fname}: axis must be one axis (an Axis or a name), got {axis!r}")
+        raise TypeError(
+            f"hax.random.{fname}: axis must be one axis (an Axis or a name), got {axis!r}"
+        )
     try:
         i = x._names.index(name)
     except ValueError:
@@ -178,13 +180,17 @@ def rademacher(key, shape: AxisSpec, dtype=float) -> NamedArray:
 def gamma(key, shape: AxisSpec, a: NamedOrNumeric, dtype=float) -> NamedArray:
     """Gamma samples with shape parameter ``a``."""
     axes = _shape("gamma", shape)
-    return _finish(jrandom.gamma(key, _param("gamma", "a", a, axes), _sizes(axes), dtype=dtype), axes)
+    return _finish(
+        jrandom.gamma(key, _param("gamma", "a", a, axes), _sizes(axes), dtype=dtype), axes
+    )
 
 
 def loggamma(key, shape: AxisSpec, a: NamedOrNumeric, dtype=float) -> NamedArray:
     """Logs of gamma samples with shape parameter ``a`` (accurate for small ``a``)."""
     axes = _shape("loggamma", shape)
-    return _finish(jrandom.loggamma(key, _param("loggamma", "a", a, axes), _sizes(axes), dtype=dtype), axes)
+    return _finish(
+        jrandom.loggamma(key, _param("loggamma", "a", a, axes), _sizes(axes), dtype=dtype), axes
+    )
 
 
 def beta(key, shape: AxisSpec, a: NamedOrNumeric, b: NamedOrNumeric, dtype=float) -> NamedArray:
@@ -214,7 +220,9 @@ def weibull_min(
 def pareto(key, shape: AxisSpec, b: NamedOrNumeric, dtype=float) -> NamedArray:
     """Pareto samples with shape parameter ``b``."""
     axes = _shape("pareto", shape)
-    return _finish(jrandom.pareto(key, _param("pareto", "b", b, axes), _sizes(axes), dtype=dtype), axes)
+    return _finish(
+        jrandom.pareto(key, _param("pareto", "b", b, axes), _sizes(axes), dtype=dtype), axes
+    )
 
 
 def ball(key, shape: AxisSpec, D: Axis, p: float = 2.0, dtype=float) -> NamedArray:  # noqa: N803 - Haliax's name
@@ -224,7 +232,9 @@ def ball(key, shape: AxisSpec, D: Axis, p: float = 2.0, dtype=float) -> NamedArr
     """
     axes = _shape("ball", shape)
     if not isinstance(D, Axis):
-        raise TypeError(f"hax.random.ball: D must be an Axis (its size is the dimension), got {D!r}")
+        raise TypeError(
+            f"hax.random.ball: D must be an Axis (its size is the dimension), got {D!r}"
+        )
     out = _shape("ball", axes + (D,))
     return _finish(jrandom.ball(key, D.size, p, _sizes(axes), dtype=dtype), out)
 
@@ -238,7 +248,9 @@ def bernoulli(key, shape: AxisSpec, p: NamedOrNumeric) -> NamedArray:
     return _finish(jrandom.bernoulli(key, _param("bernoulli", "p", p, axes), _sizes(axes)), axes)
 
 
-def randint(key, shape: AxisSpec, minval: NamedOrNumeric, maxval: NamedOrNumeric, dtype=int) -> NamedArray:
+def randint(
+    key, shape: AxisSpec, minval: NamedOrNumeric, maxval: NamedOrNumeric, dtype=int
+) -> NamedArray:
     """Integers drawn uniformly from ``[minval, maxval)``."""
     axes = _shape("randint", shape)
     lo = _param("randint", "minval", minval, axes)
@@ -249,10 +261,14 @@ def randint(key, shape: AxisSpec, minval: NamedOrNumeric, maxval: NamedOrNumeric
 def poisson(key, shape: AxisSpec, lam: NamedOrNumeric, dtype=int) -> NamedArray:
     """Poisson samples with rate ``lam``."""
     axes = _shape("poisson", shape)
-    return _finish(jrandom.poisson(key, _param("poisson", "lam", lam, axes), _sizes(axes), dtype=dtype), axes)
+    return _finish(
+        jrandom.poisson(key, _param("poisson", "lam", lam, axes), _sizes(axes), dtype=dtype), axes
+    )
 
 
-def categorical(key, logits: NamedArray, axis: AxisSelector, shape: AxisSpec | None = None) -> NamedArray:
+def categorical(
+    key, logits: NamedArray, axis: AxisSelector, shape: AxisSpec | None = None
+) -> NamedArray:
     """Samples category indices along ``axis`` from unnormalised log-probabilities.
 
     Args:
@@ -279,7 +295,9 @@ def categorical(key, logits: NamedArray, axis: AxisSelector, shape: AxisSpec | N
     names = [a.name for a in axes]
     cat = logits.axes[i]
     if cat.name in names:
-        raise ValueError(f"hax.random.categorical: the category axis {cat.name!r} cannot be in shape {_describe(axes)}")
+        raise ValueError(
+            f"hax.random.categorical: the category axis {cat.name!r} cannot be in shape {_describe(axes)}"
+        )
     missing = [a.name for a in batch if a not in axes]
     if missing:
         raise ValueError(
@@ -322,7 +340,9 @@ def choice(
     if p is not None:
         if not isinstance(p, NamedArray) or p._names != (a.axes[i].name,):
             got = _describe(p.axes) if isinstance(p, NamedArray) else type(p).__name__
-            raise ValueError(f"hax.random.choice: p must be a NamedArray with the single axis {a.axes[i]}, got {got}")
+            raise ValueError(
+                f"hax.random.choice: p must be a NamedArray with the single axis {a.axes[i]}, got {got}"
+            )
         jp = p.array
     out = _shape("choice", axes + rest)
     return _finish(jrandom.choice(key, a.array, _sizes(axes), replace=replace, p=jp, axis=i), out)
@@ -356,7 +376,9 @@ def dirichlet(
     batch = alpha.axes[:i] + alpha.axes[i + 1 :]
     axes = batch if shape is None else _shape("dirichlet", shape)
     if cat.name in {a.name for a in axes}:
-        raise ValueError(f"hax.random.dirichlet: the category axis {cat.name!r} cannot be in shape {_describe(axes)}")
+        raise ValueError(
+            f"hax.random.dirichlet: the category axis {cat.name!r} cannot be in shape {_describe(axes)}"
+        )
     try:
         arr = broadcast_to(alpha, axes + (cat,)).array
     except ValueError as e:
@@ -370,7 +392,9 @@ def dirichlet(
 # ------------------------------------------------------------------ sharded generate
 
 
-def generate_sharded(fn: Callable[..., NamedArray], axis: AxisSelector | None = None) -> Callable[..., NamedArray]:
+def generate_sharded(
+    fn: Callable[..., NamedArray], axis: AxisSelector | None = None
+) -> Callable[..., NamedArray]:
     """Wraps a sampler so that it draws one slice of ``axis`` per split key (Haliax's helper).
 
     Deprecated, as in Haliax: set ``jax.config.update("jax_threefry_partitionable", True)``
@@ -407,7 +431,9 @@ def generate_sharded(fn: Callable[..., NamedArray], axis: AxisSelector | None = 
             name = axis_name(axis)
             hits = [a for a in axes if a.name == name]
             if not hits:
-                raise ValueError(f"generate_sharded: axis {name!r} is not in the shape {_describe(axes)}")
+                raise ValueError(
+                    f"generate_sharded: axis {name!r} is not in the shape {_describe(axes)}"
+                )
             target = hits[0]
         keys = jrandom.split(bound.arguments["key"], target.size)
         bound.arguments["shape"] = tuple(a for a in axes if a != target)
@@ -416,4 +442,3 @@ def generate_sharded(fn: Callable[..., NamedArray], axis: AxisSelector | None = 
         return drawn.rearrange(axes)
 
     return wrapped
-

@@ -289,7 +289,9 @@ class ArrayInt4(_QuantizedArray):
     fmt: ClassVar[str] = "int4"
 
     @classmethod
-    def quantize(cls, x, block_size: int = 64, *, axis: int = 0, check_finite: bool = False) -> ArrayInt4:
+    def quantize(
+        cls, x, block_size: int = 64, *, axis: int = 0, check_finite: bool = False
+    ) -> ArrayInt4:
         """Quantises a float 2-D weight to int4 with one scale per block of ``block_size`` rows.
 
         Args:
@@ -372,7 +374,12 @@ class ArrayNF4(_QuantizedArray):
 
     @classmethod
     def quantize(
-        cls, x, block_size: int = 64, double_quant: bool = False, *, axis: int = 0,
+        cls,
+        x,
+        block_size: int = 64,
+        double_quant: bool = False,
+        *,
+        axis: int = 0,
         check_finite: bool = False,
     ) -> ArrayNF4:
         """Quantises a float 2-D weight to NF4 with one absmax per block of ``block_size`` rows.

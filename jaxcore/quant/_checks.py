@@ -97,5 +97,7 @@ def check_block_size(block_size, k: int, *, what: str, even: bool) -> int:
             f"size {k}"
         )
     if even and block_size % 2:
-        raise ValueError(f"{what}: block_size={block_size} must be even (two 4-bit values per byte)")
+        raise ValueError(
+            f"{what}: block_size={block_size} must be even (two 4-bit values per byte)"
+        )
     return block_size

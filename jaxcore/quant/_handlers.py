@@ -19,7 +19,9 @@ from jaxcore.kernels import quantized_matmul, quantized_matmul_transposed
 from jaxcore.quant._arrays import _QuantizedArray
 
 
-def _contract_matrix(dense, q: _QuantizedArray, d_axis: int, q_axis: int, out_dtype, q_is_lhs: bool):
+def _contract_matrix(
+    dense, q: _QuantizedArray, d_axis: int, q_axis: int, out_dtype, q_is_lhs: bool
+):
     """Contracts ``dense`` axis ``d_axis`` with axis ``q_axis`` of one 2-D quantised matrix.
 
     The kernel flattens the dense operand's other axes to M; contracting the weight's first
@@ -58,13 +60,13 @@ def _contract(
       The ``dot_general`` result, laid out as (batch dims, lhs free dims, rhs free dims).
     """
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
-    d_contract, q_contract = (rhs_contract, lhs_contract) if q_is_lhs else (lhs_contract, rhs_contract)
+    d_contract, q_contract = (
+        (rhs_contract, lhs_contract) if q_is_lhs else (lhs_contract, rhs_contract)
+    )
     d_batch, q_batch = (rhs_batch, lhs_batch) if q_is_lhs else (lhs_batch, rhs_batch)
     n_lead = q.ndim - 2
     handled = (
-        len(q_contract) == 1
-        and q_contract[0] >= n_lead
-        and tuple(q_batch) == tuple(range(n_lead))
+        len(q_contract) == 1 and q_contract[0] >= n_lead and tuple(q_batch) == tuple(range(n_lead))
     )
     if not handled:
         w = q.materialize()
@@ -132,7 +134,9 @@ def _quantized_at_quantized(
 ):
     # Two quantised operands: the left one is dequantised, the right one stays in the kernel.
     dense = lhs.materialize()
-    return _contract(dense, rhs, dimension_numbers, precision, preferred_element_type, q_is_lhs=False)
+    return _contract(
+        dense, rhs, dimension_numbers, precision, preferred_element_type, q_is_lhs=False
+    )
 
 
 @register("transpose")

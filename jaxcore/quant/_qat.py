@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Sequence
-from typing import Callable
+from collections.abc import Callable, Sequence
 
 import jax
 
@@ -16,7 +15,7 @@ from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
 _CLASSES = {"int8": ArrayInt8, "int4": ArrayInt4, "nf4": ArrayNF4}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _straight_through(fmt: str, options: tuple) -> Callable[[jax.Array], jax.Array]:
     """One `ste`-wrapped quantise-dequantise function per (format, options), reused across calls."""
     cls = _CLASSES[fmt]
@@ -48,7 +47,9 @@ def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
       ValueError: for an unknown format, and any error of that format's ``quantize``.
     """
     if fmt not in _CLASSES:
-        raise ValueError(f"fake_quantize: unknown format {fmt!r}; expected one of {sorted(_CLASSES)}")
+        raise ValueError(
+            f"fake_quantize: unknown format {fmt!r}; expected one of {sorted(_CLASSES)}"
+        )
     if options.pop("check_finite", False):
         # Checked here, on the caller's value: `ste` traces the function it wraps.
         _checks.check_weight(w, f"fake_quantize({fmt!r})", check_finite=True)

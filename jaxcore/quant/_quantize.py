@@ -47,7 +47,9 @@ def _normalise(x: jax.Array, absmax: jax.Array, block_size: int) -> jax.Array:
     return (x.astype(jnp.float32) * _expand_rows(pow2, block_size)) / _expand_rows(safe, block_size)
 
 
-def _non_finite_codes(x: jax.Array, absmax: jax.Array, block_size: int, codes, inf_code, neg_inf_code, zero_code):
+def _non_finite_codes(
+    x: jax.Array, absmax: jax.Array, block_size: int, codes, inf_code, neg_inf_code, zero_code
+):
     """Replaces the codes of blocks with a non-finite absmax: +-inf -> the +-1 code, else zero."""
     x = x.astype(jnp.float32)
     special = jnp.where(x == jnp.inf, inf_code, jnp.where(x == -jnp.inf, neg_inf_code, zero_code))

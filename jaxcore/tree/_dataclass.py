@@ -14,7 +14,8 @@ import functools
 import inspect
 import operator
 import types
-from typing import Any, Callable, Mapping, TypeVar, overload
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, overload
 
 import jax
 
@@ -101,8 +102,8 @@ def lens_field(
     default: Any = dataclasses.MISSING,
     default_factory: Any = dataclasses.MISSING,
     init: bool = True,
-    repr: bool = True,  # noqa: A002
-    hash: bool | None = None,  # noqa: A002
+    repr: bool = True,  # noqa: A002 - dataclasses.field's name
+    hash: bool | None = None,  # noqa: A002 - dataclasses.field's name
     compare: bool = True,
     metadata: Mapping[Any, Any] | None = None,
     kw_only: Any = dataclasses.MISSING,
@@ -310,7 +311,7 @@ def dataclass(
     /,
     *,
     init: bool = True,
-    repr: bool = True,  # noqa: A002
+    repr: bool = True,  # noqa: A002 - dataclasses.field's name
     eq: bool = True,
     order: bool = False,
     unsafe_hash: bool = False,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Protocol, TypedDict, TypeVar, runtime_checkable
+from collections.abc import Iterable
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, runtime_checkable
 
 from jax.lax import GatherScatterMode
 

@@ -26,8 +26,7 @@ def _has_scatter_args(x: Any) -> bool:
 def _checked_args(args: Any, source: str) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise TypeError(
-            f"tree_scatter_set: {source} must be a dict (ScatterArgs), got "
-            f"{type(args).__name__}"
+            f"tree_scatter_set: {source} must be a dict (ScatterArgs), got {type(args).__name__}"
         )
     unknown = set(args) - SCATTER_ARG_NAMES
     if unknown:

@@ -117,7 +117,10 @@ def static_key(value: Any, label: str) -> Any:
     else:
         return value
     if isinstance(value, dict):
-        return (kind, frozenset((static_key(k, label), static_key(v, label)) for k, v in value.items()))
+        return (
+            kind,
+            frozenset((static_key(k, label), static_key(v, label)) for k, v in value.items()),
+        )
     if isinstance(value, (list, tuple)):
         return (kind, tuple(static_key(v, label) for v in value))
     if isinstance(value, (set, frozenset)):
@@ -159,6 +162,4 @@ class StaticData:
 
 def keyed(values: tuple[Any, ...], names: tuple[str, ...], owner: str) -> StaticData:
     """Wraps an object's static values with their content key."""
-    return StaticData(
-        values, tuple(static_key(v, f"{owner}.{n}") for v, n in zip(values, names))
-    )
+    return StaticData(values, tuple(static_key(v, f"{owner}.{n}") for v, n in zip(values, names)))

@@ -7,7 +7,8 @@ where they differ. :func:`check_same_structure` and :func:`flatten_like` raise
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 
@@ -89,9 +90,7 @@ def first_mismatch(
         if level_a is None and level_b is None:
             continue
         if level_a is None or level_b is None or level_a[1] != level_b[1]:
-            return path, (
-                f"expected {_describe(a, level_a)}, got {_describe(b, level_b)}"
-            )
+            return path, (f"expected {_describe(a, level_a)}, got {_describe(b, level_b)}")
         children = [
             (path + (key,), child_a, child_b)
             for (key, child_a), (_, child_b) in zip(level_a[0], level_b[0])

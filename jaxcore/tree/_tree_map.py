@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 
@@ -92,12 +93,9 @@ def _map_group(fn: Callable[..., Any], group: tuple[Any, ...], is_leaf: IsLeaf) 
     # as is, like jax.tree.map does.
     if _tu.treedef_is_leaf(node_def) and node_def.num_leaves == 1:
         return fn(*aligned)
-    columns = flatten_like(
-        "tree_map", node_def, head, aligned[1:], is_leaf=None, prefix=True
-    )
+    columns = flatten_like("tree_map", node_def, head, aligned[1:], is_leaf=None, prefix=True)
     mapped = [
-        tree_map(fn, child, *rest, is_leaf=is_leaf)
-        for child, *rest in zip(children, *columns)
+        tree_map(fn, child, *rest, is_leaf=is_leaf) for child, *rest in zip(children, *columns)
     ]
     return node_def.unflatten(mapped)
 
@@ -152,6 +150,4 @@ def _align_node(func: str, group: tuple[Any, ...]) -> tuple[Any, ...]:
             f"structures still differ: {err}"
         ) from None
     per_child = [align_trees(func, column) for column in zip(children, *rest)]
-    return tuple(
-        node_def.unflatten([child[t] for child in per_child]) for t in range(len(aligned))
-    )
+    return tuple(node_def.unflatten([child[t] for child in per_child]) for t in range(len(aligned)))

@@ -52,8 +52,10 @@ def isin(a: Any, b: Any, max_item: int) -> jax.Array:
     # Out-of-range references are redirected past the end and dropped (negative
     # indices would otherwise wrap around).
     b_valid = _in_table(b, size)
-    table = jnp.zeros((size,), dtype=bool).at[jnp.where(b_valid, _as_index(b), size)].set(
-        True, mode="drop"
+    table = (
+        jnp.zeros((size,), dtype=bool)
+        .at[jnp.where(b_valid, _as_index(b), size)]
+        .set(True, mode="drop")
     )
     a_valid = _in_table(a, size)
     return table[jnp.where(a_valid, _as_index(a), 0)] & a_valid

@@ -6,7 +6,8 @@ import functools
 import itertools
 import math
 import operator
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +16,7 @@ import numpy as np
 
 def _check_key(rng: Any) -> None:
     if not isinstance(rng, jax.Array):
-        raise TypeError(
-            f"key_chain: rng must be a JAX PRNG key array, got {type(rng).__name__}"
-        )
+        raise TypeError(f"key_chain: rng must be a JAX PRNG key array, got {type(rng).__name__}")
     if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
         if rng.ndim != 0:
             raise ValueError(

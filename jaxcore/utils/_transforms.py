@@ -8,7 +8,8 @@ callable's type (``C -> C``) for static checkers and accept the decorator forms
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence, TypeVar, cast, overload
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast, overload
 
 import jax
 import jax.numpy as jnp

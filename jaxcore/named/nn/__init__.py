@@ -9,6 +9,8 @@ They are built with ``.init(...)`` and applied by calling, as in Haliax.
 
 # ruff: noqa: F401
 
+from jaxcore.named._checkpoint import ScanCheckpointPolicy
+from jaxcore.named.nn import _attention as attention
 from jaxcore.named.nn._activations import (
     celu,
     elu,
@@ -56,5 +58,3 @@ from jaxcore.named.nn._loss import (
     cross_entropy_loss_and_log_normalizers,
     maybe_reduce_loss,
 )
-from jaxcore.named.nn import _attention as attention
-from jaxcore.named._checkpoint import ScanCheckpointPolicy

@@ -8,7 +8,7 @@ axis (or axes) to work along by name.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -71,7 +71,9 @@ def _relu_squared(x):
 
 
 quick_gelu = _elementwise(_quick_gelu, "quick_gelu")
-quick_gelu.__doc__ = "``x * sigmoid(1.702 x)``, the GELU approximation of CLIP; a NamedArray keeps its axes."
+quick_gelu.__doc__ = (
+    "``x * sigmoid(1.702 x)``, the GELU approximation of CLIP; a NamedArray keeps its axes."
+)
 relu_squared = _elementwise(_relu_squared, "relu_squared")
 relu_squared.__doc__ = "``relu(x) ** 2`` (Primer's activation); a NamedArray keeps its axes."
 
@@ -87,7 +89,9 @@ def _indices(fname: str, x: NamedArray, axis: AxisSelection | None) -> tuple[int
     for a in sel:
         name = a.name if isinstance(a, Axis) else a
         if name not in x._names:
-            raise ValueError(f"{fname}: axis {name!r} is not in the array with axes {_describe(x.axes)}")
+            raise ValueError(
+                f"{fname}: axis {name!r} is not in the array with axes {_describe(x.axes)}"
+            )
         i = x._names.index(name)
         if isinstance(a, Axis) and a.size != x.axes[i].size:
             raise ValueError(f"{fname}: axis {name!r} has size {x.axes[i].size}, but {a} was given")
@@ -149,9 +153,15 @@ def glu(x: NamedArray, axis: AxisSelector) -> NamedArray:
 def one_hot(x: NamedArray | int, class_axis: Axis, *, dtype=jnp.float32) -> NamedArray:
     """One-hot vectors along ``class_axis`` for integer labels ``x`` (result axes ``x.axes + (class_axis,)``)."""
     if not isinstance(class_axis, Axis):
-        raise TypeError(f"one_hot: class_axis must be an Axis (its size is the number of classes), got {class_axis!r}")
+        raise TypeError(
+            f"one_hot: class_axis must be an Axis (its size is the number of classes), got {class_axis!r}"
+        )
     if isinstance(x, NamedArray):
         if class_axis.name in x._names:
-            raise ValueError(f"one_hot: labels with axes {_describe(x.axes)} already have the class axis {class_axis.name!r}")
-        return NamedArray._new(jax.nn.one_hot(x.array, class_axis.size, dtype=dtype), x.axes + (class_axis,))
+            raise ValueError(
+                f"one_hot: labels with axes {_describe(x.axes)} already have the class axis {class_axis.name!r}"
+            )
+        return NamedArray._new(
+            jax.nn.one_hot(x.array, class_axis.size, dtype=dtype), x.axes + (class_axis,)
+        )
     return NamedArray._new(jax.nn.one_hot(x, class_axis.size, dtype=dtype), (class_axis,))

@@ -42,7 +42,7 @@ def _names(sel) -> tuple[str, ...]:
 
 def dot_product_attention_weights(
     Key: AxisSelector,  # noqa: N803 - Haliax's name
-    KPos: AxisSelection,  # noqa: N803
+    KPos: AxisSelection,  # noqa: N803 - Haliax's name
     query: NamedArray,
     key: NamedArray,
     mask: NamedArray | None = None,
@@ -81,8 +81,8 @@ def dot_product_attention_weights(
 
 
 def dot_product_attention(
-    KPos: AxisSelection,  # noqa: N803
-    Key: AxisSelector,  # noqa: N803
+    KPos: AxisSelection,  # noqa: N803 - Haliax's name
+    Key: AxisSelector,  # noqa: N803 - Haliax's name
     query: NamedArray,
     key: NamedArray,
     value: NamedArray,
@@ -123,9 +123,18 @@ def dot_product_attention(
                 "give the key/value positions another name"
             )
         if name not in key._names:
-            raise ValueError(f"dot_product_attention: attended axis {name!r} is not in the key {_describe(key.axes)}")
+            raise ValueError(
+                f"dot_product_attention: attended axis {name!r} is not in the key {_describe(key.axes)}"
+            )
     weights = dot_product_attention_weights(
-        Key, KPos, query, key, mask=mask, bias=bias, attention_dtype=attention_dtype, precision=precision
+        Key,
+        KPos,
+        query,
+        key,
+        mask=mask,
+        bias=bias,
+        attention_dtype=attention_dtype,
+        precision=precision,
     )
     return dot(weights, value, axis=_names(KPos), precision=precision)
 
@@ -153,19 +162,23 @@ def combine_masks_or(mask1: NamedArray | None, mask2: NamedArray | None) -> Name
     return mask1 | mask2.broadcast_axis(mask1.axes)
 
 
-def causal_mask(QPos: Axis, KPos: Axis, q_start: int = 0, k_start: int = 0) -> NamedArray:  # noqa: N803
+def causal_mask(QPos: Axis, KPos: Axis, q_start: int = 0, k_start: int = 0) -> NamedArray:  # noqa: N803 - Haliax's name
     """Boolean ``(QPos, KPos)`` mask: query position ``q`` may see key positions ``k <= q``.
 
     ``q_start``/``k_start`` offset the positions (e.g. decoding with a cache).
     """
     if QPos.name == KPos.name:
-        raise ValueError(f"causal_mask: QPos and KPos must have different names, both are {QPos.name!r}")
+        raise ValueError(
+            f"causal_mask: QPos and KPos must have different names, both are {QPos.name!r}"
+        )
     q = arange(QPos, start=q_start)
     k = arange(KPos, start=k_start).broadcast_axis(QPos)
     return q >= k
 
 
-def prefix_lm_mask(QSeqLen: Axis, KSeqLen: Axis, prefix_len, q_start: int = 0, k_start: int = 0) -> NamedArray:  # noqa: N803
+def prefix_lm_mask(
+    QSeqLen: Axis, KSeqLen: Axis, prefix_len, q_start: int = 0, k_start: int = 0
+) -> NamedArray:  # noqa: N803 - Haliax's name
     """Prefix-LM mask: every query sees the first ``prefix_len`` keys, and is causal after."""
     if isinstance(prefix_len, int) and prefix_len < 0:
         raise ValueError(f"prefix_lm_mask: prefix_len must be >= 0, got {prefix_len}")
@@ -177,4 +190,3 @@ def prefix_lm_mask(QSeqLen: Axis, KSeqLen: Axis, prefix_len, q_start: int = 0, k
 def dropout_mask(axes: AxisSpec, dropout_rate: float, *, key) -> NamedArray:
     """A keep-mask: True with probability ``1 - dropout_rate`` (``hax.random.bernoulli``)."""
     return hrandom.bernoulli(key, axes, 1 - dropout_rate)
-

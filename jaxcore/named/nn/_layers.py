@@ -8,7 +8,8 @@ calling it, the way Haliax's equinox modules are.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -46,20 +47,24 @@ class Embedding:
 
     weight: NamedArray
     Vocab: Axis = jtree.field(static=True)  # noqa: N815 - Haliax's name
-    Embed: Any = jtree.field(static=True)  # noqa: N815
+    Embed: Any = jtree.field(static=True)  # noqa: N815 - Haliax's name
 
     @staticmethod
-    def init(Vocab: Axis, Embed: AxisSpec, *, key, init_scale: float = 1.0) -> Embedding:  # noqa: N803
+    def init(Vocab: Axis, Embed: AxisSpec, *, key, init_scale: float = 1.0) -> Embedding:  # noqa: N803 - Haliax's name
         """Truncated-normal table scaled by ``init_scale / sqrt(size(Embed))``."""
         embed = to_axes(Embed)
         size = math.prod(a.size for a in embed)
-        weight = hrandom.truncated_normal(key, (Vocab, *embed), -3, 3) * (init_scale / math.sqrt(max(size, 1)))
+        weight = hrandom.truncated_normal(key, (Vocab, *embed), -3, 3) * (
+            init_scale / math.sqrt(max(size, 1))
+        )
         return Embedding(weight, Vocab, Embed)
 
     def embed(self, input_ids: NamedArray) -> NamedArray:
         """Rows of the table for integer ``input_ids``: axes ``input_ids.axes + Embed``."""
         if not isinstance(input_ids, NamedArray):
-            raise TypeError(f"Embedding.embed needs named token ids, got {type(input_ids).__name__}")
+            raise TypeError(
+                f"Embedding.embed needs named token ids, got {type(input_ids).__name__}"
+            )
         if not jnp.issubdtype(input_ids.dtype, jnp.integer):
             raise TypeError(f"Embedding.embed needs integer token ids, got dtype {input_ids.dtype}")
         return take(self.weight, self.Vocab, input_ids)
@@ -81,9 +86,13 @@ class Embedding:
             new = old[:new_size]
         else:
             if key is None:
-                raise ValueError("Embedding.resize_embeddings: growing the table needs a key for the new rows")
+                raise ValueError(
+                    "Embedding.resize_embeddings: growing the table needs a key for the new rows"
+                )
             embed = to_axes(self.Embed)
-            extra = Embedding.init(Axis(self.Vocab.name, new_size - self.Vocab.size), embed, key=key).weight
+            extra = Embedding.init(
+                Axis(self.Vocab.name, new_size - self.Vocab.size), embed, key=key
+            ).weight
             new = jnp.concatenate([old, extra.array.astype(old.dtype)], axis=0)
         return Embedding(NamedArray(new, (new_vocab, *self.weight.axes[1:])), new_vocab, self.Embed)
 
@@ -95,7 +104,9 @@ def _norm_axes(fname: str, x: NamedArray, axis) -> tuple[Axis, ...]:
     axes = to_axes(axis)
     for a in axes:
         if a not in x.axes:
-            raise ValueError(f"{fname}: input with axes {_describe(x.axes)} lacks the normalised axis {a}")
+            raise ValueError(
+                f"{fname}: input with axes {_describe(x.axes)} lacks the normalised axis {a}"
+            )
     return axes
 
 
@@ -128,9 +139,17 @@ class LayerNorm:
     dtype: Any = jtree.field(static=True, default=None)
 
     @staticmethod
-    def init(axis: AxisSpec, eps: float = 1e-5, use_weight: bool = True, use_bias: bool = True, dtype=None):
+    def init(
+        axis: AxisSpec,
+        eps: float = 1e-5,
+        use_weight: bool = True,
+        use_bias: bool = True,
+        dtype=None,
+    ):
         """Ones for the weight, zeros for the bias."""
-        return LayerNorm(axis, ones(axis) if use_weight else None, zeros(axis) if use_bias else None, eps, dtype)
+        return LayerNorm(
+            axis, ones(axis) if use_weight else None, zeros(axis) if use_bias else None, eps, dtype
+        )
 
     def __call__(self, x: NamedArray, *, key=None) -> NamedArray:
         """Normalises ``x`` over ``axis``."""
@@ -156,9 +175,17 @@ class RmsNorm:
     dtype: Any = jtree.field(static=True, default=None)
 
     @staticmethod
-    def init(axis: AxisSpec, eps: float = 1e-6, use_weight: bool = True, use_bias: bool = False, dtype=None):
+    def init(
+        axis: AxisSpec,
+        eps: float = 1e-6,
+        use_weight: bool = True,
+        use_bias: bool = False,
+        dtype=None,
+    ):
         """Ones for the weight, zeros for the (optional) bias."""
-        return RmsNorm(axis, ones(axis) if use_weight else None, zeros(axis) if use_bias else None, eps, dtype)
+        return RmsNorm(
+            axis, ones(axis) if use_weight else None, zeros(axis) if use_bias else None, eps, dtype
+        )
 
     def __call__(self, x: NamedArray, *, key=None) -> NamedArray:
         """Normalises ``x`` over ``axis``."""
@@ -176,7 +203,12 @@ RMSNorm = RmsNorm
 
 
 def dropout(
-    x: NamedArray, pdrop: float, broadcast_axes: AxisSelection | None = None, *, inference: bool, key=None
+    x: NamedArray,
+    pdrop: float,
+    broadcast_axes: AxisSelection | None = None,
+    *,
+    inference: bool,
+    key=None,
 ) -> NamedArray:
     """Zeroes entries of ``x`` with probability ``pdrop`` and scales the rest by ``1 / (1 - pdrop)``.
 
@@ -196,9 +228,11 @@ def dropout(
     if broadcast_axes is None:
         mask_axes = x.axes
     else:
-        names = {broadcast_axes.name if isinstance(broadcast_axes, Axis) else broadcast_axes} if isinstance(
-            broadcast_axes, (Axis, str)
-        ) else {a.name if isinstance(a, Axis) else a for a in broadcast_axes}
+        names = (
+            {broadcast_axes.name if isinstance(broadcast_axes, Axis) else broadcast_axes}
+            if isinstance(broadcast_axes, (Axis, str))
+            else {a.name if isinstance(a, Axis) else a for a in broadcast_axes}
+        )
         mask_axes = tuple(a for a in x.axes if a.name not in names)
     keep = hrandom.bernoulli(key, mask_axes, 1 - pdrop)
     return _ops.where(keep, x / (1 - pdrop), 0).rearrange(x.axes)
@@ -241,8 +275,8 @@ class MLP:
 
     @staticmethod
     def init(
-        Input: AxisSpec,  # noqa: N803
-        Output: AxisSpec,  # noqa: N803
+        Input: AxisSpec,  # noqa: N803 - Haliax's name
+        Output: AxisSpec,  # noqa: N803 - Haliax's name
         width: int | Axis,
         depth: int,
         activation: Callable = relu,

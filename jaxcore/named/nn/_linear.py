@@ -9,18 +9,19 @@ operations are emitted inline.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 import jaxcore.tree as jtree
+from jaxcore.named import random as hrandom
 from jaxcore.named._array import NamedArray
 from jaxcore.named._axis import Axis, AxisSpec, to_axes
-from jaxcore.named._dot import dot
 from jaxcore.named._creation import zeros
-from jaxcore.named import random as hrandom
+from jaxcore.named._dot import dot
 
 __all__ = ["Linear"]
 
@@ -58,7 +59,9 @@ def _plan(x_axes: tuple[Axis, ...], w_axes: tuple[Axis, ...], in_axes: tuple[Axi
     out_w = tuple(a for a in w_axes if a not in in_axes)
     clash = [a.name for a in x_axes if a.name in {o.name for o in out_w} and a not in in_axes]
     if clash:
-        raise ValueError(f"Linear: input axes {clash} clash with the layer's output axes {_describe(out_w)}")
+        raise ValueError(
+            f"Linear: input axes {clash} clash with the layer's output axes {_describe(out_w)}"
+        )
     out_axes = tuple(a for i, a in enumerate(x_axes) if i not in lc) + out_w
     perm = None
     if b_axes is not None:
@@ -107,8 +110,8 @@ class Linear:
 
     @staticmethod
     def init(
-        In: AxisSpec,  # noqa: N803
-        Out: AxisSpec,  # noqa: N803
+        In: AxisSpec,  # noqa: N803 - Haliax's name
+        Out: AxisSpec,  # noqa: N803 - Haliax's name
         *,
         key,
         use_bias: bool = True,
@@ -130,10 +133,14 @@ class Linear:
         in_axes, out_axes = to_axes(In), to_axes(Out)
         shared = {a.name for a in in_axes} & {a.name for a in out_axes}
         if shared:
-            raise ValueError(f"Linear.init: In and Out share axis names {sorted(shared)}; rename one side")
+            raise ValueError(
+                f"Linear.init: In and Out share axis names {sorted(shared)}; rename one side"
+            )
         joint = out_axes + in_axes if out_first else in_axes + out_axes
         fan_in = math.prod(a.size for a in in_axes)
-        weight = hrandom.truncated_normal(key, joint, -3, 3) * (init_scale / math.sqrt(max(fan_in, 1)))
+        weight = hrandom.truncated_normal(key, joint, -3, 3) * (
+            init_scale / math.sqrt(max(fan_in, 1))
+        )
         bias = zeros(out_axes) if use_bias else None
         return Linear(weight, bias, In, Out, dot_general=dot_general)
 
@@ -152,8 +159,14 @@ class Linear:
             out = dot(inputs, self.weight, axis=in_axes, dot_general=self.dot_general)
             return out if self.bias is None else out + self.bias
         b = self.bias
-        kernel, jitted, out_axes = _plan(inputs.axes, self.weight.axes, in_axes, None if b is None else b.axes)
-        args = (inputs.array, self.weight.array) if b is None else (inputs.array, self.weight.array, b.array)
+        kernel, jitted, out_axes = _plan(
+            inputs.axes, self.weight.axes, in_axes, None if b is None else b.axes
+        )
+        args = (
+            (inputs.array, self.weight.array)
+            if b is None
+            else (inputs.array, self.weight.array, b.array)
+        )
         if any(isinstance(a, _Tracer) for a in args):
             return NamedArray._new(kernel(*args), out_axes)
         return NamedArray._new(jitted(*args), out_axes)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax.numpy as jnp
 
@@ -12,7 +12,12 @@ from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
 from jaxcore.named._dot import dot
 from jaxcore.named.nn._activations import log_sigmoid, logsumexp, one_hot
 
-__all__ = ["binary_cross_entropy_loss", "cross_entropy_loss", "cross_entropy_loss_and_log_normalizers", "maybe_reduce_loss"]
+__all__ = [
+    "binary_cross_entropy_loss",
+    "cross_entropy_loss",
+    "cross_entropy_loss_and_log_normalizers",
+    "maybe_reduce_loss",
+]
 
 
 class _Unspecified:
@@ -45,7 +50,9 @@ def maybe_reduce_loss(
 
 
 def cross_entropy_loss_and_log_normalizers(
-    logits: NamedArray, Label: AxisSelector, targets: NamedArray  # noqa: N803 - Haliax's name
+    logits: NamedArray,
+    Label: AxisSelector,
+    targets: NamedArray,  # noqa: N803 - Haliax's name
 ) -> tuple[NamedArray, NamedArray]:
     """Per-position cross entropy and ``logsumexp(logits, Label)``.
 
