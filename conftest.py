@@ -4,7 +4,7 @@ With `JAXCORE_ENABLE_XDIST_PINNING=1` (set by ci/run_pytest_{cuda,rocm,tpu}.sh),
 `gwN` sees only device `N mod JAXCORE_ACCELERATOR_COUNT`, through the same variables
 build/parallel_accelerator_execute.sh sets for Bazel tests, and the workers sharing one
 device split its memory. The variables are set when a worker configures itself, before any
-test module imports JAX, so JAX only ever initialises the pinned device. Without the flag, or
+test module imports JAX, so JAX only ever initializes the pinned device. Without the flag, or
 outside xdist workers (the serial multiaccelerator phase), nothing changes.
 """
 

@@ -3,9 +3,9 @@
 Prints, for an 8x8 float32 array:
   * an eager handled op (``implicit(lambda a: a * 3.0)`` with a registered ``mul`` handler)
     against the plain ``x * 3.0``;
-  * an eager materialising fallback (``implicit(jnp.sin)``, no handler) against ``jnp.sin``;
+  * an eager materializing fallback (``implicit(jnp.sin)``, no handler) against ``jnp.sin``;
   * tracing (``jax.make_jaxpr``) of 50 handled ops against tracing 50 plain ops;
-and the storage bytes per weight of NF4 and int8 quantised weights (jaxcore.quant).
+and the storage bytes per weight of NF4 and int8 quantized weights (jaxcore.quant).
 
 The issue states its goals against anchors measured on a reference machine (quax:
 116 us eager handled op, 115 us fallback, 7.7 ms tracing 50 ops). When quax is
@@ -166,7 +166,7 @@ def main() -> None:
     fallback_times = compare(
         lambda: jnp.sin(x), lambda: fallback(s), number=500, anchor=quax_sides.get("fallback")
     )
-    _report("eager fallback (sin, materialise)", fallback_times, goal=8)
+    _report("eager fallback (sin, materialize)", fallback_times, goal=8)
 
     # A fresh function per call, so neither side hits JAX's tracing cache.
     times = compare(
@@ -182,7 +182,7 @@ def main() -> None:
             f"anchor: quax {quax_sides['version']}, measured in the same rounds as the lines above"
         )
         _report_anchor("eager handled op (mul)", "handled", handled_times, "us")
-        _report_anchor("eager fallback (sin, materialise)", "fallback", fallback_times, "us")
+        _report_anchor("eager fallback (sin, materialize)", "fallback", fallback_times, "us")
         _report_anchor("tracing 50 handled ops", "tracing", times, "ms")
     else:
         print(

@@ -1,11 +1,11 @@
 """Weight-only quantized matmul: what the fused kernels buy, measured side by side.
 
 On a GPU / TPU, for each format (int8 per-channel, int4 / NF4 in 64-row blocks, NF4 with
-double-quantised absmax) and each M in --m it prints, all measured in the same run:
+double-quantized absmax) and each M in --m it prints, all measured in the same run:
 
 * bytes per weight of the stored format (codes + scales, from the arrays themselves);
 * the plugin kernel (Pallas Triton / Mosaic, via the registry call) against XLA's
-  dequantise-then-matmul and against a dense bf16 matmul, as time ratios, plus the
+  dequantize-then-matmul and against a dense bf16 matmul, as time ratios, plus the
   achieved HBM bandwidth (weight + activation + output bytes / time) as a fraction of the
   device's peak (H100 SXM 3.35 TB/s, H200 4.8 TB/s; others: --peak-tbps).
   Goal at M <= 16: >= 80 % of peak for int8 and >= 75 % for int4 / NF4.

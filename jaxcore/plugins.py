@@ -12,7 +12,7 @@ places:
   importable, for the platforms no entry-point plugin already serves (a wheel that
   installs the same package, like ``jaxcore-cpu``, is listed once, as the wheel).
 
-A plugin whose version differs from jaxcore's, or that fails to import or initialise
+A plugin whose version differs from jaxcore's, or that fails to import or initialize
 (including by raising ``SystemExit``), produces one :class:`PluginWarning` naming the
 package and the versions, and is skipped: the portable reference kernels keep working.
 Loading is transactional: kernels a plugin registered before it failed are unregistered
@@ -165,7 +165,7 @@ class PluginInfo:
         return "\n".join(lines)
 
 
-_DEFERRED_REASON = "still being imported; it initialises when its import completes"
+_DEFERRED_REASON = "still being imported; it initializes when its import completes"
 
 _lock = threading.RLock()  # re-entrant: a plugin's initialize may call info()
 _info: PluginInfo | None = None
@@ -186,7 +186,7 @@ def plugin_imported(module_name: str) -> None:
 
     A plugin package calls this as the last line of its ``__init__``. When user code
     imports the plugin first, the plugin's import of jaxcore runs discovery while the
-    plugin is still half-initialised; discovery defers it, and this call then checks
+    plugin is still half-initialized; discovery defers it, and this call then checks
     its version and runs its ``initialize``. For a plugin loaded normally it does
     nothing.
 
@@ -226,7 +226,7 @@ def info() -> PluginInfo:
 
 
 def load_plugins(*, force: bool = False) -> PluginInfo:
-    """Discovers, version-checks and initialises the backend plugins.
+    """Discovers, version-checks and initializes the backend plugins.
 
     Called once by ``import jaxcore``. Later calls return the first result unless
     ``force`` is true. Never raises for a bad plugin: it warns once and skips it.
@@ -514,7 +514,7 @@ def _import_and_initialize_once(
         )
     if _is_initializing(module):
         # User code imported the plugin before jaxcore: the plugin's own import led
-        # here, so it is half-initialised. It calls `plugin_imported` when complete.
+        # here, so it is half-initialized. It calls `plugin_imported` when complete.
         _deferred[module.__name__] = selection
         return dataclasses.replace(status, reason=_DEFERRED_REASON, loaded=False, platforms=())
     return _check_and_initialize(status, module, selection, served)

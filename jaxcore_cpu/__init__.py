@@ -2,7 +2,7 @@
 
 The kernels live in a C++ library, ``libjaxcore_cpu_kernels.so`` (built by Bazel as
 ``//jaxcore_cpu:libjaxcore_cpu_kernels.so``, shipped inside the ``jaxcore-cpu`` wheel):
-int8 (per-channel and blocked), int4 and NF4 (also with double-quantised scales, which
+int8 (per-channel and blocked), int4 and NF4 (also with double-quantized scales, which
 arrive expanded), a GEMV path for small M and a cache-blocked GEMM path for large M,
 float32 and bfloat16 activations, SIMD code for AVX2 + FMA chosen at run time with a
 portable fallback (no AVX-512 or NEON kernels yet), multi-threaded on XLA's intra-op thread

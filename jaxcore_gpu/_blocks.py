@@ -112,7 +112,7 @@ def choose(problem: plugin_api.Problem, platform: str = "cuda") -> BlockConfig |
     Returns:
       The :class:`BlockConfig`, or ``None`` when no legal K step exists (K or the
       scale group is not a multiple of 16 ``qvalue`` rows): the caller then uses the
-      XLA dequantise-then-dot path.
+      XLA dequantize-then-dot path.
 
     Raises:
       ValueError: an override (see :func:`block_config`) that breaks a tiling rule.

@@ -4,7 +4,7 @@ One kernel serves CUDA and ROCm (Mosaic GPU is NVIDIA-only). Each program owns a
 ``(block_m, block_n)`` output tile and loops over K in steps of ``block_k`` logical rows:
 it loads the quantized tile (1 byte per int8 weight, half a byte per int4/NF4 weight),
 decodes it in registers, and feeds Triton's ``dot``. Weights are therefore read from
-HBM once, in their compressed form, instead of XLA's dequantise-to-HBM-then-matmul.
+HBM once, in their compressed form, instead of XLA's dequantize-to-HBM-then-matmul.
 
 Scales are applied where it is cheapest: when a K step lies inside one scale block the
 product ``x @ q`` is scaled once per output element; otherwise the decoded tile is scaled
@@ -71,7 +71,7 @@ def quantized_matmul(
     if config is None or x.dtype not in plugin_api.KERNEL_DTYPES:
         # No Triton tile fits (K or the scale block is not a multiple of 16 qvalue rows),
         # or Triton's dot has no such activation dtype (e.g. float64): this call takes
-        # XLA's dequantise-then-dot path. Every platform's branch is traced, so the
+        # XLA's dequantize-then-dot path. Every platform's branch is traced, so the
         # kernel must accept whatever the reference accepts.
         return plugin_api.xla_quantized_matmul(
             x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype

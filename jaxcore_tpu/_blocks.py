@@ -35,7 +35,7 @@ class BlockConfig:
 
 
 # (regime, packed) -> default tiles. Decode (M <= 32) streams wide weight tiles; prefill
-# uses 256-row activation tiles to keep the MXU busy. The f32 dequantised temporary
+# uses 256-row activation tiles to keep the MXU busy. The f32 dequantized temporary
 # (block_k x block_n x 4 bytes per x part) stays within ~2 MiB of VMEM.
 _TABLE = {
     ("decode", False): BlockConfig(32, 512, 1024),

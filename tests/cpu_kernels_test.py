@@ -1,6 +1,6 @@
 """jaxcore_cpu: the native CPU quantized-matmul kernels against a float64 reference.
 
-Every format (int8 per-channel and blocked, int4, NF4, NF4 with double-quantised scales,
+Every format (int8 per-channel and blocked, int4, NF4, NF4 with double-quantized scales,
 and blocks that are not a multiple of any SIMD width) x path (GEMV, GEMM, auto) x
 activation dtype x result dtype x odd sizes, on every instruction set this CPU has (the
 portable fallback included), against ``x @ dequantize(W)`` computed in float64 NumPy;
@@ -84,7 +84,7 @@ class Weight:
     def dense(self):
         return np_dequant(self.fmt, self.qvalue, self.scale, self.block_size)
 
-    def block_scales(self):  # the quantised-array protocol of jaxcore.kernels
+    def block_scales(self):  # the quantized-array protocol of jaxcore.kernels
         return self.scale
 
 
@@ -99,7 +99,7 @@ def random_weight(rng, fmt, k, n, block_size):
 
 @functools.cache
 def _nf4_double_quant(k):
-    """One double-quantised weight per K, as wide as the widest N (quantising is slow)."""
+    """One double-quantized weight per K, as wide as the widest N (quantizing is slow)."""
     w = np.random.default_rng(k).standard_normal((k, max(n for _, n in MN))).astype(np.float32)
     q = quant.ArrayNF4.quantize(w, 64, double_quant=True)
     return np.asarray(q.qvalue), np.asarray(q.block_scales())

@@ -1,6 +1,6 @@
 """jaxcore_gpu: the Pallas/Triton quantized matmul, run in interpret mode on CPU.
 
-Numbers are checked against an independent NumPy dequantise-then-matmul (float64) and
+Numbers are checked against an independent NumPy dequantize-then-matmul (float64) and
 against ``jaxcore.kernels.reference_quantized_matmul``. Tolerances follow from the
 compute dtype: with float32 activations the kernel's dots run at HIGHEST precision and
 only the summation order differs (rtol ~1e-5 of the |x| @ |W| bound); with bfloat16 /

@@ -1,4 +1,4 @@
-"""jaxcore.implicit with shard_map on 8 (fake CPU) devices: implicit operands are materialised."""
+"""jaxcore.implicit with shard_map on 8 (fake CPU) devices: implicit operands are materialized."""
 
 import warnings
 
@@ -38,7 +38,7 @@ def _sharded_product(mesh):
     )
 
 
-def test_shard_map_materialises_implicit_operands():
+def test_shard_map_materializes_implicit_operands():
     mesh = _mesh()
     v = jnp.arange(32.0).reshape(16, 2)
     y = jnp.linspace(-1.0, 1.0, 32).reshape(16, 2)

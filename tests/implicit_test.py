@@ -26,7 +26,7 @@ def _scaled_times_array(x: Scaled, y: jax.Array, **params):
 
 @dataclasses.dataclass
 class LowRank(ImplicitArray):
-    """left @ right, never materialised by the handlers below."""
+    """left @ right, never materialized by the handlers below."""
 
     left: jax.Array
     right: jax.Array
@@ -183,7 +183,7 @@ def test_handled_op_stays_implicit_and_matches_dense():
     np.testing.assert_allclose(out.materialize(), v * 3.0 * y, rtol=1e-6)
 
 
-def test_lowrank_matmul_never_materialises():
+def test_lowrank_matmul_never_materializes():
     rng = _rng(2)
     a, b = rng.normal(size=(16, 2)), rng.normal(size=(2, 8))
     x = rng.normal(size=(5, 16))
@@ -367,7 +367,7 @@ def test_zeros_handler_and_no_children():
 # ----------------------------------------------------------------------------- fallback
 
 
-def test_fallback_materialises_with_one_warning_per_primitive_and_type():
+def test_fallback_materializes_with_one_warning_per_primitive_and_type():
     ji.reset_materialization_warnings()
     v = jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)
     s = Scaled(v, scale=2.0)
@@ -568,7 +568,7 @@ def test_ste_of_a_user_implicit_array_keeps_its_handler_and_passes_the_gradient(
 
 def test_ste_result_stays_wrapped_through_a_handler_returning_an_implicit_array():
     # Scaled's mul handler (top of this file) returns a Scaled: the product is wrapped
-    # again, and what follows (sin, sum: no handlers) materialises it with the gradient.
+    # again, and what follows (sin, sum: no handlers) materializes it with the gradient.
     to_scaled = ji.ste(lambda x: Scaled(jnp.round(x * 2.0), scale=0.5))
     weights = jnp.array([3.0, -1.0])
     seen = []

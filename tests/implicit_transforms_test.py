@@ -201,7 +201,7 @@ def test_cond_keeps_implicit_when_branches_agree():
     check(f, True, S, Y, transform=jax.jit)
 
 
-def test_cond_materialises_only_disagreeing_outputs():
+def test_cond_materializes_only_disagreeing_outputs():
     f = lambda p, a: jax.lax.cond(p, lambda: (a * 2.0, jnp.sin(a)), lambda: (a * 3.0, a * 1.0))
     for p in (True, False):
         first, second = check(f, p, S)
@@ -227,7 +227,7 @@ def test_while_loop_keeps_handled_carry_implicit():
     check(f, S, transform=jax.jit)
 
 
-def test_while_loop_materialises_carry_the_body_does_not_handle():
+def test_while_loop_materializes_carry_the_body_does_not_handle():
     f = lambda a: jax.lax.while_loop(
         lambda c: jnp.sum(c) < 100.0, lambda c: c + jnp.abs(c) + 1.0, a
     )
@@ -244,7 +244,7 @@ def test_fori_loop():
     check(f, S, Y, transform=jax.jit)
 
 
-def test_scan_carry_stays_implicit_and_xs_are_materialised():
+def test_scan_carry_stays_implicit_and_xs_are_materialized():
     def f(a, xs):
         return jax.lax.scan(lambda c, x: (c * x, jnp.sum(c * 1.0) + jnp.sum(x)), a, xs)
 
@@ -307,7 +307,7 @@ def test_checkpoint():
     check(remat, S, Y)
 
 
-def test_make_jaxpr_contains_no_materialisation_for_handled_ops():
+def test_make_jaxpr_contains_no_materialization_for_handled_ops():
     jaxpr = jax.make_jaxpr(implicit(lambda a, y: a * y * y))(S, Y)
     prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
     assert prims.count("mul") == 2, prims
@@ -327,7 +327,7 @@ def test_inline_jit_bodies_under_a_transformation_dispatch_without_tracers():
     assert_close(g, jax.grad(lambda y: jnp.sum(f(dense(S), y)))(Y))
 
 
-def test_inline_jit_holding_a_custom_jvp_materialises_its_implicit_operands():
+def test_inline_jit_holding_a_custom_jvp_materializes_its_implicit_operands():
     inner = jax.jit(lambda a: jax.nn.relu(a) + 1.0, inline=True)
     with pytest.warns(ji.MaterializationWarning, match="custom_jvp_call"):
         ji.reset_materialization_warnings()

@@ -1,7 +1,7 @@
 """Set-up shared by the plugin kernel tests, tests/gpu_kernels_test.py and tpu_kernels_test.py.
 
 Not a test file (pytest collects ``*_test.py`` only): random operands covering every code
-value, an independent float64 NumPy dequantisation of the layout contract, the tolerance
+value, an independent float64 NumPy dequantization of the layout contract, the tolerance
 check of a kernel's result against it and against
 ``jaxcore.kernels.reference_quantized_matmul``, and the checks that every plugin's kernel
 and ``jaxcore.kernels`` entry point must pass. Tolerances follow from the compute dtype: with
@@ -36,7 +36,7 @@ def make(fmt, m, k, n, block_size, dtype, seed=0):
 
 
 def numpy_dense(fmt, qvalue, scale, block_size):
-    """Independent float64 dequantisation of the layout contract."""
+    """Independent float64 dequantization of the layout contract."""
     q = np.asarray(qvalue)
     if fmt == "int8":
         values = q.astype(np.float64)
@@ -102,7 +102,7 @@ def check_entry_point_in_interpret_mode(impl, k, n):
 def check_binds_platform_primitive(entry_point, primitive_name):
     """Outside interpret mode ``entry_point`` binds ``primitive_name``, which lowers the kernel
     only for its accelerator (so multi-platform export works); elsewhere, e.g. on this CPU,
-    it lowers to XLA's dequantise-then-dot. Eager calls and both vmap forms go through it."""
+    it lowers to XLA's dequantize-then-dot. Eager calls and both vmap forms go through it."""
     impl = functools.partial(entry_point, fmt="int4", block_size=32, out_dtype=jnp.float32)
     x, qvalue, scale = make("int4", 4, 128, 48, 32, jnp.float32)
     assert primitive_name in str(jax.make_jaxpr(impl)(x, qvalue, scale))

@@ -43,7 +43,7 @@ def random_layout(rng, fmt, k, n, block_size):
 
 
 class FakeQuant:
-    """Minimal object with the quantised-array protocol (no jaxcore.quant dependency)."""
+    """Minimal object with the quantized-array protocol (no jaxcore.quant dependency)."""
 
     def __init__(self, fmt, qvalue, scale, block_size, axis=0):
         self.fmt, self.qvalue, self._scale, self.block_size, self.axis = (
@@ -129,7 +129,7 @@ def test_dequantize_matches_numpy(fmt):
             np.zeros((4, 4), np.int8),
             np.ones((1, 4), np.float32),
             4,
-            "unknown quantisation format",
+            "unknown quantization format",
         ),
         ("int8", np.zeros((4, 4, 1), np.int8), np.ones((1, 4), np.float32), 4, "must be 2-D"),
         ("int8", np.zeros((4, 4), np.uint8), np.ones((1, 4), np.float32), 4, "dtype int8"),
@@ -369,11 +369,11 @@ def test_compiled_reference_never_holds_the_dense_weight(isolated_registry):
 
     fused_hlo = jax.jit(fused).lower(x, qvalue, scale).compile().as_text()
     dense_hlo = jax.jit(dense).lower(x, qvalue, scale).compile().as_text()
-    # The scan works: the materialising program does hold a (K, N) float buffer ...
+    # The scan works: the materializing program does hold a (K, N) float buffer ...
     assert _largest_float_buffer(dense_hlo) >= k * n
     # ... and the kernel's program never holds a float buffer of the weight's size.
     assert _largest_float_buffer(fused_hlo) < k * n
-    assert _largest_float_buffer(fused_hlo) <= 512 * n  # one dequantised step
+    assert _largest_float_buffer(fused_hlo) <= 512 * n  # one dequantized step
 
 
 # ----------------------------------------------------------------------------- registry and dispatch
@@ -397,7 +397,7 @@ def test_register_kernel_errors(isolated_registry):
 
 
 class RecordingKernel:
-    """A stand-in accelerator kernel: dense dequantise-then-matmul plus a marker offset."""
+    """A stand-in accelerator kernel: dense dequantize-then-matmul plus a marker offset."""
 
     def __init__(self, marker):
         self.marker = marker

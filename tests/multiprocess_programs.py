@@ -248,7 +248,7 @@ def quant(out: pathlib.Path) -> None:
 
     results, stored = {}, {}
     for fmt, quantize in _FORMATS.items():
-        # Quantising a weight that is already global and sharded along N: every block (a
+        # Quantizing a weight that is already global and sharded along N: every block (a
         # run of rows of one column) stays inside one shard, so codes and scales come out
         # sharded like the weight, with no communication.
         q = quantize(jax.device_put(w_np, along_n))
@@ -256,16 +256,16 @@ def quant(out: pathlib.Path) -> None:
         _check(
             q.qvalue.sharding.is_equivalent_to(along_n, 2)
             and q.scale.sharding.is_equivalent_to(along_n, 2),
-            f"{fmt} quantised along N: codes {q.qvalue.sharding}, scales {q.scale.sharding}",
+            f"{fmt} quantized along N: codes {q.qvalue.sharding}, scales {q.scale.sharding}",
         )
         stored[fmt] = (q.qvalue, q.scale)
         if fmt == "nf4":
             # Sharded along K in shards of 32 rows, NF4 blocks of 32 rows line up with the
-            # shards: each process quantises its own rows, scales sharded like them.
+            # shards: each process quantizes its own rows, scales sharded like them.
             q_k = quantize(jax.device_put(w_np, along_k))
             _check(
                 q_k.scale.sharding.is_equivalent_to(along_k, 2),
-                f"{fmt} quantised along K: scales sharded as {q_k.scale.sharding}",
+                f"{fmt} quantized along K: scales sharded as {q_k.scale.sharding}",
             )
             stored["nf4_k"] = (q_k.qvalue, q_k.scale)
         got = products(x, q)
@@ -285,7 +285,7 @@ def quant(out: pathlib.Path) -> None:
     results = _gather(results)
     for a, b in zip(("nf4_qvalue", "nf4_scale"), ("nf4_k_qvalue", "nf4_k_scale")):
         np.testing.assert_array_equal(
-            results[a], results[b], err_msg="NF4 quantised along N vs along K"
+            results[a], results[b], err_msg="NF4 quantized along N vs along K"
         )
     for fmt in _FORMATS:
         dense = results.pop(f"{fmt}_dense").astype(np.float64)
@@ -384,7 +384,7 @@ def tree(out: pathlib.Path) -> None:
 
 
 def _checkpoint_tree(mesh, *, abstract: bool):
-    """The sharded pytree the checkpoint tests save: plain, named and quantised leaves."""
+    """The sharded pytree the checkpoint tests save: plain, named and quantized leaves."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((16, 8)).astype(np.float32)
     q = ArrayInt8.quantize(jnp.asarray(rng.standard_normal((32, 8)).astype(np.float32)))

@@ -45,7 +45,7 @@ def test_relu_squared_quick_gelu_glu_one_hot():
 
 
 def test_softmax_family_along_named_axes():
-    x = _x((E, B))  # the normalised axis first
+    x = _x((E, B))  # the normalized axis first
     _close(hax.nn.softmax(x, E).array, jax.nn.softmax(x.array, axis=0))
     _close(hax.nn.log_softmax(x, "E").array, jax.nn.log_softmax(x.array, axis=0))
     lse = hax.nn.logsumexp(x, E)
@@ -148,7 +148,7 @@ def test_embedding_norms_dropout_mlp():
     rms = hax.nn.RMSNorm.init(E)
     assert rms.bias is None
     _close(rms(x).array, x.array / jnp.sqrt((x.array**2).mean(-1, keepdims=True) + 1e-6), 1e-4)
-    with pytest.raises(ValueError, match="lacks the normalised axis Axis\\('D', 4\\)"):
+    with pytest.raises(ValueError, match="lacks the normalized axis Axis\\('D', 4\\)"):
         hax.nn.LayerNorm.init(D)(x)
 
     drop = hax.nn.Dropout(0.25)

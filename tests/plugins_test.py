@@ -193,7 +193,7 @@ def test_module_version_mismatch(sandbox):
         caught[0].message
     )
     assert module in str(caught[0].message)
-    assert sys.modules[module].CALLS == []  # never initialised
+    assert sys.modules[module].CALLS == []  # never initialized
 
 
 @pytest.mark.parametrize(

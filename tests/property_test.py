@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis): quantisation bounds, eager == jit, tree and rearrange round trips.
+"""Property-based tests (hypothesis): quantization bounds, eager == jit, tree and rearrange round trips.
 
 Profiles (chosen with the environment variable ``JAXCORE_HYPOTHESIS_PROFILE``):
   quick (default): derandomized (a fixed seed, the same examples every run), few examples per
@@ -9,16 +9,16 @@ Profiles (chosen with the environment variable ``JAXCORE_HYPOTHESIS_PROFILE``):
 Settings are applied per test (never `settings.load_profile`), so other test modules in the
 same pytest process keep their own.
 
-Quantisation bound, per finite block (all in float64 against the input as float32):
-  int8 / int4: |dequantised - w| <= (absmax / qmax) / 2 (qmax 127 / 7);
-  NF4: |dequantised - w| <= absmax * half the gap between the two NF4 codes around w / absmax;
+Quantization bound, per finite block (all in float64 against the input as float32):
+  int8 / int4: |dequantized - w| <= (absmax / qmax) / 2 (qmax 127 / 7);
+  NF4: |dequantized - w| <= absmax * half the gap between the two NF4 codes around w / absmax;
   NF4 double-quant: plus the error of the int8-coded absmax, (group max |absmax - offset|) / 127 / 2;
 plus a few float32 ulps of absmax, the rounding into the weight's dtype, and float32
 underflow: the scales are float32 and XLA:CPU flushes subnormals to zero, so a block whose
 scale (absmax / qmax; NF4: absmax) is below float32's smallest normal may come back as zeros.
 Non-finite blocks follow tests/quant_numerics_test.py: a block holding a NaN is all NaN; a
 block holding an infinity (and no NaN) keeps each infinity with its sign and is NaN elsewhere;
-with double quantisation every block of a group (256 scales) holding a non-finite block is NaN.
+with double quantization every block of a group (256 scales) holding a non-finite block is NaN.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _examples(quick: int) -> settings:
     return settings(parent, max_examples=quick if _PROFILE == "quick" else 20 * quick)
 
 
-# ----------------------------------------------------------------------------- quantisation
+# ----------------------------------------------------------------------------- quantization
 
 NF4 = np.asarray(kernels.NF4_CODE, np.float32).astype(np.float64)
 F32 = np.finfo(np.float32)
@@ -78,7 +78,7 @@ DTYPES = {
     "float32": np.dtype(np.float32),
     "bfloat16": np.dtype(jnp.bfloat16),
     "float16": np.dtype(np.float16),
-    "float64": np.dtype(np.float64),  # quantised through float32 (values within its range)
+    "float64": np.dtype(np.float64),  # quantized through float32 (values within its range)
 }
 FORMATS = ("int8", "int4", "nf4", "nf4-double")
 QMAX = {"int8": 127, "int4": 7}
@@ -285,7 +285,7 @@ def test_fake_quantize_is_materialize_of_quantize_in_eager_and_jit(case):
     want = _quantizer(fmt, block_size, axis)(w).materialize()
     _assert_same(eager, want)
     _assert_same(jax.jit(lambda w: fake_quantize(w, name, **options))(w), want)
-    # Straight-through gradient: the identity, whatever the quantiser did.
+    # Straight-through gradient: the identity, whatever the quantizer did.
     if w.size and w.dtype == jnp.float32:
         grad = jax.grad(lambda w: (fake_quantize(w, name, **options) * 2.0).sum())(w)
         np.testing.assert_array_equal(np.asarray(grad), np.full(w.shape, 2.0, np.float32))

@@ -1,8 +1,8 @@
-"""Quantisation-aware training: `ste` around a function that returns a quantised array.
+"""Quantization-aware training: `ste` around a function that returns a quantized array.
 
 The reference everywhere is the dense straight-through estimator written out by hand,
 ``x @ (w + stop_gradient(dequantize(quantize(w)) - w))``, evaluated with ordinary JAX
-on the materialised weight; the code under test never materialises it.
+on the materialized weight; the code under test never materializes it.
 """
 
 import re
@@ -50,7 +50,7 @@ def _operands(seed=0):
 
 
 def _dense_straight_through(quantize, w):
-    """The textbook straight-through weight: the dequantised value, w's gradient."""
+    """The textbook straight-through weight: the dequantized value, w's gradient."""
     return w + jax.lax.stop_gradient(quantize(w).materialize() - w)
 
 
@@ -105,15 +105,15 @@ def _sub_jaxprs(eqn):
                 yield inner
 
 
-def _dequantised(jaxpr, tainted, top=True):
-    """Float (K, N) or (N, K) values computed from quantised codes, in ``jaxpr`` and below.
+def _dequantized(jaxpr, tainted, top=True):
+    """Float (K, N) or (N, K) values computed from quantized codes, in ``jaxpr`` and below.
 
     A value is tainted when it is an integer array made at the top level (the codes a
-    quantiser returns; its own integer intermediates do not count) or is computed from
+    quantizer returns; its own integer intermediates do not count) or is computed from
     one; taint follows operands into nested jaxprs (jit, custom_jvp...). Primitives
-    without a nested jaxpr, such as the quantised-matmul kernel, are opaque: what a
+    without a nested jaxpr, such as the quantized-matmul kernel, are opaque: what a
     kernel does inside is its own business, what counts is that nothing around it
-    dequantises the weight.
+    dequantizes the weight.
     """
     found = []
     for eqn in jaxpr.eqns:
@@ -125,7 +125,7 @@ def _dequantised(jaxpr, tainted, top=True):
                 inner = {v for v, t in zip(sub.invars, hit) if t}
             else:  # operands do not map one to one: taint conservatively
                 inner = set(sub.invars) if any(hit) else set()
-            inner_found, inner_out = _dequantised(sub, inner, top=False)
+            inner_found, inner_out = _dequantized(sub, inner, top=False)
             found += inner_found
             if len(inner_out) == len(eqn.outvars):
                 out_tainted = [a or b for a, b in zip(out_tainted, inner_out)]
@@ -155,15 +155,15 @@ def test_forward_pass_runs_the_kernel_and_forms_no_dense_weight(fmt):
     assert "quantized_matmul" in {eqn.primitive.name for eqn in jaxpr.eqns} | {
         eqn.primitive.name for e in jaxpr.eqns for sub in _sub_jaxprs(e) for eqn in sub.eqns
     }
-    assert _dequantised(jaxpr, set())[0] == [], "the forward pass dequantised the weight"
-    # The check has teeth: ste of the materialised weight dequantises it.
+    assert _dequantized(jaxpr, set())[0] == [], "the forward pass dequantized the weight"
+    # The check has teeth: ste of the materialized weight dequantizes it.
     through_dense = ste(lambda v: quantize(v).materialize())
     dense_jaxpr = jax.make_jaxpr(lambda w, x: uses(x, through_dense(w)))(w, x).jaxpr
-    assert _dequantised(dense_jaxpr, set())[0] != []
+    assert _dequantized(dense_jaxpr, set())[0] != []
     wq = quantize(w).materialize()
     np.testing.assert_allclose(forward(w, x), uses(x, wq), rtol=1e-5, atol=1e-4)
-    # In the compiled program too, ste adds no (K, N) array to what the quantised array
-    # alone costs (the kernel's own work included: the portable reference dequantises
+    # In the compiled program too, ste adds no (K, N) array to what the quantized array
+    # alone costs (the kernel's own work included: the portable reference dequantizes
     # slab by slab, and XLA may give a slab the whole weight's shape).
     plain = lambda w, x: implicit(uses)(x, quantize(w))
     assert _weight_shaped_in_hlo(forward, w, x) == _weight_shaped_in_hlo(plain, w, x)
@@ -223,7 +223,7 @@ def test_forward_mode_and_the_seed_example():
     def quantize_nf4(weights, block_size=64):
         return ArrayNF4.quantize(weights, block_size)
 
-    quantized = quantize_nf4(w)  # forward: the quantised weight, as it is
+    quantized = quantize_nf4(w)  # forward: the quantized weight, as it is
     assert isinstance(quantized.value, ArrayNF4)
     np.testing.assert_array_equal(quantized.materialize(), ArrayNF4.quantize(w, 64).materialize())
     tangent = jnp.ones_like(w)

@@ -1,4 +1,4 @@
-"""eformer's quantisation API on jaxcore.quant: tuple axes, eformer's field names,
+"""eformer's quantization API on jaxcore.quant: tuple axes, eformer's field names,
 the ternary `Array1B` format and `nf4xf32_to_f32`, checked against NumPy references."""
 
 import warnings
@@ -107,7 +107,7 @@ def test_nf4_packed_and_absmax_aliases():
     ref_absmax = np.abs(w.reshape(4, 16, 24)).max(axis=1)
     np.testing.assert_allclose(np.asarray(q.absmax), ref_absmax, rtol=0, atol=0)
     np.testing.assert_array_equal(np.asarray(q.dequantize()), np.asarray(q.materialize()))
-    # Decoding the aliases by hand (low nibble = even row) gives the dequantised matrix.
+    # Decoding the aliases by hand (low nibble = even row) gives the dequantized matrix.
     packed = np.asarray(q.packed)
     codes = np.empty((64, 24), np.int64)
     codes[0::2], codes[1::2] = packed & 0xF, packed >> 4
@@ -115,7 +115,7 @@ def test_nf4_packed_and_absmax_aliases():
     np.testing.assert_allclose(manual, np.asarray(q.materialize()), rtol=0, atol=1e-7)
 
 
-def test_nf4_absmax_is_the_float_absmax_with_double_quantisation():
+def test_nf4_absmax_is_the_float_absmax_with_double_quantization():
     w = _weight((512, 8))
     q = ArrayNF4.quantize(w, block_size=16, double_quant=True)
     assert q.scale.dtype == jnp.int8  # the stored codes
@@ -175,7 +175,7 @@ def test_array1b_matmul_through_implicit_and_jit():
     w = Array1B.quantize(t, dtype=jnp.float32)
     x = np.random.default_rng(2).standard_normal((3, 16)).astype(np.float32)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # materialising is Array1B's only path: no warning
+        warnings.simplefilter("error")  # materializing is Array1B's only path: no warning
         out = jax.jit(implicit(lambda x, w: x @ w))(x, w)
     np.testing.assert_allclose(np.asarray(out), x @ t.astype(np.float32), rtol=1e-5, atol=1e-5)
     traced = jax.jit(lambda v: Array1B.quantize(v).materialize())(t.astype(np.float32) * 1.2)

@@ -33,7 +33,7 @@ def _eager_and_jit(name, w):
     return eager, jitted
 
 
-# Shapes where XLA:CPU's vectorised max reduction dropped the NaN (the wide ones), and narrow.
+# Shapes where XLA:CPU's vectorized max reduction dropped the NaN (the wide ones), and narrow.
 @pytest.mark.parametrize("shape", [(256, 16), (64, 256), (128, 3)])
 @pytest.mark.parametrize("name", sorted(QUANTIZERS))
 def test_nan_poisons_its_block_identically_in_eager_and_jit(name, shape):
@@ -118,7 +118,7 @@ def test_check_finite_raises_eagerly_and_explains_itself_under_jit(name):
 @pytest.mark.parametrize("peak", [9e37, 1e38, 2e38, F32_MAX])
 @pytest.mark.parametrize("k", [64, 128])
 def test_huge_weights_quantize_like_scaled_down_ones(name, peak, k):
-    """Quantisation commutes with scaling by a power of two: huge weights lose nothing.
+    """Quantization commutes with scaling by a power of two: huge weights lose nothing.
 
     K=64 is one block per column: XLA then divided by the broadcast absmax through its
     reciprocal, which is subnormal above ~8.5e37 and flushed to zero.
@@ -149,7 +149,7 @@ def test_float64_beyond_float32_range_is_a_clear_error(name):
     w[2, 3] = 1e300
     with pytest.raises(ValueError, match=r"beyond float32's range .* first at index \(2, 3\)"):
         QUANTIZERS[name](w)
-    w[2, 3] = F32_MAX  # the largest float32 still quantises
+    w[2, 3] = F32_MAX  # the largest float32 still quantizes
     assert np.isfinite(np.asarray(QUANTIZERS[name](w).materialize())).all()
 
 

@@ -1,4 +1,4 @@
-"""eformer's ``with_mesh_and_axis`` / ``with_sharding`` on jaxcore's quantised arrays, on
+"""eformer's ``with_mesh_and_axis`` / ``with_sharding`` on jaxcore's quantized arrays, on
 8 (fake CPU) devices: the stored codes and scales are split like the logical weight."""
 
 import jax
@@ -73,7 +73,7 @@ def test_with_sharding_under_jit_constrains_and_partition_spec_uses_the_mesh_in_
     reason="known limitation: jaxcore.kernels' NF4 decoder indexes the packed codes, which "
     "JAX rejects for codes row-sharded over Explicit mesh axes; Auto meshes (eformer's) work",
 )
-def test_explicit_mesh_materialises_under_set_mesh():
+def test_explicit_mesh_materializes_under_set_mesh():
     mesh = _mesh(jax.sharding.AxisType.Explicit)
     q = ArrayNF4.quantize(_weight((64, 32)), block_size=16)
     placed = q.with_mesh_and_axis((mesh, ("tp", None)))

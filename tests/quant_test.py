@@ -1,4 +1,4 @@
-"""Tests for jaxcore.quant: quantisers vs NumPy, matmuls under implicit, transforms, memory, QAT."""
+"""Tests for jaxcore.quant: quantizers vs NumPy, matmuls under implicit, transforms, memory, QAT."""
 
 import re
 import warnings
@@ -50,13 +50,13 @@ def reference_kernel_only(monkeypatch):
 
 @pytest.fixture
 def no_materialize():
-    """Turns a fallback materialisation of a quantised array into a test failure."""
+    """Turns a fallback materialization of a quantized array into a test failure."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", MaterializationWarning)
         yield
 
 
-# ----------------------------------------------------------------------------- quantisers
+# ----------------------------------------------------------------------------- quantizers
 
 
 @pytest.mark.parametrize("bs", [None, 32])
@@ -110,9 +110,9 @@ def test_nf4_nearest_code_and_spacing_bound():
     absmax = np_block_absmax(w, 64)
     np.testing.assert_allclose(q.block_scales(), absmax, rtol=1e-7)
     idx = np_unpack(np.asarray(q.qvalue))
-    normalised = w / np.repeat(absmax, 64, axis=0)
-    # Each index is a nearest code (up to float32 rounding of the normalised value).
-    dist = np.abs(normalised[..., None] - NF4[None, None, :])
+    normalized = w / np.repeat(absmax, 64, axis=0)
+    # Each index is a nearest code (up to float32 rounding of the normalized value).
+    dist = np.abs(normalized[..., None] - NF4[None, None, :])
     assert np.all(
         dist[np.arange(256)[:, None], np.arange(32)[None, :], idx] <= dist.min(axis=-1) + 1e-6
     )
@@ -165,7 +165,7 @@ def test_storage_bytes_per_weight():
 
 def test_bfloat16_weights_and_zero_blocks():
     w = weight(128, 8).astype(jnp.bfloat16)
-    w = jnp.asarray(w).at[:64, 0].set(0)  # an all-zero block quantises to exact zeros
+    w = jnp.asarray(w).at[:64, 0].set(0)  # an all-zero block quantizes to exact zeros
     for cls in (ArrayInt8, ArrayInt4, ArrayNF4):
         q = cls.quantize(w, block_size=64)
         dense = q.materialize()
@@ -273,7 +273,7 @@ def test_non_finite_input_inside_jit_poisons_its_block():
 # ----------------------------------------------------------------------------- matmuls
 
 
-QUANTISERS = {
+QUANTIZERS = {
     "int8": lambda w: ArrayInt8.quantize(w),
     "int8_block": lambda w: ArrayInt8.quantize(w, block_size=64),
     "int8_axis1": lambda w: ArrayInt8.quantize(w, axis=1, block_size=8),
@@ -286,9 +286,9 @@ QUANTISERS = {
 # Per-channel int8 and plain NF4 run the same contraction code as these; they are covered by
 # the transform, kernel-call and bfloat16 tests below.
 @pytest.mark.parametrize("name", ["int8_block", "int8_axis1", "int4", "nf4_dq"])
-def test_contractions_under_implicit_match_materialised(name, no_materialize):
+def test_contractions_under_implicit_match_materialized(name, no_materialize):
     rng = np.random.default_rng(4)
-    q = QUANTISERS[name](weight(128, 48, seed=5))
+    q = QUANTIZERS[name](weight(128, 48, seed=5))
     w = np.asarray(q.materialize(), np.float64)
     x = rng.standard_normal((2, 3, 128)).astype(np.float32)
     y = rng.standard_normal((48, 5)).astype(np.float32)
@@ -368,9 +368,9 @@ def test_bfloat16_activations_keep_their_dtype(no_materialize):
 
 
 @pytest.mark.parametrize("name", ["int8", "int4", "nf4_dq"])
-def test_jit_grad_vmap_match_materialised(name, no_materialize):
+def test_jit_grad_vmap_match_materialized(name, no_materialize):
     rng = np.random.default_rng(9)
-    q = QUANTISERS[name](weight(128, 16, seed=10))
+    q = QUANTIZERS[name](weight(128, 16, seed=10))
     w = jnp.asarray(q.materialize())
     x = jnp.asarray(rng.standard_normal((4, 128)), jnp.float32)
 
@@ -391,7 +391,7 @@ def test_jit_grad_vmap_match_materialised(name, no_materialize):
         batched, jnp.einsum("bmk,kn->bmn", xs, w, precision="highest"), rtol=1e-5, atol=1e-4
     )
     # Gradients with respect to the stored float scales (e.g. learned scales) flow too,
-    # and match autodiff of the materialised weight.
+    # and match autodiff of the materialized weight.
     gq = jax.jit(jax.grad(implicit(loss), argnums=1, allow_int=True))(x, q)
     eq = jax.jit(
         jax.grad(
@@ -429,9 +429,9 @@ def _scale_tangent(q, seed):
 
 
 @pytest.mark.parametrize("name", ["int8", "int8_axis1", "int4", "nf4_dq"])
-def test_forward_mode_and_second_order_match_materialised(name, no_materialize):
+def test_forward_mode_and_second_order_match_materialized(name, no_materialize):
     rng = np.random.default_rng(12)
-    q = QUANTISERS[name](weight(128, 16, seed=13))
+    q = QUANTIZERS[name](weight(128, 16, seed=13))
     w = jnp.asarray(q.materialize())
     # Small activations keep tanh off saturation, where float32's 1 - tanh^2 has few
     # correct digits and any two summation orders disagree.
@@ -455,7 +455,7 @@ def test_forward_mode_and_second_order_match_materialised(name, no_materialize):
         tangent_t, jnp.dot(w, y * 0.5, precision="highest"), rtol=1e-4, atol=1e-4
     )
 
-    # jvp in the stored scales (learned scales), against the materialised weight's jvp.
+    # jvp in the stored scales (learned scales), against the materialized weight's jvp.
     tq = _scale_tangent(q, seed=14)
     _, tangent_q = jax.jvp(lambda q: implicit(model)(x, q), (q,), (tq,))
     _, dense_tangent_q = jax.jvp(lambda q: dense(x, q.materialize()), (q,), (tq,))
@@ -477,7 +477,7 @@ def test_forward_mode_and_second_order_match_materialised(name, no_materialize):
     np.testing.assert_allclose(hvp, dense_hvp, rtol=1e-3, atol=1e-4)
 
 
-def test_vmap_over_stacked_quantised_weights(no_materialize):
+def test_vmap_over_stacked_quantized_weights(no_materialize):
     ws = [weight(64, 8, seed=s) for s in range(3)]
     qs = [ArrayNF4.quantize(w, block_size=32) for w in ws]
     stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *qs)
@@ -505,7 +505,7 @@ def test_jitted_nf4_matmul_holds_no_dense_weight(no_materialize):
     x = jnp.ones((4, k), jnp.float32)
     fused = jax.jit(implicit(lambda x, q: x @ q)).lower(x, q).compile().as_text()
     dense = jax.jit(lambda x, q: x @ q.materialize()).lower(x, q).compile().as_text()
-    assert largest_float_buffer(dense) >= k * n  # the scan finds a materialised weight ...
+    assert largest_float_buffer(dense) >= k * n  # the scan finds a materialized weight ...
     assert largest_float_buffer(fused) < k * n  # ... and the kernel's program has none
     # The backward pass (gradient with respect to x) works slab by slab as well.
     backward = (
@@ -543,38 +543,38 @@ def test_fake_quantize_straight_through_training(fmt, options):
 
     loss_and_grad = jax.jit(jax.value_and_grad(loss))
     first_loss, grad = loss_and_grad(master)
-    # Straight through: the gradient is the dense one, evaluated at the quantised weight.
+    # Straight through: the gradient is the dense one, evaluated at the quantized weight.
     wq = cls.quantize(master, **options).materialize()
     expected = 2 * x.T @ (x @ wq - target) / target.size
     np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
 
-    # A few steps of gradient descent on the master weights reduce the quantised loss.
+    # A few steps of gradient descent on the master weights reduce the quantized loss.
     for _ in range(5):
         master = master - 0.05 * loss_and_grad(master)[1]
     assert loss_and_grad(master)[0] < 0.8 * first_loss
 
 
-def test_ste_of_quantised_array_output_passes_the_gradient_straight_through():
+def test_ste_of_quantized_array_output_passes_the_gradient_straight_through():
     w = weight(64, 8)
     x = np.ones((2, 64), np.float32)
     expected = np.repeat(x.sum(axis=0)[:, None], 8, axis=1)
-    # ste of the quantised array itself: the forward pass keeps the quantised weight
+    # ste of the quantized array itself: the forward pass keeps the quantized weight
     # (tests/qat_test.py covers every format and use), the gradient reaches w.
-    quantise = ste(lambda w: ArrayNF4.quantize(w))
-    g = jax.grad(implicit(lambda w: jnp.sum(x @ quantise(w))))(w)
+    quantize = ste(lambda w: ArrayNF4.quantize(w))
+    g = jax.grad(implicit(lambda w: jnp.sum(x @ quantize(w))))(w)
     np.testing.assert_allclose(g, expected, rtol=1e-6)
-    # ste of the materialised weight gives the same gradient, with a dense forward pass.
+    # ste of the materialized weight gives the same gradient, with a dense forward pass.
     through = ste(lambda w: ArrayNF4.quantize(w).materialize())
     g = jax.grad(lambda w: jnp.sum(x @ through(w)))(w)
     np.testing.assert_allclose(g, expected, rtol=1e-6)
 
 
-def test_cotangent_of_quantised_array_refuses_to_materialise():
+def test_cotangent_of_quantized_array_refuses_to_materialize():
     q = ArrayNF4.quantize(weight(64, 8))
     cotangent = jax.grad(lambda q: jnp.sum(q.materialize()), allow_int=True)(q)
     assert cotangent.qvalue.dtype == jax.dtypes.float0
     with pytest.raises(
-        TypeError, match=r"cannot materialise a cotangent of ArrayNF4 .*fake_quantize"
+        TypeError, match=r"cannot materialize a cotangent of ArrayNF4 .*fake_quantize"
     ):
         cotangent.materialize()
 
@@ -594,7 +594,7 @@ def test_stacked_weights_scan_experts_and_transposes(no_materialize):
     dense = np.stack([np.asarray(q.materialize(), np.float64) for q in layers])
     np.testing.assert_allclose(stacked.materialize(), dense, rtol=1e-6)
 
-    # A model that scans over its stacked quantised layers.
+    # A model that scans over its stacked quantized layers.
     def model(h, stacked):
         return jax.lax.scan(lambda h, q: (jnp.tanh(h @ q), None), h, stacked)[0]
 

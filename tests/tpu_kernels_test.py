@@ -1,7 +1,7 @@
 """jaxcore_tpu: the Pallas/Mosaic TPU quantized matmul, run on CPU with
 ``pltpu.InterpretParams`` (TPU interpret mode: VMEM scratch, grid order and DMA as on a TPU).
 
-Numbers are checked against an independent NumPy dequantise-then-matmul (float64) and
+Numbers are checked against an independent NumPy dequantize-then-matmul (float64) and
 against ``jaxcore.kernels.reference_quantized_matmul``. Tolerances follow from the compute
 dtype: the kernel decodes and scales tiles in float32, then feeds the MXU in the activation
 dtype, so with float32 activations (HIGHEST precision) only summation order differs
@@ -213,7 +213,7 @@ def tpu_only_accelerator():
 
 @pytest.mark.parametrize("flag", ["tpu", "1", ""])
 def test_platform_dependent_dispatch_on_cpu(monkeypatch, tpu_only_accelerator, flag):
-    """A double-quantised NF4 jaxcore.quant array through the registry: the reference on
+    """A double-quantized NF4 jaxcore.quant array through the registry: the reference on
     CPU, or a forced interpret-mode run of the TPU kernel; both equal x @ q.materialize()."""
     modes = []
     real = jaxcore_tpu.quantized_matmul

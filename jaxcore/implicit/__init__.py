@@ -3,20 +3,20 @@
 Quantized weights, low-rank factors or symbolic zeros subclass :class:`ImplicitArray`;
 handlers registered with :func:`register` say how primitives act on them; functions
 wrapped with :func:`implicit` (alias :func:`use_implicit`) dispatch to those handlers
-under ``jit``, ``grad``, ``vmap`` and control flow, materialising only as a fallback.
-:func:`ste` passes gradients straight through a function, quantisation included.
+under ``jit``, ``grad``, ``vmap`` and control flow, materializing only as a fallback.
+:func:`ste` passes gradients straight through a function, quantization included.
 
 The modules import each other in one direction; read them bottom-up:
 
-- ``_warnings``: the fallback-materialisation warning;
+- ``_warnings``: the fallback-materialization warning;
 - ``_base``: the array type (fields, pytree, shape/dtype discovery);
 - ``_dispatch``: the handler registry and its resolution by operand types;
 - ``_trace``: the interpreter that routes primitives to handlers;
-- ``_materialize`` (materialising through the interpreter), ``_plan`` (cached
+- ``_materialize`` (materializing through the interpreter), ``_plan`` (cached
   traces), ``_rules`` (handlers for jit, cond, while, scan, checkpoint), ``_ste``
   (straight-through estimation) and ``_tree`` (tree utilities);
 - this file, which assembles the package: it installs the interpreter-aware
-  materialiser in ``_base`` (used by the default fallback handler and by shape
+  materializer in ``_base`` (used by the default fallback handler and by shape
   discovery) and registers the control-flow rules.
 """
 

@@ -12,7 +12,7 @@ not re-trace).
 This is the bottom layer of the package: it imports no other ``jaxcore.implicit``
 module. Turning an implicit array with implicit children into a dense one needs the
 interpreter (``materialize`` applies primitives to those children), which sits above;
-the package installs that materialiser here when it is assembled (see
+the package installs that materializer here when it is assembled (see
 :func:`install_materializer`), and until then :func:`materialize_full` just calls
 ``materialize`` repeatedly.
 """
@@ -202,7 +202,7 @@ def install_materializer(fn: tp.Callable[[tp.Any], tp.Any]) -> None:
 
 
 def materialize_full(x: tp.Any) -> tp.Any:
-    """Materialises ``x`` until it is dense (other values are returned unchanged)."""
+    """Materializes ``x`` until it is dense (other values are returned unchanged)."""
     if type(x) not in IMPLICIT_TYPES:
         return x
     return _materializer(x)
@@ -315,14 +315,14 @@ def adopt_aval(obj: ImplicitArray, shape: tp.Sequence[int], dtype: tp.Any) -> No
 
 @dataclasses.dataclass
 class ImplicitArray(abc.ABC):
-    """Base class for array stand-ins that flow through JAX without materialising.
+    """Base class for array stand-ins that flow through JAX without materializing.
 
     Subclasses are dataclasses. Plain fields are pytree children (arrays); fields
     declared with :func:`aux_field` are static metadata. A subclass implements
     :meth:`materialize`, and registers primitive handlers with
     :func:`jaxcore.implicit.register`; functions wrapped with
     :func:`jaxcore.implicit.implicit` then route primitives on the array to those
-    handlers, and materialise (with one warning per primitive and type) otherwise.
+    handlers, and materialize (with one warning per primitive and type) otherwise.
 
     ``shape`` and ``dtype`` are optional keyword arguments. When omitted they come from
     :meth:`compute_shape`/:meth:`compute_dtype`, or else from ``jax.eval_shape`` of
@@ -334,7 +334,7 @@ class ImplicitArray(abc.ABC):
     immutable: the discovered shape/dtype is cached per instance.
 
     Class keyword arguments:
-        warn_on_materialize: ``False`` silences the fallback-materialisation warning for
+        warn_on_materialize: ``False`` silences the fallback-materialization warning for
             this class (``class Zeros(ImplicitArray, warn_on_materialize=False)``).
 
     Class attributes:
@@ -379,7 +379,7 @@ class ImplicitArray(abc.ABC):
         """Returns the dense array this object stands for."""
 
     def compute_shape(self) -> tuple[int, ...] | None:
-        """Returns the logical shape without materialising, or ``None`` to discover it.
+        """Returns the logical shape without materializing, or ``None`` to discover it.
 
         Override when the shape follows cheaply from the children (it is then correct
         under ``vmap`` too). Defaults to the class attribute ``default_shape``.
@@ -392,32 +392,32 @@ class ImplicitArray(abc.ABC):
 
     @property
     def aval(self) -> jax.core.ShapedArray:
-        """The abstract value (shape and dtype) of the materialised array."""
+        """The abstract value (shape and dtype) of the materialized array."""
         return _resolve_aval(self)
 
     @property
     def ndim(self) -> int:
-        """Number of dimensions of the materialised array."""
+        """Number of dimensions of the materialized array."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
-        """Number of elements of the materialised array."""
+        """Number of elements of the materialized array."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @classmethod
     def default_handler(cls, primitive: tp.Any, *args: tp.Any, params: dict | None = None):
-        """Handles ``primitive`` when no registered handler matches: materialise and bind.
+        """Handles ``primitive`` when no registered handler matches: materialize and bind.
 
         Override in a subclass to change the fallback for that class.
 
         Args:
             primitive: The JAX primitive being applied.
-            *args: Its operands; implicit arrays among them are materialised.
+            *args: Its operands; implicit arrays among them are materialized.
             params: The primitive's parameters.
 
         Returns:
-            The primitive's result on the materialised operands.
+            The primitive's result on the materialized operands.
         """
         return primitive.bind(*[materialize_full(a) for a in args], **(params or {}))
 

@@ -1,9 +1,9 @@
-"""Materialisation: turning implicit arrays into dense ones, and the fallback handlers.
+"""Materialization: turning implicit arrays into dense ones, and the fallback handlers.
 
 Sits above the interpreter (:mod:`._trace`): an implicit array whose children are
-implicit arrays materialises by running its ``materialize`` with those children
+implicit arrays materializes by running its ``materialize`` with those children
 wrapped, so the primitives it applies to them dispatch. The package installs
-:func:`materialize_full` as :mod:`._base`'s materialiser when it is assembled.
+:func:`materialize_full` as :mod:`._base`'s materializer when it is assembled.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ def materialize_one_layer(x: _base.ImplicitArray) -> tp.Any:
 
 
 def materialize_nested(implicit_arr: tp.Any, full: bool = False) -> tp.Any:
-    """Materialises an implicit array one layer, or (``full=True``) until it is dense.
+    """Materializes an implicit array one layer, or (``full=True``) until it is dense.
 
     Args:
         implicit_arr: An implicit array (other values are returned unchanged).
-        full: If ``True``, keep materialising while the result is still implicit.
+        full: If ``True``, keep materializing while the result is still implicit.
 
     Returns:
-        The materialised value.
+        The materialized value.
     """
     while _base.is_implicit(implicit_arr):
         implicit_arr = materialize_one_layer(implicit_arr)
@@ -46,12 +46,12 @@ def materialize_nested(implicit_arr: tp.Any, full: bool = False) -> tp.Any:
 
 
 def materialize_full(x: tp.Any) -> tp.Any:
-    """Materialises ``x`` until it is dense; the materialiser the package installs in ``_base``."""
+    """Materializes ``x`` until it is dense; the materializer the package installs in ``_base``."""
     return materialize_nested(x, full=True)
 
 
 def materialize_all(values: tp.Sequence[tp.Any]) -> list[tp.Any]:
-    """Fully materialises every implicit array in a flat sequence of operands."""
+    """Fully materializes every implicit array in a flat sequence of operands."""
     return [materialize_nested(v, full=True) if _base.is_implicit(v) else v for v in values]
 
 
@@ -72,7 +72,7 @@ def default_handler(primitive: tp.Any, *args: tp.Any, **params: tp.Any) -> tp.An
 
 
 def materialize_handler(primitive: tp.Any, *vals: tp.Any, params: dict[str, tp.Any]) -> tp.Any:
-    """Fallback handler: materialises every implicit operand, then applies ``primitive``.
+    """Fallback handler: materializes every implicit operand, then applies ``primitive``.
 
     Args:
         primitive: The JAX primitive being applied.

@@ -1,13 +1,13 @@
 """Rules for higher-order primitives (jit, cond, while, scan, checkpoint) on implicit arrays.
 
-Without a rule, such a primitive would materialise its implicit operands (correct: its
+Without a rule, such a primitive would materialize its implicit operands (correct: its
 jaxpr was traced against their dense abstract values). These rules instead re-run the
 inner jaxpr under the implicit interpreter, through the public ``jax.jit``,
 ``jax.lax.switch``, ``jax.lax.while_loop``, ``jax.lax.scan`` and ``jax.checkpoint``,
 so implicit operands stay implicit inside and handlers keep applying. Where JAX
 requires equal types (branch outputs, loop carries), an output that is implicit in one
-place and different in another is materialised, and only that output. ``scan`` inputs
-that are scanned over (``xs``) and stacked outputs (``ys``) are always materialised:
+place and different in another is materialized, and only that output. ``scan`` inputs
+that are scanned over (``xs``) and stacked outputs (``ys``) are always materialized:
 slicing an implicit array's children along axis 0 need not slice the array it stands for.
 
 The package registers the rules (:func:`install`) with a very low precedence; they
@@ -53,9 +53,9 @@ def _apply_mask(values: tp.Sequence[tp.Any], mask: tp.Sequence[bool]) -> list[tp
 def _stable_carry_mask(
     step: tp.Callable[..., list], init: tp.Sequence[tp.Any], extra: tp.Sequence[tp.Any] = ()
 ) -> list[bool]:
-    """Finds which loop carries must be materialised for ``step`` to preserve carry types.
+    """Finds which loop carries must be materialized for ``step`` to preserve carry types.
 
-    Starts from "materialise none" and materialises every carry whose output type
+    Starts from "materialize none" and materializes every carry whose output type
     differs from its input type, until nothing changes (at most ``len(init)`` rounds).
     """
     mask = [False] * len(init)

@@ -1,12 +1,12 @@
-"""The straight-through estimator, for quantisation-aware training.
+"""The straight-through estimator, for quantization-aware training.
 
-``ste(f)(w)`` runs ``f`` (say, quantisation) in the forward pass and treats it as the
+``ste(f)(w)`` runs ``f`` (say, quantization) in the forward pass and treats it as the
 identity in the backward pass, so gradients reach the float "master" weight ``w``.
 
 When ``f`` returns a dense array, the result is that array with ``w``'s tangent (a
-``custom_jvp``). When it returns an implicit array (a quantised weight), the result is a
+``custom_jvp``). When it returns an implicit array (a quantized weight), the result is a
 :class:`StraightThrough`: an implicit array holding ``f``'s result (``value``, used by
-the forward pass exactly as it is, so ``x @ q`` keeps running the quantised kernel)
+the forward pass exactly as it is, so ``x @ q`` keeps running the quantized kernel)
 and ``w`` (``master``, which only carries the gradient). Every primitive applied to
 it is evaluated on ``value`` by ``value``'s own handler, and differentiated as the
 same primitive applied to the dense array ``value`` stands for, with ``master``'s
@@ -30,8 +30,8 @@ from jaxcore.implicit import _base, _dispatch, _trace
 
 # Primitives linear in each operand when the others are held fixed. Their derivative
 # is a sum of one application per operand with that operand replaced by its tangent,
-# so it never needs the dense array a wrapped value stands for: with a quantised
-# weight, ``x @ q``'s derivative in ``x`` runs the quantised kernel too.
+# so it never needs the dense array a wrapped value stands for: with a quantized
+# weight, ``x @ q``'s derivative in ``x`` runs the quantized kernel too.
 _MULTILINEAR = frozenset({lax.dot_general_p, lax.mul_p, lax.conv_general_dilated_p})
 
 
@@ -68,7 +68,7 @@ class StraightThrough(_base.ImplicitArray, warn_on_materialize=False):
     What :func:`ste` returns when the wrapped function returns an implicit array (e.g.
     ``ste(ArrayNF4.quantize)(w)``). Inside :func:`jaxcore.implicit.implicit`, every
     primitive applied to it is applied to ``value`` (so ``value``'s handlers run: a
-    quantised weight keeps its fused kernel), and its derivative is that of the same
+    quantized weight keeps its fused kernel), and its derivative is that of the same
     primitive applied to the dense array ``value`` stands for, with ``master``'s tangent
     as that array's tangent. ``master`` itself is never read, only its tangent; ``value``
     gets no gradient. Results that are implicit arrays are wrapped again (``q.T`` of a
@@ -159,7 +159,7 @@ def _apply(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) -> tp.Any
         _dispatch.resolve(primitive, tuple(type(v) for v in forward)) is not None
     )
     if not handled:
-        # No handler keeps the values implicit: materialise them, with the straight-through
+        # No handler keeps the values implicit: materialize them, with the straight-through
         # gradient, and let JAX differentiate the primitive as usual.
         _trace.warn_for(primitive, forward)
         dense = [a.materialize() if w else _base.materialize_full(a) for a, w in zip(args, wrapped)]
@@ -281,7 +281,7 @@ def _stop_arrays(tree: tp.Any) -> tp.Any:
 def ste(func: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
     """Makes ``func(x, *args, **kwargs)`` pass gradients straight through to ``x``.
 
-    The forward pass is ``func`` (quantise, round...); the backward pass treats it as
+    The forward pass is ``func`` (quantize, round...); the backward pass treats it as
     the identity in ``x`` and as constant in every other argument, which gets no
     gradient. ``func``'s output must have ``x``'s shape (its dtype may differ; the
     gradient is cast back to ``x``'s).
@@ -289,7 +289,7 @@ def ste(func: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
     ``func`` may return a dense array or an implicit array. An implicit result comes
     back as a :class:`StraightThrough` wrapping it: under
     :func:`jaxcore.implicit.implicit` the forward pass uses it as it is (``x @ q`` with
-    a quantised ``q`` runs the quantised kernel, never forming the dense weight) and the
+    a quantized ``q`` runs the quantized kernel, never forming the dense weight) and the
     gradient with respect to ``x`` is the straight-through one. Like any implicit
     array, it dispatches when passed into an ``implicit``-wrapped function (``@`` and
     ``.T`` on it do that for you).

@@ -6,7 +6,7 @@ that was current at the call (eager evaluation, an enclosing ``jit``, ``grad`` o
 ``vmap``...). Every primitive bound while the function runs reaches
 :meth:`_ImplicitTrace.process_primitive`: operands without implicit arrays go straight
 to the parent trace; otherwise the registered handler for the operand types runs (in
-the parent trace), or, when none matches, the implicit operands are materialised.
+the parent trace), or, when none matches, the implicit operands are materialized.
 Handler results that are implicit arrays are wrapped again, dense ones are returned
 as they are, so code after a handled op keeps running at full speed.
 
@@ -78,12 +78,12 @@ def _own_attribute_message(cls_name: str, name: str) -> str:
         f"'{name}' is an attribute of {cls_name}, but inside a function wrapped with "
         f"jaxcore.implicit.implicit the {cls_name} is a tracer that stands for the dense "
         "array (shape and dtype only): JAX operations on it run the registered handlers, "
-        "or materialise it when none matches."
+        "or materialize it when none matches."
     )
     if name == "materialize":
         return (
             f"{head} Use the tracer itself where you called .materialize() (x @ w, not "
-            "x @ w.materialize()); materialising happens where needed. To force the dense "
+            "x @ w.materialize()); materializing happens where needed. To force the dense "
             "array, call .materialize() outside the implicit function and pass the result in."
         )
     return (
@@ -219,7 +219,7 @@ def apply_primitive(primitive: tp.Any, values: list[tp.Any], params: dict) -> tp
     """Applies ``primitive`` to operands that include implicit arrays (current trace: parent).
 
     Runs the matching handler, or the fallback (``default_handler`` of the first
-    implicit operand's class, which materialises) with a one-time warning.
+    implicit operand's class, which materializes) with a one-time warning.
     """
     types_ = tuple([type(v) for v in values])
     handler = _dispatch._cache.get((primitive, types_), _dispatch.MISSING)
@@ -244,7 +244,7 @@ def eval_jaxpr(closed_jaxpr: jex_core.ClosedJaxpr, args: tp.Sequence[tp.Any]) ->
     The same result as ``use_implicit(jax.extend.core.jaxpr_as_fun(closed_jaxpr))``,
     without wrapping operands in tracers: equations without implicit operands are bound
     directly, the others go through :func:`apply_primitive` (equations that carry
-    functions, such as ``custom_jvp_call``, materialise, as the trace does).
+    functions, such as ``custom_jvp_call``, materialize, as the trace does).
     """
     jaxpr = closed_jaxpr.jaxpr
     env: dict[tp.Any, tp.Any] = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
@@ -324,7 +324,7 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
     Implicit arrays anywhere in the arguments (and in ``fn`` itself when it is a pytree,
     e.g. a ``jax.tree_util.Partial``) are intercepted at primitive level: every
     primitive applied to them runs the handler registered with
-    :func:`jaxcore.implicit.register` for the operand types, or materialises them when
+    :func:`jaxcore.implicit.register` for the operand types, or materializes them when
     none matches. Implicit arrays in the outputs are returned as implicit arrays.
     Composes with ``jit``, ``grad``, ``vmap`` and the control-flow primitives in either
     order.

@@ -1,4 +1,4 @@
-"""The warning issued when an implicit array falls back to materialisation.
+"""The warning issued when an implicit array falls back to materialization.
 
 It is issued once per (primitive, implicit type) per process. It can be switched off
 for the whole process with the environment variable
@@ -21,7 +21,7 @@ _FALSE_VALUES = frozenset({"0", "false", "no", "off"})
 
 
 class MaterializationWarning(UserWarning):
-    """An implicit array was materialised because no handler matched a primitive."""
+    """An implicit array was materialized because no handler matched a primitive."""
 
 
 _enabled: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -33,7 +33,7 @@ _lock = threading.Lock()
 
 @contextlib.contextmanager
 def materialization_warnings(enabled: bool) -> tp.Iterator[None]:
-    """Turns the fallback-materialisation warning on or off inside a ``with`` block.
+    """Turns the fallback-materialization warning on or off inside a ``with`` block.
 
     Args:
         enabled: Whether to warn inside the block.
@@ -77,7 +77,7 @@ def consultations() -> int:
 
 
 def warn_materialize(primitive: tp.Any, implicit_type: type) -> None:
-    """Warns (once per primitive and type) that ``implicit_type`` is being materialised."""
+    """Warns (once per primitive and type) that ``implicit_type`` is being materialized."""
     global _consultations
     _consultations += 1
     key = (str(primitive), implicit_type)
@@ -91,7 +91,7 @@ def warn_materialize(primitive: tp.Any, implicit_type: type) -> None:
         _warned.add(key)
     warnings.warn(
         f"No handler registered for primitive '{primitive}' with "
-        f"{implicit_type.__name__} operands; materialising the {implicit_type.__name__}. "
+        f"{implicit_type.__name__} operands; materializing the {implicit_type.__name__}. "
         f"Register one with jaxcore.implicit.register('{primitive}'), or silence this "
         f"with {ENV_VAR}=0 or jaxcore.implicit.materialization_warnings(False).",
         MaterializationWarning,

@@ -228,7 +228,7 @@ def load(path: str | os.PathLike, like, *, sharding=None):
 
     Args:
         path: The file.
-        like: A template with the same structure (e.g. the model as initialised, or
+        like: A template with the same structure (e.g. the model as initialized, or
             ``jax.eval_shape`` of it): its classes, static fields (a quantized array's
             format and block size), key paths, shapes and dtypes must match the file's.
         sharding: Where to put the arrays: ``None`` (the default device), one

@@ -6,7 +6,7 @@ is registered for ``"cpu"``), so one jitted program runs unchanged on cpu, cuda,
 tpu. Backend plugins register their fused kernels with `register_kernel` at import.
 
 `jaxcore.kernels.plugin_api` (imported on its own, by the plugins) holds the backend-neutral
-machinery the plugins build those kernels on: operand checks, tile overrides, dequantisation
+machinery the plugins build those kernels on: operand checks, tile overrides, dequantization
 helpers, the per-platform primitive and the registration boilerplate.
 """
 

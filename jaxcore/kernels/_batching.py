@@ -1,4 +1,4 @@
-"""The ``vmap`` rule shared by the quantised-matmul primitives.
+"""The ``vmap`` rule shared by the quantized-matmul primitives.
 
 Every such primitive takes ``(x2d, qvalue, scale)`` with ``x2d`` of shape (M, C) and
 returns (M, R): a batch of activations against shared weights folds into M (one

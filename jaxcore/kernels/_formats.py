@@ -1,4 +1,4 @@
-"""Storage formats of quantised weights and the arithmetic that decodes them.
+"""Storage formats of quantized weights and the arithmetic that decodes them.
 
 This module is the single source of truth for the packed layout that `jaxcore.quant`
 writes and every kernel (the portable reference and the plugin kernels) reads. For a
@@ -33,7 +33,7 @@ INT4_ZERO_POINT = 8
 def check_format(fmt: str) -> None:
     """Raises ValueError unless ``fmt`` names a known storage format."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown quantisation format {fmt!r}; expected one of {FORMATS}")
+        raise ValueError(f"unknown quantization format {fmt!r}; expected one of {FORMATS}")
 
 
 def rows_per_qvalue_row(fmt: str) -> int:
@@ -124,7 +124,7 @@ def decode_parts(fmt: str, qslab: jax.Array) -> tuple[jax.Array, ...]:
     For int8 this is ``(q,)``. For the 4-bit formats it is ``(even, odd)``: the unscaled
     values of logical rows 2i (low nibbles) and 2i + 1 (high nibbles), each shaped like
     ``qslab``. Kernels contract them with the even and odd columns of the activations,
-    which avoids interleaving the rows of every dequantised slab.
+    which avoids interleaving the rows of every dequantized slab.
 
     Args:
       fmt: storage format name.
@@ -163,12 +163,12 @@ def apply_block_scales(values: jax.Array, scale_rows: jax.Array, block_size: int
 
 
 def dequantize(fmt: str, qvalue: jax.Array, scale: jax.Array, block_size: int) -> jax.Array:
-    """Dequantises a whole stored weight to float32 (K, N) (the materialised form)."""
+    """Dequantizes a whole stored weight to float32 (K, N) (the materialized form)."""
     check_layout(fmt, qvalue, scale, block_size)
     return _dequantize_jit(fmt, qvalue, scale, block_size)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
 def _dequantize_jit(fmt, qvalue, scale, block_size):
-    # One compiled program per layout, so eager materialisation is one dispatch.
+    # One compiled program per layout, so eager materialization is one dispatch.
     return apply_block_scales(decode_unscaled(fmt, qvalue), scale, block_size)

@@ -1,4 +1,4 @@
-"""`quantized_matmul`: dense activations times a quantised weight, dispatched per platform.
+"""`quantized_matmul`: dense activations times a quantized weight, dispatched per platform.
 
 The registered implementations of kernel ``"quantized_matmul"`` become the branches of ONE
 `jax.lax.platform_dependent`, with the portable reference as the default, so a single
@@ -31,7 +31,7 @@ KERNEL_NAME = "quantized_matmul"
 
 
 class _Config(NamedTuple):
-    """Everything static about one quantised matmul; hashable, so it keys the jit cache.
+    """Everything static about one quantized matmul; hashable, so it keys the jit cache.
 
     It includes the registered implementations and the interpret-mode choice, so a kernel
     registered (or an env var changed) after a first call is used by the next call.
@@ -182,11 +182,11 @@ def _run(x2d, qvalue, scale, cfg: _Config, transposed: bool):
 
 
 def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int, tuple[int, int]]:
-    """Reads (fmt, block_size, qvalue, scale, axis, (K, N)) off a quantised array, checked."""
+    """Reads (fmt, block_size, qvalue, scale, axis, (K, N)) off a quantized array, checked."""
     missing = [a for a in ("fmt", "block_size", "qvalue", "block_scales") if not hasattr(q, a)]
     if missing:
         raise TypeError(
-            f"q must be a quantised array (jaxcore.quant.ArrayInt8/ArrayInt4/ArrayNF4 or one with "
+            f"q must be a quantized array (jaxcore.quant.ArrayInt8/ArrayInt4/ArrayNF4 or one with "
             f"fmt, block_size, qvalue and block_scales()); {type(q).__name__} lacks {missing}"
         )
     fmt, block_size, qvalue = q.fmt, q.block_size, q.qvalue
@@ -250,7 +250,7 @@ def _apply(x, q, preferred_element_type, transposed: bool):
 
 
 def quantized_matmul(x: jax.Array, q, *, preferred_element_type=None) -> jax.Array:
-    """Computes ``x @ W`` for dense ``x`` of shape (..., K) and a quantised (K, N) weight ``q``.
+    """Computes ``x @ W`` for dense ``x`` of shape (..., K) and a quantized (K, N) weight ``q``.
 
     ``x`` is flattened to (M, K) and the kernel registered for the platform the program is
     compiled for runs (through one `jax.lax.platform_dependent`; the portable reference is
@@ -262,21 +262,21 @@ def quantized_matmul(x: jax.Array, q, *, preferred_element_type=None) -> jax.Arr
 
     Args:
       x: floating array (..., K).
-      q: a quantised array (``jaxcore.quant.ArrayInt8``/``ArrayInt4``/``ArrayNF4``).
+      q: a quantized array (``jaxcore.quant.ArrayInt8``/``ArrayInt4``/``ArrayNF4``).
       preferred_element_type: result dtype; default ``x.dtype``. Accumulation is float32.
 
     Returns:
       Array (..., N).
 
     Raises:
-      TypeError: if ``q`` is not a quantised array or ``x`` is not floating point.
+      TypeError: if ``q`` is not a quantized array or ``x`` is not floating point.
       ValueError: if the shapes do not contract or ``q``'s layout is malformed.
     """
     return _apply(x, q, preferred_element_type, transposed=False)
 
 
 def quantized_matmul_transposed(x: jax.Array, q, *, preferred_element_type=None) -> jax.Array:
-    """Computes ``x @ W.T`` for dense ``x`` of shape (..., N) and a quantised (K, N) weight ``q``.
+    """Computes ``x @ W.T`` for dense ``x`` of shape (..., N) and a quantized (K, N) weight ``q``.
 
     Used for contractions along a weight's output axis (tied embeddings, ``q @ dense``) and
     for gradients. For a weight blocked along K (``axis=0``) it runs the portable slab-wise
@@ -286,14 +286,14 @@ def quantized_matmul_transposed(x: jax.Array, q, *, preferred_element_type=None)
 
     Args:
       x: floating array (..., N).
-      q: a quantised array.
+      q: a quantized array.
       preferred_element_type: result dtype; default ``x.dtype``.
 
     Returns:
       Array (..., K).
 
     Raises:
-      TypeError: if ``q`` is not a quantised array or ``x`` is not floating point.
+      TypeError: if ``q`` is not a quantized array or ``x`` is not floating point.
       ValueError: if the shapes do not contract or ``q``'s layout is malformed.
     """
     return _apply(x, q, preferred_element_type, transposed=True)

@@ -4,7 +4,7 @@ NF4 (Dettmers et al., "QLoRA", 2023) spends its 16 code points where normally di
 weights are dense: each half of the code book holds quantiles of a standard normal,
 rescaled so the extreme codes are exactly -1 and +1, and zero is representable exactly.
 The values below are the standard table every NF4 implementation (bitsandbytes, eformer,
-...) agrees on, so weights quantised here are bit-compatible with those tools.
+...) agrees on, so weights quantized here are bit-compatible with those tools.
 """
 
 import numpy as np
@@ -33,7 +33,7 @@ NF4_CODE: np.ndarray = np.array(
 )
 NF4_CODE.flags.writeable = False
 
-# Decision thresholds between neighbouring codes: a normalised value v maps to the number
+# Decision thresholds between neighbouring codes: a normalized value v maps to the number
 # of midpoints strictly below it, i.e. to its nearest code (ties go to the lower code).
 NF4_MIDPOINTS: np.ndarray = ((NF4_CODE[1:] + NF4_CODE[:-1]) / 2).astype(np.float32)
 NF4_MIDPOINTS.flags.writeable = False

@@ -1,4 +1,4 @@
-"""Dequantisation helpers of the plugin kernels, and their XLA dequantise-then-dot path.
+"""Dequantization helpers of the plugin kernels, and their XLA dequantize-then-dot path.
 
 The in-kernel helpers (:func:`nibbles`, :func:`codebook_lookup`) use only elementwise
 integer ops and selects, so both the Triton and the Mosaic TPU lowering of Pallas can
@@ -36,7 +36,7 @@ def codebook_lookup(idx, code: Sequence[float], dtype, *, full_tiles: bool = Fal
       idx: int32 indices in [0, len(code)).
       code: the 16 code values (Python floats, baked into the kernel as constants).
       dtype: dtype of the result.
-      full_tiles: materialise each code value as a tile of ``idx``'s shape (what Mosaic
+      full_tiles: materialize each code value as a tile of ``idx``'s shape (what Mosaic
         TPU wants) instead of a scalar that the selects broadcast.
 
     Returns:
@@ -80,7 +80,7 @@ def split_activations(x, problem: Problem) -> list:
 
 
 def xla_quantized_matmul(x, qvalue, scale, *, fmt: str, block_size: int, out_dtype=None):
-    """``x @ dequantize(qvalue, scale)`` as XLA's dequantise-then-dot, at HIGHEST precision.
+    """``x @ dequantize(qvalue, scale)`` as XLA's dequantize-then-dot, at HIGHEST precision.
 
     What a plugin's kernel computes for the calls it has no fused kernel for (an
     activation dtype the hardware's dot lacks, a shape no legal tile fits), and what its

@@ -24,7 +24,7 @@ activations (M, K) times the quantized weight (see ``jaxcore.kernels``), in ``ou
 (``None``: ``x2d.dtype``). With ``interpret=True`` the kernel runs in Pallas interpret mode
 on any backend. Otherwise it binds ``{primitive}``, which lowers to the fused kernel
 on {platforms} (tiles tuned for the platform it is lowered for) and to XLA's
-dequantise-then-dot elsewhere.
+dequantize-then-dot elsewhere.
 """
 
 _INITIALIZE_DOC = """Registers {module}'s kernels with ``jaxcore.kernels`` for its platforms.

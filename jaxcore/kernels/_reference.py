@@ -1,7 +1,7 @@
-"""Portable reference kernels for weight-only quantised matmuls.
+"""Portable reference kernels for weight-only quantized matmuls.
 
 Every kernel here walks the contracted axis K in steps of whole blocks (or of a divisor of
-one large block), dequantises only that (step, N) slab and accumulates in float32, so the
+one large block), dequantizes only that (step, N) slab and accumulates in float32, so the
 compiled program never holds a float buffer the size of the whole weight. They run on any
 XLA backend and are the numerical reference the fused plugin kernels are tested against.
 
@@ -18,7 +18,7 @@ from jax import lax
 
 from jaxcore.kernels import _formats
 
-# Logical rows dequantised per loop step: large enough to amortise the loop overhead and
+# Logical rows dequantized per loop step: large enough to amortise the loop overhead and
 # feed the matmul unit, small enough that the slab is a small fraction of a real weight.
 _TARGET_STEP_ROWS = 512
 # A step smaller than this would make the loop overhead dominate; the kernel then takes the
@@ -28,7 +28,7 @@ _HIGHEST = lax.Precision.HIGHEST
 
 
 def step_rows(fmt: str, k: int, block_size: int, target: int = _TARGET_STEP_ROWS) -> int:
-    """Chooses how many logical rows of K one loop step dequantises.
+    """Chooses how many logical rows of K one loop step dequantizes.
 
     A step is either a whole number of blocks (when blocks are small) or a divisor of one
     block (when a block, e.g. per-channel int8 with block_size == K, is large), so each step
@@ -65,7 +65,7 @@ def _check_operand(name: str, x2d: jax.Array, size: int, what: str) -> None:
 
 
 class _Slabs:
-    """Stored-row geometry of one quantised weight and readers for its loop steps."""
+    """Stored-row geometry of one quantized weight and readers for its loop steps."""
 
     def __init__(self, fmt: str, qvalue: jax.Array, scale: jax.Array, block_size: int, k: int):
         self.fmt = fmt
@@ -120,7 +120,7 @@ def reference_quantized_matmul(
     out_dtype=None,
     interpret: bool = False,
 ) -> jax.Array:
-    """Computes ``x2d @ W`` for a quantised (K, N) weight W, one slab of K at a time.
+    """Computes ``x2d @ W`` for a quantized (K, N) weight W, one slab of K at a time.
 
     Args:
       x2d: (M, K) floating activations.
@@ -159,10 +159,10 @@ def reference_quantized_matmul_transposed(
     block_size: int,
     out_dtype=None,
 ) -> jax.Array:
-    """Computes ``x2d @ W.T`` for a quantised (K, N) weight W, one slab of K at a time.
+    """Computes ``x2d @ W.T`` for a quantized (K, N) weight W, one slab of K at a time.
 
     This is the product needed for the gradient of ``x @ W`` with respect to ``x``, and for
-    contracting a quantised weight along its output axis (e.g. tied embeddings).
+    contracting a quantized weight along its output axis (e.g. tied embeddings).
 
     Args:
       x2d: (M, N) floating activations.

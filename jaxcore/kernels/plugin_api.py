@@ -17,7 +17,7 @@ Kernel building blocks:
   * :class:`TileOverrides`: the ``with plugin.block_config(...)`` overrides of a tile table.
   * :func:`nibbles`, :func:`codebook_lookup`, :func:`nf4_code`, :func:`split_activations`:
     gather-free decoding of packed tiles, traceable by the Triton and Mosaic lowerings.
-  * :func:`xla_quantized_matmul`: the dequantise-then-dot path for calls no fused kernel
+  * :func:`xla_quantized_matmul`: the dequantize-then-dot path for calls no fused kernel
     serves.
 
 Registration:

@@ -134,7 +134,7 @@ def _make(
         "  a: the input ``NamedArray``.\n"
         "  axis: ``None`` (last axis), a name, an ``Axis`` (name and transform length), a sequence\n"
         "    of them (n-dimensional transform, in order) or a mapping axis -> length.\n"
-        "  norm: the normalisation mode, as in ``jax.numpy.fft``.\n\n"
+        "  norm: the normalization mode, as in ``jax.numpy.fft``.\n\n"
         "Returns:\n"
         "  The transform, with the same axis names and order; sizes as the transform gives.\n\n"
         "Raises:\n"

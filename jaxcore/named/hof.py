@@ -450,7 +450,7 @@ def map(  # noqa: A001 - Haliax's name
     unroll: int = 1,
     is_mapped: bool | Callable[[Any], bool] = is_named_or_shaped_array_like,
 ) -> Callable:
-    """``jax.lax.map`` over a named axis: ``fn`` runs once per slice, in a loop (not vectorised).
+    """``jax.lax.map`` over a named axis: ``fn`` runs once per slice, in a loop (not vectorized).
 
     Use it instead of ``vmap`` to bound memory. Arguments are sliced as in ``scan``; named
     results get ``axis`` in front, plain results are stacked along dimension 0.

@@ -67,11 +67,11 @@ def filter_checkpoint(
 
     Usable as ``@filter_checkpoint`` or ``@filter_checkpoint(policy=...)``. Non-array leaves
     (Python numbers, callables, axes, static module fields) are closed over instead of
-    traced, so functions taking modules can be rematerialised without partitioning them by
+    traced, so functions taking modules can be rematerialized without partitioning them by
     hand.
 
     Args:
-      fun: the function to rematerialise in the backward pass.
+      fun: the function to rematerialize in the backward pass.
       prevent_cse: passed to ``jax.checkpoint``.
       policy: a ``jax.checkpoint_policies`` policy saying which intermediates to keep.
 

@@ -269,7 +269,7 @@ def poisson(key, shape: AxisSpec, lam: NamedOrNumeric, dtype=int) -> NamedArray:
 def categorical(
     key, logits: NamedArray, axis: AxisSelector, shape: AxisSpec | None = None
 ) -> NamedArray:
-    """Samples category indices along ``axis`` from unnormalised log-probabilities.
+    """Samples category indices along ``axis`` from unnormalized log-probabilities.
 
     Args:
       key: a PRNG key.

@@ -1,11 +1,11 @@
 """jaxcore.quant: int8 / int4 / NF4 weights as implicit arrays.
 
 `ArrayInt8`, `ArrayInt4` and `ArrayNF4` hold a 2-D weight in the packed layout of
-`jaxcore.kernels` and materialise it on demand. Inside a function wrapped with
-`jaxcore.implicit.implicit`, ``x @ w`` (and ``w @ x``, ``einsum``, ``w.T``) with a quantised
-``w`` runs `jaxcore.kernels.quantized_matmul`, which dequantises one block of rows at a time
-and never builds the dense weight. `fake_quantize` is the straight-through quantiser for
-quantisation-aware training.
+`jaxcore.kernels` and materialize it on demand. Inside a function wrapped with
+`jaxcore.implicit.implicit`, ``x @ w`` (and ``w @ x``, ``einsum``, ``w.T``) with a quantized
+``w`` runs `jaxcore.kernels.quantized_matmul`, which dequantizes one block of rows at a time
+and never builds the dense weight. `fake_quantize` is the straight-through quantizer for
+quantization-aware training.
 
 For eformer users: `Array1B` (ternary weights four to a byte), `nf4xf32_to_f32`, eformer's
 names ``ArrayNF4.packed``/``.absmax`` and ``ArrayInt8.weight``, ``quantize(..., axis=(0, 1))``

@@ -2,7 +2,7 @@
 
 The name follows eformer: each value takes two bits (ternary needs more than one), with no
 scale. ``quantize`` takes values that are already ternary (eformer's binary/ternary
-quantisers produce them with ``sign`` or a threshold first); ``materialize`` returns them
+quantizers produce them with ``sign`` or a threshold first); ``materialize`` returns them
 as ``dtype``.
 
 Layout (eformer's, so weights packed by either library read the same): the first axis, of
@@ -63,7 +63,7 @@ def _check_ternary(array, what: str) -> jax.Array:
             raise ValueError(
                 f"{what}: values must be -1, 0 or +1 (ternary); {int(bad.sum())} entries of the "
                 f"{array.shape} array are not, first at index {first}: {host[first].item()!r}. "
-                "Quantise first, e.g. jnp.sign(w) (binary) or a threshold (ternary)."
+                "Quantize first, e.g. jnp.sign(w) (binary) or a threshold (ternary)."
             )
     return array
 
@@ -77,7 +77,7 @@ class Array1B(ImplicitArray, warn_on_materialize=False):
 
     The logical shape is ``(4 * weight.shape[0], *weight.shape[1:])``; the logical dtype is
     the ``dtype`` given to `quantize` (by default the input's). Operations without a
-    handler materialise it, without a materialisation warning since that is the
+    handler materialize it, without a materialization warning since that is the
     format's only path (there is no packed kernel): ``x @ w`` under
     `jaxcore.implicit.implicit` multiplies by the dense ternary matrix.
     """

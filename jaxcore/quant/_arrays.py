@@ -1,14 +1,14 @@
-"""`ArrayInt8`, `ArrayInt4` and `ArrayNF4`: quantised weights as implicit arrays.
+"""`ArrayInt8`, `ArrayInt4` and `ArrayNF4`: quantized weights as implicit arrays.
 
 Each stores a logical 2-D weight in the packed layout of `jaxcore.kernels` (blocks of
 ``block_size`` rows along the blocked axis, one float scale per block and column) and
-materialises to the dense weight on demand. Under `jaxcore.implicit.implicit`, matmuls
+materializes to the dense weight on demand. Under `jaxcore.implicit.implicit`, matmuls
 with them run `jaxcore.kernels.quantized_matmul` instead (see `jaxcore.quant._handlers`).
 
 ``axis`` says which logical axis the blocks run along. ``axis=0`` is the kernel layout
 itself: for a (K, N) weight used as ``x @ W`` the blocks run along K. ``axis=1`` stores the
 transpose in that layout, which is what a weight contracted along its second axis wants
-(e.g. an embedding table used as ``h @ E.T``); transposing a quantised array just flips
+(e.g. an embedding table used as ``h @ E.T``); transposing a quantized array just flips
 ``axis``, without touching the data.
 """
 
@@ -63,7 +63,7 @@ def _prepare(x, block_size, axis: int, what: str, even: bool, check_finite: bool
 
 
 class _QuantizedArray(ImplicitArray):
-    """Behaviour shared by the quantised arrays (the dataclass fields live in each class).
+    """Behaviour shared by the quantized arrays (the dataclass fields live in each class).
 
     Every subclass has ``qvalue``, ``scale``, ``block_size`` and ``axis``, and a class-level
     ``fmt``; `block_scales` returns the float32 (blocks, N) scales the kernels take.
@@ -85,7 +85,7 @@ class _QuantizedArray(ImplicitArray):
     def compute_shape(self) -> tuple[int, ...]:
         """The logical shape, read off ``qvalue`` (so it is right under ``vmap`` too).
 
-        Quantised arrays are 2-D; stacking several (``jax.tree_util.tree_map(jnp.stack, ...)``,
+        Quantized arrays are 2-D; stacking several (``jax.tree_util.tree_map(jnp.stack, ...)``,
         e.g. the layers of a model for ``lax.scan``) adds leading dimensions.
         """
         k, n = self.stored_shape()
@@ -98,23 +98,23 @@ class _QuantizedArray(ImplicitArray):
         return fn
 
     def materialize(self) -> jax.Array:
-        """Dequantises the whole weight (the dense fallback; matmuls avoid it).
+        """Dequantizes the whole weight (the dense fallback; matmuls avoid it).
 
         Raises:
           TypeError: if this is a cotangent (its codes are ``float0``), i.e. a gradient
-            taken with respect to the quantised array itself: it has slots for codes and
-            scales, not for a dense weight. For quantisation-aware training differentiate
+            taken with respect to the quantized array itself: it has slots for codes and
+            scales, not for a dense weight. For quantization-aware training differentiate
             the float master weight instead, through `jaxcore.implicit.ste`
-            (``ste(ArrayNF4.quantize)(w)`` keeps the quantised forward pass) or
+            (``ste(ArrayNF4.quantize)(w)`` keeps the quantized forward pass) or
             `jaxcore.quant.fake_quantize`.
         """
         if self.qvalue.dtype == jax.dtypes.float0:
             raise TypeError(
-                f"cannot materialise a cotangent of {type(self).__name__} (its qvalue is float0): "
-                "a gradient with respect to a quantised array has slots for its codes and scales, "
-                "not for a dense weight; for quantisation-aware training differentiate the float "
+                f"cannot materialize a cotangent of {type(self).__name__} (its qvalue is float0): "
+                "a gradient with respect to a quantized array has slots for its codes and scales, "
+                "not for a dense weight; for quantization-aware training differentiate the float "
                 "master weight w through jaxcore.implicit.ste(ArrayNF4.quantize)(w) (the forward "
-                "pass keeps the quantised weight) or jaxcore.quant.fake_quantize(w, ...)"
+                "pass keeps the quantized weight) or jaxcore.quant.fake_quantize(w, ...)"
             )
         fmt, block_size = self.fmt, self.block_size
         dense = self._over_leading(lambda qv, sc: dequantize(fmt, qv, sc, block_size))(
@@ -125,7 +125,7 @@ class _QuantizedArray(ImplicitArray):
 
     @property
     def storage_nbytes(self) -> int:
-        """Bytes held by the quantised representation (codes and scales)."""
+        """Bytes held by the quantized representation (codes and scales)."""
         leaves = jax.tree_util.tree_leaves(self)
         return sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize for leaf in leaves)
 
@@ -183,7 +183,7 @@ class _QuantizedArray(ImplicitArray):
 
         Codes and scales are (leading..., rows, N) with rows along the blocked axis, so
         they follow the logical axes (swapped when ``axis == 1``); other stored arrays
-        (double-quantisation group scales and offset) are replicated.
+        (double-quantization group scales and offset) are replicated.
         """
         n_lead = len(self.shape) - 2
         if name not in ("qvalue", "scale") or leaf.ndim != n_lead + 2:
@@ -192,7 +192,7 @@ class _QuantizedArray(ImplicitArray):
         return tuple(logical[:n_lead]) + (rows, cols)
 
     def __rmatmul__(self, other) -> jax.Array:
-        """``dense @ q`` without `jaxcore.implicit.implicit`: runs the quantised kernel."""
+        """``dense @ q`` without `jaxcore.implicit.implicit`: runs the quantized kernel."""
         return quantized_matmul(other, self)
 
     def __matmul__(self, other) -> jax.Array:
@@ -229,7 +229,7 @@ class ArrayInt8(_QuantizedArray):
     def quantize(
         cls, x, *, axis: int = 0, block_size: int | None = None, check_finite: bool = False
     ) -> ArrayInt8:
-        """Quantises a float 2-D weight to int8.
+        """Quantizes a float 2-D weight to int8.
 
         Args:
           x: float32/bfloat16/float16/float64 (K, N) weight.
@@ -241,12 +241,12 @@ class ArrayInt8(_QuantizedArray):
           block_size: rows of ``axis`` per scale; default: the whole axis (per channel).
           check_finite: raise a ValueError for NaN/Inf in ``x`` (eager only: inside ``jit``
             the values are unknown and it raises saying so). By default non-finite values
-            are quantised: a block holding a NaN materialises as NaN, one holding an
+            are quantized: a block holding a NaN materializes as NaN, one holding an
             infinity keeps it (with its sign) and its other entries are NaN, in eager and
             jitted code alike.
 
         Returns:
-          The quantised array; it materialises to ``x.dtype``.
+          The quantized array; it materializes to ``x.dtype``.
 
         Raises:
           TypeError: for an unsupported dtype or a non-integer block size.
@@ -292,7 +292,7 @@ class ArrayInt4(_QuantizedArray):
     def quantize(
         cls, x, block_size: int = 64, *, axis: int = 0, check_finite: bool = False
     ) -> ArrayInt4:
-        """Quantises a float 2-D weight to int4 with one scale per block of ``block_size`` rows.
+        """Quantizes a float 2-D weight to int4 with one scale per block of ``block_size`` rows.
 
         Args:
           x: float (K, N) weight.
@@ -300,12 +300,12 @@ class ArrayInt4(_QuantizedArray):
           axis: the axis the blocks run along (default 0, the contracted axis of ``x @ W``).
           check_finite: raise a ValueError for NaN/Inf in ``x`` (eager only: inside ``jit``
             the values are unknown and it raises saying so). By default non-finite values
-            are quantised: a block holding a NaN materialises as NaN, one holding an
+            are quantized: a block holding a NaN materializes as NaN, one holding an
             infinity keeps it (with its sign) and its other entries are NaN, in eager and
             jitted code alike.
 
         Returns:
-          The quantised array; it materialises to ``x.dtype``.
+          The quantized array; it materializes to ``x.dtype``.
 
         Raises:
           TypeError: for an unsupported dtype or a non-integer block size.
@@ -326,7 +326,7 @@ class ArrayNF4(_QuantizedArray):
 
     Fields (stored layout, K = size of the blocked axis):
       qvalue: uint8 (K // 2, N) packed code indices (same nibble order as `ArrayInt4`).
-      scale: float32 (K // block_size, N) block absmax, or with double quantisation its
+      scale: float32 (K // block_size, N) block absmax, or with double quantization its
         int8 codes (see `jaxcore.quant._double_quant`).
       scale_group_scale: ``None``, or float32 per-group scales of the absmax codes.
       scale_offset: ``None``, or the float32 scalar offset of the absmax codes.
@@ -355,18 +355,18 @@ class ArrayNF4(_QuantizedArray):
     def absmax(self) -> jax.Array:
         """The float32 per-block absolute maxima (eformer's name), shape (..., K // block_size, N).
 
-        With double quantisation ``scale`` holds int8 codes; this is always the
-        dequantised float absmax (`block_scales`).
+        With double quantization ``scale`` holds int8 codes; this is always the
+        dequantized float absmax (`block_scales`).
         """
         return self.block_scales()
 
     @property
     def double_quant(self) -> bool:
-        """Whether the block absmax is itself stored quantised."""
+        """Whether the block absmax is itself stored quantized."""
         return self.scale_group_scale is not None
 
     def block_scales(self) -> jax.Array:
-        """The float32 block absmax, dequantised first when double quantisation is on."""
+        """The float32 block absmax, dequantized first when double quantization is on."""
         if self.scale_group_scale is None:
             return self.scale
         expand = self._over_leading(_double_quant.expand_scales)
@@ -382,22 +382,22 @@ class ArrayNF4(_QuantizedArray):
         axis: int = 0,
         check_finite: bool = False,
     ) -> ArrayNF4:
-        """Quantises a float 2-D weight to NF4 with one absmax per block of ``block_size`` rows.
+        """Quantizes a float 2-D weight to NF4 with one absmax per block of ``block_size`` rows.
 
         Args:
           x: float (K, N) weight.
           block_size: even number of rows per block; must divide the blocked axis.
           double_quant: store the absmax as int8 codes with one float32 scale per group of
-            256 blocks and a global offset (QLoRA's double quantisation).
+            256 blocks and a global offset (QLoRA's double quantization).
           axis: the axis the blocks run along (default 0, the contracted axis of ``x @ W``).
           check_finite: raise a ValueError for NaN/Inf in ``x`` (eager only: inside ``jit``
             the values are unknown and it raises saying so). By default non-finite values
-            are quantised: a block holding a NaN materialises as NaN, one holding an
+            are quantized: a block holding a NaN materializes as NaN, one holding an
             infinity keeps it (with its sign) and its other entries are NaN, in eager and
             jitted code alike.
 
         Returns:
-          The quantised array; it materialises to ``x.dtype``.
+          The quantized array; it materializes to ``x.dtype``.
 
         Raises:
           TypeError: for an unsupported dtype or a non-integer block size.

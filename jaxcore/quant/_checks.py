@@ -1,4 +1,4 @@
-"""Validation of the float weights handed to the quantisers."""
+"""Validation of the float weights handed to the quantizers."""
 
 from __future__ import annotations
 
@@ -19,16 +19,16 @@ def _all_finite(x: jax.Array) -> jax.Array:
 
 
 def check_weight(x, what: str, check_finite: bool = False) -> jax.Array:
-    """Checks a weight before quantisation and returns it as a jax array.
+    """Checks a weight before quantization and returns it as a jax array.
 
-    Non-finite values are quantised, not rejected, unless ``check_finite``: a NaN or an
+    Non-finite values are quantized, not rejected, unless ``check_finite``: a NaN or an
     infinity comes back non-finite from ``materialize`` (see `jaxcore.quant._quantize`), the
     same in eager and jitted code.
 
     Args:
       x: the weight.
-      what: the quantiser's name, for messages.
-      check_finite: raise for NaN/Inf instead of quantising them. Needs concrete values:
+      what: the quantizer's name, for messages.
+      check_finite: raise for NaN/Inf instead of quantizing them. Needs concrete values:
         inside ``jit`` it raises a ValueError saying so.
 
     Returns:
@@ -57,8 +57,8 @@ def check_weight(x, what: str, check_finite: bool = False) -> jax.Array:
             raise ValueError(
                 f"{what}: float64 weight of shape {host.shape} holds {int(too_big.sum())} "
                 f"finite value(s) beyond float32's range ({_FLOAT32_MAX:.6g}), first at index "
-                f"{tuple(int(i) for i in np.argwhere(too_big)[0])}: the quantisation scales "
-                "are float32; scale the weight down before quantising"
+                f"{tuple(int(i) for i in np.argwhere(too_big)[0])}: the quantization scales "
+                "are float32; scale the weight down before quantizing"
             )
     x = jnp.asarray(x)
     if x.ndim != 2:

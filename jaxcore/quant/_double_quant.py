@@ -1,4 +1,4 @@
-"""Double quantisation: storing NF4's per-block absmax in 8 bits (QLoRA, section 3).
+"""Double quantization: storing NF4's per-block absmax in 8 bits (QLoRA, section 3).
 
 The float32 absmax costs 32 / block_size bits per weight (0.5 bit at block 64). Storing it
 as int8 codes of ``absmax - offset`` (the offset is the mean absmax, centring the values) with
@@ -20,7 +20,7 @@ def _group_index(count: int) -> jax.Array:
 
 @jax.jit
 def compress_scales(absmax: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Quantises float32 block scales to int8.
+    """Quantizes float32 block scales to int8.
 
     Args:
       absmax: float32 (B, N) per-block absolute maxima.
@@ -29,7 +29,7 @@ def compress_scales(absmax: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]
       ``(codes, group_scale, offset)``: int8 codes shaped like ``absmax`` (row-major groups
       of `GROUP_SIZE` entries share a scale), float32 (ceil(B * N / GROUP_SIZE),) group
       scales, and the float32 scalar offset. A group holding a non-finite absmax (a weight
-      block with NaN/Inf) gets a NaN scale, so its blocks materialise as NaN; the offset
+      block with NaN/Inf) gets a NaN scale, so its blocks materialize as NaN; the offset
       and the other groups are computed from the finite absmax values only.
     """
     flat = absmax.astype(jnp.float32).reshape(-1)

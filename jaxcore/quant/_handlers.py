@@ -1,11 +1,11 @@
-"""Primitive handlers that keep quantised arrays quantised under `jaxcore.implicit.implicit`.
+"""Primitive handlers that keep quantized arrays quantized under `jaxcore.implicit.implicit`.
 
 ``dot_general`` with a dense operand runs `jaxcore.kernels.quantized_matmul` (or its
-transposed form) slab by slab, whichever side the quantised weight is on and whichever of
+transposed form) slab by slab, whichever side the quantized weight is on and whichever of
 its matrix axes is contracted, with any number of free dimensions on the dense operand and
 with a stacked weight's leading dimensions as batch dimensions. ``transpose`` of the matrix
 axes just flips the blocked axis. Other contractions (a matrix axis as a batch dimension,
-contracting both matrix axes) are rare and fall back to materialising the weight.
+contracting both matrix axes) are rare and fall back to materializing the weight.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from jaxcore.quant._arrays import _QuantizedArray
 def _contract_matrix(
     dense, q: _QuantizedArray, d_axis: int, q_axis: int, out_dtype, q_is_lhs: bool
 ):
-    """Contracts ``dense`` axis ``d_axis`` with axis ``q_axis`` of one 2-D quantised matrix.
+    """Contracts ``dense`` axis ``d_axis`` with axis ``q_axis`` of one 2-D quantized matrix.
 
     The kernel flattens the dense operand's other axes to M; contracting the weight's first
     logical axis is ``x @ W``, its second ``x @ W.T``. The result is laid out like
@@ -39,18 +39,18 @@ def _contract_matrix(
 def _contract(
     dense, q: _QuantizedArray, dimension_numbers, precision, preferred_element_type, q_is_lhs: bool
 ):
-    """Evaluates ``dot_general`` of a dense operand with a quantised weight.
+    """Evaluates ``dot_general`` of a dense operand with a quantized weight.
 
-    Handled without materialising: one contracted matrix axis of the weight, with any free
+    Handled without materializing: one contracted matrix axis of the weight, with any free
     dimensions on the dense side; and, for stacked weights (leading dimensions, e.g. one
     matrix per expert), those leading dimensions as batch dimensions, vmapping the matrix
     case over them. Anything else (a matrix axis as a batch dimension, contracting both
-    matrix axes) materialises the weight. The kernels accumulate in float32 at full
+    matrix axes) materializes the weight. The kernels accumulate in float32 at full
     precision, so ``precision`` only applies to that fallback.
 
     Args:
       dense: the dense operand.
-      q: the quantised operand.
+      q: the quantized operand.
       dimension_numbers: ``((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))``.
       precision: the primitive's precision (used by the fallback only).
       preferred_element_type: the result dtype, or ``None`` for the operands' common type.
@@ -132,7 +132,7 @@ def _quantized_at_quantized(
     preferred_element_type=None,
     **params,
 ):
-    # Two quantised operands: the left one is dequantised, the right one stays in the kernel.
+    # Two quantized operands: the left one is dequantized, the right one stays in the kernel.
     dense = lhs.materialize()
     return _contract(
         dense, rhs, dimension_numbers, precision, preferred_element_type, q_is_lhs=False

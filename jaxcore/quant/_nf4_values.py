@@ -13,7 +13,7 @@ def nf4xf32_to_f32(x) -> jax.Array:
 
     eformer's function of this name evaluates a degree-5 polynomial fitted to the NF4
     table (fast on TPUs, off by up to a few thousandths); jaxcore returns the table
-    values themselves (`jaxcore.kernels.NF4_CODE`), which is what the quantised arrays
+    values themselves (`jaxcore.kernels.NF4_CODE`), which is what the quantized arrays
     decode to. Codes given as floats are rounded; all are clipped to 0..15.
 
     Args:

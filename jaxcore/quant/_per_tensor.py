@@ -12,7 +12,7 @@ from jaxcore.quant import _quantize
 def quantize_int8_per_tensor(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Symmetric int8 of a (K, N) matrix with a single scale, absmax(x) / 127.
 
-    The matrix is quantised as one block (the per-block quantiser on its K * N values,
+    The matrix is quantized as one block (the per-block quantizer on its K * N values,
     so zeros and non-finite values are treated exactly as in every other layout), and the
     scale is stored repeated per column: the per-channel layout with equal columns, which
     the kernels read unchanged.

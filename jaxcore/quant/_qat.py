@@ -1,4 +1,4 @@
-"""Quantisation-aware training: quantise in the forward pass, pass gradients straight through."""
+"""Quantization-aware training: quantize in the forward pass, pass gradients straight through."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _CLASSES = {"int8": ArrayInt8, "int4": ArrayInt4, "nf4": ArrayNF4}
 
 @functools.cache
 def _straight_through(fmt: str, options: tuple) -> Callable[[jax.Array], jax.Array]:
-    """One `ste`-wrapped quantise-dequantise function per (format, options), reused across calls."""
+    """One `ste`-wrapped quantize-dequantize function per (format, options), reused across calls."""
     cls = _CLASSES[fmt]
     kwargs = dict(options)
     return ste(lambda w: cls.quantize(w, **kwargs).materialize())
@@ -26,11 +26,11 @@ def _straight_through(fmt: str, options: tuple) -> Callable[[jax.Array], jax.Arr
 def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
     """Rounds ``w`` to the values format ``fmt`` can store, with a straight-through gradient.
 
-    The forward value is exactly what the quantised weight materialises to, so a model
-    trained through it sees the quantisation error; the gradient is the identity
+    The forward value is exactly what the quantized weight materializes to, so a model
+    trained through it sees the quantization error; the gradient is the identity
     (`jaxcore.implicit.ste`), so it reaches the float master weights ``w`` unchanged.
-    To keep the quantised weight itself in the forward pass (so that matmuls run the
-    quantised kernel), wrap the quantiser instead: ``ste(ArrayNF4.quantize)(w)`` under
+    To keep the quantized weight itself in the forward pass (so that matmuls run the
+    quantized kernel), wrap the quantizer instead: ``ste(ArrayNF4.quantize)(w)`` under
     `jaxcore.implicit.implicit` gives the same gradient.
 
     Args:
@@ -41,7 +41,7 @@ def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
         ``block_size`` may also be given as a one-element sequence (``[32]``, ``(32,)``).
 
     Returns:
-      The dequantised weight, shaped and typed like ``w``.
+      The dequantized weight, shaped and typed like ``w``.
 
     Raises:
       ValueError: for an unknown format, and any error of that format's ``quantize``.

@@ -1,11 +1,11 @@
-"""Quantisers: float (K, N) weights to the packed layouts of `jaxcore.kernels._formats`.
+"""Quantizers: float (K, N) weights to the packed layouts of `jaxcore.kernels._formats`.
 
 Blocks of ``block_size`` rows run along K (the contracted axis) for each output column, and
-each block is scaled by its absolute maximum (symmetric quantisation).
+each block is scaled by its absolute maximum (symmetric quantization).
 
 Non-finite weights are never turned into finite ones: a block holding a NaN gets a NaN
-scale (its whole dequantised block is NaN); a block holding an infinity (and no NaN) gets an
-infinite scale, its infinities keep their sign and its other entries dequantise to NaN (the
+scale (its whole dequantized block is NaN); a block holding an infinity (and no NaN) gets an
+infinite scale, its infinities keep their sign and its other entries dequantize to NaN (the
 codes cannot store them next to an infinite scale). Eager and jitted calls run the same
 program, so they agree bit for bit.
 """
@@ -25,7 +25,7 @@ from jaxcore.kernels._nf4 import NF4_MIDPOINTS
 def block_absmax(x: jax.Array, block_size: int) -> jax.Array:
     """Absolute maximum of each block of ``block_size`` rows: (K, N) -> (K // block_size, N) float32.
 
-    A block holding a NaN has a NaN absmax. (XLA:CPU's vectorised max reduction can drop a
+    A block holding a NaN has a NaN absmax. (XLA:CPU's vectorized max reduction can drop a
     NaN, so it is propagated explicitly.)
     """
     k, n = x.shape
@@ -33,7 +33,7 @@ def block_absmax(x: jax.Array, block_size: int) -> jax.Array:
     return jnp.where(jnp.isnan(blocks).any(axis=1), jnp.float32(jnp.nan), blocks.max(axis=1))
 
 
-def _normalise(x: jax.Array, absmax: jax.Array, block_size: int) -> jax.Array:
+def _normalize(x: jax.Array, absmax: jax.Array, block_size: int) -> jax.Array:
     """``x / absmax`` per block (0 where absmax is 0), exact for every finite absmax.
 
     Dividing by an absmax above ~8.5e37 directly can go through its reciprocal, which is
@@ -93,8 +93,8 @@ def quantize_nf4(x: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
       (qvalue uint8 (K // 2, N) of packed code indices, absmax float32 (K // block_size, N)).
     """
     absmax = block_absmax(x, block_size)
-    normalised = _normalise(x, absmax, block_size)
-    index = jnp.searchsorted(jnp.asarray(NF4_MIDPOINTS), normalised, side="left").astype(jnp.int32)
+    normalized = _normalize(x, absmax, block_size)
+    index = jnp.searchsorted(jnp.asarray(NF4_MIDPOINTS), normalized, side="left").astype(jnp.int32)
     # Codes 15 and 0 are +1 and -1, code 7 is 0 (see jaxcore.kernels.NF4_CODE).
     index = _non_finite_codes(x, absmax, block_size, index, 15, 0, 7)
     return pack_nibbles(index), absmax

@@ -1,16 +1,16 @@
-"""Placing a quantised array's stored arrays by a sharding of its *logical* shape.
+"""Placing a quantized array's stored arrays by a sharding of its *logical* shape.
 
-A quantised weight is sharded as the dense weight it stands for: ``P("x", None)`` splits
+A quantized weight is sharded as the dense weight it stands for: ``P("x", None)`` splits
 its logical rows over mesh axis ``"x"``. The stored arrays have other shapes (codes packed
 two or four rows per byte, one scale per block, the matrix stored transposed when
 ``axis=1``), so each array class maps a logical spec onto each of its stored arrays
 (``_stored_partition``): the codes and block scales are split along the same logical
-axes, and small side arrays (double-quantisation group scales and offset) are replicated,
+axes, and small side arrays (double-quantization group scales and offset) are replicated,
 as is a scale axis of size 1 (one block: per-channel or per-matrix scales).
 
 This is eformer's ``with_sharding`` / ``with_mesh_and_axis``; eformer keeps the sharding
-as a static field and re-applies it when materialising, while jaxcore places the arrays
-once and lets JAX propagate the sharding (the quantised matmul runs on the placed shards).
+as a static field and re-applies it when materializing, while jaxcore places the arrays
+once and lets JAX propagate the sharding (the quantized matmul runs on the placed shards).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def shard_like_logical(arr: Any, sharding: Any) -> Any:
     """Returns ``arr`` with every stored array placed according to a logical sharding.
 
     Args:
-        arr: a quantised array (any class with ``_stored_partition``).
+        arr: a quantized array (any class with ``_stored_partition``).
         sharding: ``None`` (returns ``arr``), a ``NamedSharding`` (arrays are
             ``device_put``, or constrained with ``with_sharding_constraint`` when traced),
             or a ``PartitionSpec`` (constrained against the mesh in context, as

@@ -29,7 +29,7 @@ STATIC_KEY = "static"
 # Marks fields created by ``lens_field`` (for ``jaxcore.lens.HasLensFields``).
 LENS_KEY = "jaxcore_lens"
 # Class attribute set on every registered dataclass; kUPS (and JAX's own tooling,
-# jax-ml/jax#24664) check it to recognise pytree dataclasses, and ``dataclass``
+# jax-ml/jax#24664) check it to recognize pytree dataclasses, and ``dataclass``
 # returns a class that already carries it unchanged.
 MARKER = "_jax_dataclass"
 

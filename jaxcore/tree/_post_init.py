@@ -1,7 +1,7 @@
 """Opt-in suppression of ``__post_init__`` validation (``no_post_init``).
 
 Frozen pytree containers often check invariants in ``__post_init__``. Structural
-updates (lens ``set`` chains, deserialisation) can pass through intermediate
+updates (lens ``set`` chains, deserialization) can pass through intermediate
 objects that violate those invariants; a class opts into suppression by
 decorating its ``__post_init__`` with :func:`skip_post_init_if_disabled`, and a
 caller suppresses it for a block with :func:`no_post_init`.

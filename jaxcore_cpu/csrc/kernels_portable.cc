@@ -1,4 +1,4 @@
-// Portable kernels: plain C++ the compiler may auto-vectorise for the baseline ISA. They
+// Portable kernels: plain C++ the compiler may auto-vectorize for the baseline ISA. They
 // define the arithmetic every SIMD variant must reproduce, and run on any CPU.
 #include <cstring>
 

@@ -6,7 +6,7 @@
 //   nf4:  same packing; W = kNf4Code[v] * s
 //
 // Arithmetic is float32 throughout (decoded weights times float32 activations, float32
-// accumulation), so results match the dequantise-then-dot reference up to float32 rounding.
+// accumulation), so results match the dequantize-then-dot reference up to float32 rounding.
 #ifndef JAXCORE_CPU_CSRC_QMM_H_
 #define JAXCORE_CPU_CSRC_QMM_H_
 
@@ -22,7 +22,7 @@ enum class DType : int32_t { kF32 = 0, kBF16 = 1 };
 // kAuto picks GEMV for small M and the cache-blocked GEMM otherwise.
 enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
 // How activations enter the products. kFloat32 is exact (float32 products of the decoded
-// weights, as the dequantise-then-dot reference). kInt8 quantizes each activation row to
+// weights, as the dequantize-then-dot reference). kInt8 quantizes each activation row to
 // int8 in groups of 32 along K and sums integer products, as llama.cpp does: about twice
 // the arithmetic rate, at a relative error of a few 1e-3 (NF4 codes also round to int8).
 // It applies where block_size is a multiple of 32 and M <= kInt8MaxM; elsewhere kFloat32.

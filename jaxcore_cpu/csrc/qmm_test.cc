@@ -2,7 +2,7 @@
 // XLA): every format x path x activation/output dtype x instruction set up to DetectIsa(),
 // on odd sizes (M, K, N that are not multiples of the SIMD width or the tiles), per-channel
 // and blocked scales, run serially and on a small work-claiming thread pool, against a
-// double-precision reference that dequantises the weight exactly as qmm.h documents it.
+// double-precision reference that dequantizes the weight exactly as qmm.h documents it.
 // Also: Validate() rejects every malformed problem with a message, the kernels never write
 // outside the output (canaries here, AddressSanitizer under `--config=asan`), and SetIsa()
 // refuses instruction sets the CPU lacks.
@@ -179,7 +179,7 @@ struct Operands {
   std::vector<uint16_t> x_bf16;  // the same, as bfloat16 bits
   std::vector<uint8_t> qvalue;   // exactly (k, n) int8 or (k / 2, n) packed bytes
   std::vector<float> scale;      // exactly (k / block, n)
-  std::vector<double> w;         // dequantised (k, n), from the documented layout
+  std::vector<double> w;         // dequantized (k, n), from the documented layout
   std::vector<double> w_mag;     // |W[k, n]|, plus 8 scale[k, n] for int4 (see kTolF32)
 };
 

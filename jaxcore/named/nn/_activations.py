@@ -1,4 +1,4 @@
-"""Activation functions and axis-wise normalisers on ``NamedArray`` values.
+"""Activation functions and axis-wise normalizers on ``NamedArray`` values.
 
 Elementwise activations apply the ``jax.nn`` function of the same name to the array and
 keep the axes. ``softmax``/``log_softmax``/``logsumexp``/``standardize``/``glu`` take the

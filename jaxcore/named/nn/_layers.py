@@ -105,7 +105,7 @@ def _norm_axes(fname: str, x: NamedArray, axis) -> tuple[Axis, ...]:
     for a in axes:
         if a not in x.axes:
             raise ValueError(
-                f"{fname}: input with axes {_describe(x.axes)} lacks the normalised axis {a}"
+                f"{fname}: input with axes {_describe(x.axes)} lacks the normalized axis {a}"
             )
     return axes
 
@@ -122,10 +122,10 @@ def _affine(out: NamedArray, weight, bias, dtype, x: NamedArray) -> NamedArray:
 
 @jtree.dataclass
 class LayerNorm:
-    """Layer normalisation over ``axis``: ``(x - mean) / sqrt(var + eps) * weight + bias``.
+    """Layer normalization over ``axis``: ``(x - mean) / sqrt(var + eps) * weight + bias``.
 
     Attributes:
-      axis: the normalised axis or axes (static).
+      axis: the normalized axis or axes (static).
       weight: scale over ``axis`` (or ``None``).
       bias: shift over ``axis`` (or ``None``).
       eps: added to the variance (static).
@@ -152,7 +152,7 @@ class LayerNorm:
         )
 
     def __call__(self, x: NamedArray, *, key=None) -> NamedArray:
-        """Normalises ``x`` over ``axis``."""
+        """Normalizes ``x`` over ``axis``."""
         del key
         axes = _norm_axes("LayerNorm", x, self.axis)
         mean = _ops.mean(x, axes)
@@ -163,7 +163,7 @@ class LayerNorm:
 
 @jtree.dataclass
 class RmsNorm:
-    """Root-mean-square normalisation over ``axis``: ``x / sqrt(mean(x^2) + eps) * weight (+ bias)``.
+    """Root-mean-square normalization over ``axis``: ``x / sqrt(mean(x^2) + eps) * weight (+ bias)``.
 
     Attributes: as ``LayerNorm`` (``use_bias`` defaults to False).
     """
@@ -188,7 +188,7 @@ class RmsNorm:
         )
 
     def __call__(self, x: NamedArray, *, key=None) -> NamedArray:
-        """Normalises ``x`` over ``axis``."""
+        """Normalizes ``x`` over ``axis``."""
         del key
         axes = _norm_axes("RmsNorm", x, self.axis)
         ms = _ops.mean(_ops.square(x), axes)

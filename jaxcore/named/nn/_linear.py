@@ -125,9 +125,9 @@ class Linear:
           In: input axes.
           Out: output axes (names distinct from ``In``).
           key: PRNG key for the weights.
-          use_bias: add a zero-initialised bias over ``Out``.
+          use_bias: add a zero-initialized bias over ``Out``.
           out_first: lay the weight out as ``Out + In`` (else ``In + Out``).
-          dot_general: a replacement for ``jax.lax.dot_general`` (e.g. a quantised one).
+          dot_general: a replacement for ``jax.lax.dot_general`` (e.g. a quantized one).
           init_scale: multiplies the default scale.
         """
         in_axes, out_axes = to_axes(In), to_axes(Out)

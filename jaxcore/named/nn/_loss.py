@@ -91,7 +91,7 @@ def cross_entropy_loss(
     """Softmax cross entropy of ``logits`` along ``Label`` against ``targets``.
 
     Args:
-      logits: unnormalised log-probabilities with the ``Label`` axis.
+      logits: unnormalized log-probabilities with the ``Label`` axis.
       Label: the class axis.
       targets: probabilities along ``Label`` (one-hot or soft labels), or integer class ids
         without ``Label``.
