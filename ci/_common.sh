@@ -204,7 +204,10 @@ ci_bazel_accelerator_job() {
     scheduler_env+=(--test_env=JAXCORE_ACCELERATOR_LOG="$JAXCORE_ACCELERATOR_LOG"
       --sandbox_writable_path="$(dirname -- "$JAXCORE_ACCELERATOR_LOG")")
   fi
-  [[ "$JAXCORE_DRY_RUN" == 1 ]] || mkdir -p -m 700 -- "$JAXCORE_LOCK_DIR"  # the scheduler refuses a dir others can write
+  # The scheduler refuses a lock dir others can write. -m applies to the lock dir only;
+  # missing parents get the usual mode, as they should.
+  # shellcheck disable=SC2174  # -m meant for the deepest directory only
+  [[ "$JAXCORE_DRY_RUN" == 1 ]] || mkdir -p -m 700 -- "$JAXCORE_LOCK_DIR"
   ci_log "phase 1: single-accelerator tests on $ACCELERATOR_COUNT $platform devices x" \
     "$JAXCORE_TESTS_PER_ACCELERATOR, --local_test_jobs=$jobs"
   code=0

@@ -223,7 +223,7 @@ save_host_files() {
   saving=1
 }
 
-# shellcheck disable=SC2317  # reached through cleanup, the EXIT trap
+# shellcheck disable=SC2329  # reached through cleanup, the EXIT trap
 restore_host_files() {
   local name
   while IFS= read -r name; do
@@ -237,7 +237,7 @@ restore_host_files() {
   done <"${saved_dir}.list"
 }
 
-# shellcheck disable=SC2317  # the EXIT trap
+# shellcheck disable=SC2329  # the EXIT trap
 cleanup() {
   if ((saving)); then
     restore_host_files || note "could not restore the host's .jaxcore_configure.bazelrc / bazel-* links; rerun build/build.py setup"

