@@ -90,7 +90,8 @@ def repo(tmp_path):
     root = tmp_path / "repo"
     (root / "build").mkdir(parents=True)
     (root / "jaxcore" / "tools").mkdir(parents=True)
-    shutil.copy(REPO / "build" / "build.py", root / "build" / "build.py")
+    for source in (REPO / "build").glob("*.py"):  # build.py and its private modules
+        shutil.copy(source, root / "build" / source.name)
     for lock in LOCKS.values():
         shutil.copy(REPO / "build" / lock, root / "build" / lock)
     shutil.copy(REPO / "jaxcore" / "version.bzl", root / "jaxcore" / "version.bzl")
