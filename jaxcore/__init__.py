@@ -13,6 +13,21 @@ _SUBMODULES = frozenset(
 )
 
 
+__all__ = [
+    "__version__",
+    "implicit",
+    "io",
+    "kernels",
+    "launch",
+    "lens",
+    "named",
+    "plugins",
+    "quant",
+    "tree",
+    "utils",
+]
+
+
 def __getattr__(name):
     if name in _SUBMODULES:
         return _importlib.import_module(f"jaxcore.{name}")

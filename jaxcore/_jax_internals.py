@@ -21,6 +21,7 @@ from jax._src import api_util as _api_util  # the one sanctioned jax._src import
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import linear_util as _lu
+from jax._src import mesh as _mesh_lib
 from jax._src import source_info_util as _source_info_util
 from jax._src.interpreters import partial_eval as _pe
 
@@ -184,7 +185,7 @@ def scan_operand_counts(params: tp.Mapping[str, tp.Any]) -> tuple[int, int]:
 
 
 if _JAX_0_11:
-    _JAX_EARLY = jax.Inline.JAX_EARLY
+    _JAX_EARLY = jax.Inline.JAX_EARLY  # type: ignore[attr-defined]  # jax >= 0.11 only
 
     def jit_inlines_when_traced(inline: tp.Any) -> bool:
         """Whether a ``jit`` equation's ``inline`` parameter inlines it while tracing.
@@ -205,7 +206,7 @@ def jit_inline_option(inline: bool) -> tp.Any:
     """The ``jax.jit(inline=...)`` value that inlines into enclosing jaxprs while tracing."""
     if _JAX_0_11 and inline:
         # jax 0.11.0: ``inline=True`` became JAX_LATE (a jit equation, inlined when lowering).
-        return jax.Inline.JAX_EARLY
+        return jax.Inline.JAX_EARLY  # type: ignore[attr-defined]  # jax >= 0.11 only
     return inline
 
 
@@ -277,7 +278,7 @@ def current_trace() -> object:
     return _core.trace_ctx.trace
 
 
-def equation_contexts(eqn: object) -> tuple[tp.Any, tp.Any]:
+def equation_contexts(eqn: _core.JaxprEqn) -> tuple[tp.Any, tp.Any]:
     """The two contexts ``jax.core.eval_jaxpr`` evaluates a jaxpr equation in.
 
     That is the equation's user source information and name stack, and its
@@ -342,3 +343,15 @@ def inline_jaxpr(
     tracers = [trace.to_jaxpr_tracer(a, source_info) for a in args]
     out = _pe.inline_jaxpr_into_trace(trace, source_info, jaxpr, consts, *tracers)
     return [trace.to_jaxpr_tracer(o, source_info) for o in out]
+
+
+def classic_context_mesh() -> tp.Any:
+    """The mesh of JAX's classic ``with mesh:`` block, or ``None`` outside one.
+
+    JAX deprecated ``with mesh:`` in favor of ``jax.set_mesh`` but still installs the mesh
+    in its thread resources, where ``jax.sharding.get_mesh`` does not look; code written for
+    Haliax uses the classic form. Releases without the thread resources give ``None``.
+    """
+    resources = getattr(_mesh_lib, "thread_resources", None)
+    mesh = None if resources is None else getattr(resources.env, "physical_mesh", None)
+    return None if mesh is None or mesh.empty else mesh

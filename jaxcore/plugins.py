@@ -259,10 +259,10 @@ def load_plugins(*, force: bool = False) -> PluginInfo:
         for name, module_name in _SOURCE_PLUGINS.items():
             if module_name in installed:  # a wheel of the same package (jaxcore_cpu, jaxcore_tpu)
                 continue
-            status = _load_source_plugin(name, module_name, selection, served)
-            if status is not None:
-                statuses.append(status)
-                served.update(status.platforms)
+            source_status = _load_source_plugin(name, module_name, selection, served)
+            if source_status is not None:
+                statuses.append(source_status)
+                served.update(source_status.platforms)
         _warn_unknown_selection(selection, statuses)
         _info = PluginInfo(_JAXCORE_VERSION, selection_text, tuple(statuses))
         return _info

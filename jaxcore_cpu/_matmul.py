@@ -15,6 +15,7 @@ bfloat16; other dtypes are converted around the call.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -158,7 +159,7 @@ def _call(x2d, qvalue, scale, *, fmt, block_size, out_dtype, path, precision):
     return out.astype(out_dtype)
 
 
-def _make_impl(precision: str):
+def _make_impl(precision: str) -> Callable[..., jax.Array]:
     def impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False):
         del interpret
         return quantized_matmul(
@@ -181,7 +182,9 @@ def _make_impl(precision: str):
     return impl
 
 
-IMPLS_BY_PRECISION: dict[str, object] = {name: _make_impl(name) for name in PRECISIONS}
+IMPLS_BY_PRECISION: dict[str, Callable[..., jax.Array]] = {
+    name: _make_impl(name) for name in PRECISIONS
+}
 """One registry implementation per precision. Each is a distinct function, so a trace made
 with one is never replayed for another (jaxcore keys its trace caches on the registry)."""
 

@@ -31,4 +31,6 @@ def decode(q, fmt: str, code: Sequence[float] | None, dtype) -> list:
     lo, hi = nibbles(q)
     if fmt == "int4":
         return [(lo - 8).astype(dtype), (hi - 8).astype(dtype)]
+    if code is None:
+        raise ValueError(f"decode: format {fmt!r} needs its codebook (code=None)")
     return [codebook_lookup(lo, code, dtype), codebook_lookup(hi, code, dtype)]

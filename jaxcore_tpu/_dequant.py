@@ -31,6 +31,8 @@ def decode(q, fmt: str, code: Sequence[float] | None) -> list:
     lo, hi = plugin_api.nibbles(q)
     if fmt == "int4":
         return [(lo - 8).astype(jnp.float32), (hi - 8).astype(jnp.float32)]
+    if code is None:
+        raise ValueError(f"decode: format {fmt!r} needs its codebook (code=None)")
     return [codebook_lookup(lo, code), codebook_lookup(hi, code)]
 
 

@@ -33,8 +33,10 @@ import numpy as np
 try:
     import safetensors
     import safetensors.numpy
+
+    _HAVE_SAFETENSORS = True
 except ImportError:  # an optional dependency of the jaxcore wheel
-    safetensors = None
+    _HAVE_SAFETENSORS = False
 
 FORMAT = "jaxcore.pytree"
 VERSION = 1
@@ -55,14 +57,14 @@ def _implicit_arrays(tree) -> dict[str, dict]:
     """Describes every implicit array (quantized weight) in ``tree`` by key path."""
     from jaxcore.implicit import ImplicitArray
 
-    found = {}
+    found: dict[str, dict[str, object]] = {}
     flat, _ = jax.tree_util.tree_flatten_with_path(
         tree, is_leaf=lambda x: isinstance(x, ImplicitArray)
     )
     for path, node in flat:
         if not isinstance(node, ImplicitArray):
             continue
-        entry = {
+        entry: dict[str, object] = {
             "type": f"{type(node).__module__}.{type(node).__qualname__}",
             "shape": [int(d) for d in node.shape],
             "dtype": str(np.dtype(node.dtype)),
@@ -92,7 +94,7 @@ def _to_storage(key: str, leaf) -> tuple[np.ndarray, str]:
 
 
 def _require_safetensors() -> None:
-    if safetensors is None:
+    if not _HAVE_SAFETENSORS:
         raise ImportError("jaxcore.io needs the safetensors package: pip install safetensors")
 
 

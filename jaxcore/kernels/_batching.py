@@ -28,6 +28,7 @@ def matmul_batch_rule(bind: Callable[..., jax.Array]) -> Callable[..., tuple[jax
         x, qvalue, scale = args
         dx, dq, ds = dims
         if dq is None and ds is None:  # shared weights: fold the batch into M
+            assert dx is not None  # a batching rule sees at least one batched operand
             xb = jnp.moveaxis(x, dx, 0)
             out = bind(xb.reshape(-1, xb.shape[-1]), qvalue, scale, **params)
             return out.reshape(*xb.shape[:2], out.shape[-1]), 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Hashable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.extend.core as jex_core
@@ -50,7 +50,7 @@ class _Config(NamedTuple):
 def _dispatch(x2d, qvalue, scale, cfg: _Config):
     """Calls the registered impls through one `platform_dependent` (reference as default)."""
     impls = dict(cfg.impls)
-    static = dict(fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype)
+    static: dict[str, Any] = dict(fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype)
     branches = {
         platform: functools.partial(impl, interpret=False, **static)
         for platform, impl in impls.items()
@@ -149,7 +149,8 @@ def _jvp(prim, primals, tangents, *, cfg: _Config):
     if type(dscale) is not ad.Zero:
         terms.append(prim.bind(x2d, qvalue, dscale, cfg=cfg))
     if not terms:
-        return out, ad.Zero.from_primal_value(out)
+        # jax 0.10 has no Zero.from_primal_value: the zero tangent of out's aval.
+        return out, ad.Zero(jax.typeof(out).to_tangent_aval())
     return out, functools.reduce(jnp.add, terms)
 
 

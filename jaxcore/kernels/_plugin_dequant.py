@@ -10,6 +10,7 @@ falls back to where no fused kernel serves a call. Part of :mod:`jaxcore.kernels
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 
 import jax
@@ -105,13 +106,16 @@ def xla_quantized_matmul(x, qvalue, scale, *, fmt: str, block_size: int, out_dty
     )
     rows = jnp.repeat(scale, problem.group_packed, axis=0)
     acc_dtype = jnp.promote_types(x.dtype, jnp.float32)
-    acc = sum(
-        jnp.dot(
-            xp.astype(acc_dtype),
-            v.astype(acc_dtype) * rows.astype(acc_dtype),
-            precision=jax.lax.Precision.HIGHEST,
-            preferred_element_type=acc_dtype,
-        )
-        for xp, v in zip(split_activations(x, problem), decode_parts(fmt, qvalue))
+    acc: jax.Array = functools.reduce(
+        operator.add,
+        (
+            jnp.dot(
+                xp.astype(acc_dtype),
+                v.astype(acc_dtype) * rows.astype(acc_dtype),
+                precision=jax.lax.Precision.HIGHEST,
+                preferred_element_type=acc_dtype,
+            )
+            for xp, v in zip(split_activations(x, problem), decode_parts(fmt, qvalue))
+        ),
     )
     return acc.astype(out_dtype)

@@ -12,6 +12,7 @@ import argparse
 import collections
 import contextlib
 import ctypes
+import math
 import os
 import re
 import shutil
@@ -101,7 +102,7 @@ class _Output:
     """Copies one process's stdout or stderr to ours, each line prefixed, keeping a tail."""
 
     def __init__(self, stream, sink, prefix: bytes, lock: threading.Lock):
-        self.tail = collections.deque(maxlen=_TAIL_LINES)
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=_TAIL_LINES)
         self._stream, self._sink, self._prefix, self._lock = stream, sink, prefix, lock
         self._thread = threading.Thread(target=self._copy, daemon=True)
 
@@ -146,6 +147,10 @@ class _Process:
 
     def failed(self) -> bool:
         return self.exit_time is not None and self.popen.returncode != 0
+
+    def exit_order(self) -> float:
+        """Sort key: when the process exited (infinity while it runs)."""
+        return math.inf if self.exit_time is None else self.exit_time
 
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -265,7 +270,7 @@ def _watch(procs: list[_Process], timeout: float | None, stop_signal: list[int])
         if failed:
             # Others that fail within a moment are most likely failing because of it.
             time.sleep(_POLL_S)
-            first = min((p for p in procs if p.failed()), key=lambda p: p.exit_time)
+            first = min((p for p in procs if p.failed()), key=_Process.exit_order)
             code = first.popen.returncode
             running = [p for p in procs if p.exit_time is None]
             _log(
@@ -299,7 +304,7 @@ def _stop(procs: list[_Process]) -> None:
 
     Groups whose leader already exited get SIGKILL too, for anything the leader left behind.
     """
-    failed_before = sorted((p for p in procs if p.failed()), key=lambda p: p.exit_time)
+    failed_before = sorted((p for p in procs if p.failed()), key=_Process.exit_order)
     running = [p for p in procs if p.popen.poll() is None]
     for p in running:
         p.signal_group(signal.SIGTERM)

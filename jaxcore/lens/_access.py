@@ -135,13 +135,14 @@ def set_step(obj: Any, step: Step, value: Any, where: tuple[Step, ...]) -> Any:
             return new
         return _set_via_pytree(obj, step, value, where)
     if isinstance(step, _tu.GetAttrKey):
-        if dataclasses.is_dataclass(obj):
+        # A dataclass instance (not a dataclass type, which is no pytree node).
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             field = next(f for f in dataclasses.fields(obj) if f.name == key)
             if field.init:
                 return dataclasses.replace(obj, **{key: value})
-            new = copy.copy(obj)
-            object.__setattr__(new, key, value)
-            return new
+            rebuilt = copy.copy(obj)
+            object.__setattr__(rebuilt, key, value)
+            return rebuilt
         if _is_namedtuple(obj):
             return obj._replace(**{key: value})
         return _set_via_pytree(obj, step, value, where)

@@ -22,6 +22,7 @@ class Lens:
     """
 
     __slots__ = ("_steps",)
+    _steps: tuple[Step, ...]
 
     def __init__(self, steps: tuple[Step, ...] = ()) -> None:
         """Builds a lens from a path (prefer :func:`focus`).

@@ -15,7 +15,7 @@ transpose in that layout, which is what a weight contracted along its second axi
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -62,7 +62,7 @@ def _prepare(x, block_size, axis: int, what: str, even: bool, check_finite: bool
     return x, blocked, block_size, axis
 
 
-class _QuantizedArray(ImplicitArray):
+class QuantizedArray(ImplicitArray):
     """Behaviour shared by the quantized arrays (the dataclass fields live in each class).
 
     Every subclass has ``qvalue``, ``scale``, ``block_size`` and ``axis``, and a class-level
@@ -71,6 +71,13 @@ class _QuantizedArray(ImplicitArray):
 
     fmt: ClassVar[str]
     default_dtype: ClassVar = jnp.float32
+    if TYPE_CHECKING:
+        # Each subclass's dataclass fields, declared for the checker only: annotations here
+        # would make them fields of this base class too.
+        qvalue: jax.Array
+        scale: jax.Array
+        block_size: int
+        axis: int
     # Makes ``numpy_array @ q`` defer to `__rmatmul__` instead of NumPy wrapping ``q``.
     __array_ufunc__: ClassVar = None
 
@@ -130,11 +137,11 @@ class _QuantizedArray(ImplicitArray):
         return sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize for leaf in leaves)
 
     @property
-    def T(self) -> _QuantizedArray:  # noqa: N802 - mirrors jax.Array.T
+    def T(self) -> QuantizedArray:  # noqa: N802 - mirrors jax.Array.T
         """The transpose: the same data, blocked along the other logical axis."""
         return self.with_axis(1 - self.axis)
 
-    def with_axis(self, axis: int) -> _QuantizedArray:
+    def with_axis(self, axis: int) -> QuantizedArray:
         """Returns the same stored data viewed with blocks along logical ``axis``.
 
         With ``axis`` different from ``self.axis`` this is the transpose of ``self``.
@@ -151,7 +158,7 @@ class _QuantizedArray(ImplicitArray):
         """The dense weight (eformer's name for `materialize`)."""
         return self.materialize()
 
-    def with_sharding(self, sharding) -> _QuantizedArray:
+    def with_sharding(self, sharding) -> QuantizedArray:
         """Returns the same weight with its stored arrays placed by ``sharding``.
 
         ``sharding`` describes the *logical* weight (shape ``self.shape``): a
@@ -166,7 +173,7 @@ class _QuantizedArray(ImplicitArray):
         """
         return _sharding.shard_like_logical(self, sharding)
 
-    def with_mesh_and_axis(self, mesh_and_axis) -> _QuantizedArray:
+    def with_mesh_and_axis(self, mesh_and_axis) -> QuantizedArray:
         """eformer's sharding shorthand: ``(mesh, spec)`` -> `with_sharding` of a ``NamedSharding``.
 
         ``spec`` may be ``None`` (replicated), a ``PartitionSpec``, a tuple/list of
@@ -174,7 +181,7 @@ class _QuantizedArray(ImplicitArray):
         """
         return self.with_sharding(_sharding.named_sharding(mesh_and_axis, type(self).__name__))
 
-    def reshard(self, sharding) -> _QuantizedArray:
+    def reshard(self, sharding) -> QuantizedArray:
         """Alias of `with_sharding` (eformer's name)."""
         return self.with_sharding(sharding)
 
@@ -204,7 +211,7 @@ class _QuantizedArray(ImplicitArray):
 
 
 @dataclasses.dataclass
-class ArrayInt8(_QuantizedArray):
+class ArrayInt8(QuantizedArray):
     """Symmetric int8 weight, one scale per column (per channel) or per block along an axis.
 
     Fields (stored layout, K = size of the blocked axis):
@@ -271,7 +278,7 @@ class ArrayInt8(_QuantizedArray):
 
 
 @dataclasses.dataclass
-class ArrayInt4(_QuantizedArray):
+class ArrayInt4(QuantizedArray):
     """Symmetric int4 weight (two values per byte), one scale per block.
 
     Fields (stored layout, K = size of the blocked axis):
@@ -321,7 +328,7 @@ class ArrayInt4(_QuantizedArray):
 
 
 @dataclasses.dataclass
-class ArrayNF4(_QuantizedArray):
+class ArrayNF4(QuantizedArray):
     """4-bit NormalFloat weight: code indices into `jaxcore.kernels.NF4_CODE` times block absmax.
 
     Fields (stored layout, K = size of the blocked axis):

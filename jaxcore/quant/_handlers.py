@@ -16,12 +16,10 @@ from jax import lax
 
 from jaxcore.implicit import register
 from jaxcore.kernels import quantized_matmul, quantized_matmul_transposed
-from jaxcore.quant._arrays import _QuantizedArray
+from jaxcore.quant._arrays import QuantizedArray
 
 
-def _contract_matrix(
-    dense, q: _QuantizedArray, d_axis: int, q_axis: int, out_dtype, q_is_lhs: bool
-):
+def _contract_matrix(dense, q: QuantizedArray, d_axis: int, q_axis: int, out_dtype, q_is_lhs: bool):
     """Contracts ``dense`` axis ``d_axis`` with axis ``q_axis`` of one 2-D quantized matrix.
 
     The kernel flattens the dense operand's other axes to M; contracting the weight's first
@@ -37,7 +35,7 @@ def _contract_matrix(
 
 
 def _contract(
-    dense, q: _QuantizedArray, dimension_numbers, precision, preferred_element_type, q_is_lhs: bool
+    dense, q: QuantizedArray, dimension_numbers, precision, preferred_element_type, q_is_lhs: bool
 ):
     """Evaluates ``dot_general`` of a dense operand with a quantized weight.
 
@@ -70,9 +68,10 @@ def _contract(
     )
     if not handled:
         w = q.materialize()
-        operands = (w, dense) if q_is_lhs else (dense, w)
+        lhs, rhs = (w, dense) if q_is_lhs else (dense, w)
         return lax.dot_general(
-            *operands,
+            lhs,
+            rhs,
             dimension_numbers,
             precision=precision,
             preferred_element_type=preferred_element_type,
@@ -99,7 +98,7 @@ def _contract(
 @register("dot_general")
 def _dense_at_quantized(
     lhs: jax.Array,
-    rhs: _QuantizedArray,
+    rhs: QuantizedArray,
     *,
     dimension_numbers,
     precision=None,
@@ -111,7 +110,7 @@ def _dense_at_quantized(
 
 @register("dot_general")
 def _quantized_at_dense(
-    lhs: _QuantizedArray,
+    lhs: QuantizedArray,
     rhs: jax.Array,
     *,
     dimension_numbers,
@@ -124,8 +123,8 @@ def _quantized_at_dense(
 
 @register("dot_general")
 def _quantized_at_quantized(
-    lhs: _QuantizedArray,
-    rhs: _QuantizedArray,
+    lhs: QuantizedArray,
+    rhs: QuantizedArray,
     *,
     dimension_numbers,
     precision=None,
@@ -140,7 +139,7 @@ def _quantized_at_quantized(
 
 
 @register("transpose")
-def _transpose(operand: _QuantizedArray, *, permutation):
+def _transpose(operand: QuantizedArray, *, permutation):
     permutation = tuple(permutation)
     lead = tuple(range(len(permutation) - 2))
     n = len(permutation)

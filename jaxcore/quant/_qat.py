@@ -12,7 +12,11 @@ from jaxcore.implicit import ste
 from jaxcore.quant import _checks
 from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
 
-_CLASSES = {"int8": ArrayInt8, "int4": ArrayInt4, "nf4": ArrayNF4}
+_CLASSES: dict[str, type[ArrayInt8] | type[ArrayInt4] | type[ArrayNF4]] = {
+    "int8": ArrayInt8,
+    "int4": ArrayInt4,
+    "nf4": ArrayNF4,
+}
 
 
 @functools.cache

@@ -129,4 +129,4 @@ def shard_like_logical(arr: Any, sharding: Any) -> Any:
                 placed.append(jax.device_put(leaf, target))
         else:
             placed.append(jax.lax.with_sharding_constraint(leaf, PartitionSpec(*leaf_spec)))
-    return treedef.unflatten(placed)
+    return jax.tree_util.tree_unflatten(treedef, placed)

@@ -179,7 +179,7 @@ def _make_unflatten(
     if not _uses_slots(cls, data_names + static_names):
 
         def unflatten(static: Any, children: Any) -> Any:
-            obj = new(cls)
+            obj: Any = new(cls)
             state = obj.__dict__
             state.update(zip(data_names, children))
             if static_names:
@@ -195,7 +195,7 @@ def _make_unflatten(
     def unflatten_slots(static: Any, children: Any) -> Any:
         if type(static) is StaticData:
             static = static.values
-        obj = new(cls)
+        obj: Any = new(cls)
         for name, value in zip(data_names, children):
             setattr_(obj, name, value)
         for name, value in zip(static_names, static):
@@ -205,7 +205,7 @@ def _make_unflatten(
     return unflatten_slots
 
 
-def _wrap_init_with_static_checks(cls: type, static_names: tuple[str, ...]) -> None:
+def _wrap_init_with_static_checks(cls: type[Any], static_names: tuple[str, ...]) -> None:
     """Makes ``cls.__init__`` reject tracers in static fields."""
     original_init = cls.__init__
     owner = cls.__qualname__
@@ -219,7 +219,7 @@ def _wrap_init_with_static_checks(cls: type, static_names: tuple[str, ...]) -> N
             if value is not missing:
                 check_static_value(f"{owner}.{name}", value)
 
-    cls.__init__ = __init__  # type: ignore[misc]
+    cls.__init__ = __init__
 
 
 def register_pytree_dataclass(cls: type[T]) -> type[T]:

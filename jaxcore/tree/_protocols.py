@@ -7,11 +7,11 @@ from typing import Any, Literal, Protocol, TypedDict, TypeVar, runtime_checkable
 
 from jax.lax import GatherScatterMode
 
-T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
-class PyTreeDef(Protocol[T]):
-    """Typed view of ``jax.tree_util.PyTreeDef`` for a tree of type ``T``."""
+class PyTreeDef(Protocol[T_co]):
+    """Typed view of ``jax.tree_util.PyTreeDef`` for a tree of type ``T_co``."""
 
     @property
     def num_leaves(self) -> int:
@@ -23,8 +23,8 @@ class PyTreeDef(Protocol[T]):
         """Number of nodes (internal nodes and leaves) in the structure."""
         ...
 
-    def unflatten(self, leaves: Iterable[Any], /) -> T:
-        """Rebuilds a ``T`` from leaves in flattening order."""
+    def unflatten(self, leaves: Iterable[Any], /) -> T_co:
+        """Rebuilds a ``T_co`` from leaves in flattening order."""
         ...
 
     def flatten_up_to(self, xs: Any, /) -> list[Any]:

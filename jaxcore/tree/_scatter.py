@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import jax
 import jax.numpy as jnp
 
 from jaxcore.tree._protocols import SCATTER_ARG_NAMES, ScatterArgs
-from jaxcore.tree._structure import check_same_structure, path_str
+from jaxcore.tree._structure import check_same_structure, flatten_with_path, path_str
 from jaxcore.tree._tree_map import align_trees
 
 T = TypeVar("T")
 
-_tu = jax.tree_util
 
 # Arguments of the gather side of an index: accepted, not passed to ``.set``.
 _GATHER_ONLY = ("fill_value",)
@@ -82,7 +80,7 @@ def _scatter(item: Any, value: Any, idxs: Any, args: dict[str, Any], prefix: tup
     def is_node(y: Any) -> bool:
         return y is not item and _has_scatter_args(y)
 
-    pairs, treedef = _tu.tree_flatten_with_path(item, is_leaf=is_node)
+    pairs, treedef = flatten_with_path(item, is_leaf=is_node)
     # Structures were checked once at the top, so this cannot fail.
     values = treedef.flatten_up_to(value)
     set_args = {k: v for k, v in args.items() if k not in _GATHER_ONLY}

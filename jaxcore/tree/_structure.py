@@ -8,7 +8,7 @@ where they differ. :func:`check_same_structure` and :func:`flatten_like` raise
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -30,7 +30,22 @@ def tree_structure(x: Any, is_leaf: IsLeaf = None) -> PyTreeDef[Any]:
     Returns:
         The ``PyTreeDef`` of ``x``.
     """
-    return _tu.tree_structure(x, is_leaf=is_leaf)
+    # jaxlib ships no stubs for its treedef type: the protocol is its typed view.
+    return cast(PyTreeDef[Any], _tu.tree_structure(x, is_leaf=is_leaf))
+
+
+def flatten(x: Any, is_leaf: IsLeaf = None) -> tuple[list[Any], PyTreeDef[Any]]:
+    """``jax.tree_util.tree_flatten`` with the treedef typed as :class:`PyTreeDef`."""
+    leaves, treedef = _tu.tree_flatten(x, is_leaf=is_leaf)
+    return leaves, cast(PyTreeDef[Any], treedef)
+
+
+def flatten_with_path(
+    x: Any, is_leaf: IsLeaf = None
+) -> tuple[list[tuple[KeyPath, Any]], PyTreeDef[Any]]:
+    """``jax.tree_util.tree_flatten_with_path`` with the treedef typed as :class:`PyTreeDef`."""
+    pairs, treedef = _tu.tree_flatten_with_path(x, is_leaf=is_leaf)
+    return pairs, cast(PyTreeDef[Any], treedef)
 
 
 def path_str(path: KeyPath) -> str:
@@ -42,7 +57,7 @@ def _one_level(x: Any, is_leaf: IsLeaf) -> tuple[list[tuple[Any, Any]], Any] | N
     """Returns ``x``'s direct ``(key, child)`` pairs and node treedef, or None for a leaf."""
     if is_leaf is not None and is_leaf(x):
         return None
-    pairs, node_def = _tu.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
+    pairs, node_def = flatten_with_path(x, is_leaf=lambda y: y is not x)
     # A one-node treedef is a leaf only if it holds one leaf: None, () and {} are
     # childless nodes (num_leaves == 0), not leaves.
     if _tu.treedef_is_leaf(node_def) and node_def.num_leaves == 1:
@@ -162,7 +177,7 @@ def flatten_like(
     out = []
     for position, other in enumerate(others, start=1):
         if not prefix:
-            leaves, other_def = _tu.tree_flatten(other, is_leaf=is_leaf)
+            leaves, other_def = flatten(other, is_leaf=is_leaf)
             if other_def != treedef:
                 raise mismatch_error(func, reference, other, position, is_leaf=is_leaf)
             out.append(leaves)
@@ -190,9 +205,9 @@ def check_same_structure(func: str, trees: Sequence[Any], is_leaf: IsLeaf = None
     Raises:
         ValueError: naming the first differing path.
     """
-    treedef = _tu.tree_structure(trees[0], is_leaf=is_leaf)
+    treedef = tree_structure(trees[0], is_leaf=is_leaf)
     for position, other in enumerate(trees[1:], start=1):
-        if _tu.tree_structure(other, is_leaf=is_leaf) != treedef:
+        if tree_structure(other, is_leaf=is_leaf) != treedef:
             raise mismatch_error(func, trees[0], other, position, is_leaf=is_leaf)
     return treedef
 

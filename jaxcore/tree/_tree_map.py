@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
 
-from jaxcore.tree._structure import IsLeaf, flatten_like
+from jaxcore.tree._structure import IsLeaf, flatten, flatten_like
 
 _tu = jax.tree_util
 
@@ -68,7 +68,8 @@ def tree_map(
         def stop(x: Any) -> bool:
             return _has_tree_match(x) or is_leaf(x)
 
-    leaves, treedef = _tu.tree_flatten(tree, is_leaf=stop)
+    leaves, treedef = flatten(tree, is_leaf=stop)
+    groups: Iterable[tuple[Any, ...]]
     if trees:
         columns = flatten_like("tree_map", treedef, tree, trees, is_leaf=stop, prefix=True)
         groups = zip(leaves, *columns)
@@ -88,7 +89,7 @@ def _map_group(fn: Callable[..., Any], group: tuple[Any, ...], is_leaf: IsLeaf) 
         return fn(*aligned)
     # Descend exactly one level into the aligned node; the children are mapped by
     # tree_map, which handles nested alignment and further structure.
-    children, node_def = _tu.tree_flatten(head, is_leaf=lambda y: y is not head)
+    children, node_def = flatten(head, is_leaf=lambda y: y is not head)
     # num_leaves == 1: a real leaf; a childless node (num_leaves == 0) is rebuilt
     # as is, like jax.tree.map does.
     if _tu.treedef_is_leaf(node_def) and node_def.num_leaves == 1:
@@ -122,7 +123,7 @@ def align_trees(func: str, trees: tuple[Any, ...]) -> tuple[Any, ...]:
         TypeError: if a ``__tree_match__`` returns something other than a tuple of
             the right length.
     """
-    leaves, treedef = _tu.tree_flatten(trees[0], is_leaf=_has_tree_match)
+    leaves, treedef = flatten(trees[0], is_leaf=_has_tree_match)
     if not any(_has_tree_match(leaf) for leaf in leaves):
         return trees
     columns = flatten_like(func, treedef, trees[0], trees[1:], is_leaf=_has_tree_match)
@@ -139,7 +140,7 @@ def _align_node(func: str, group: tuple[Any, ...]) -> tuple[Any, ...]:
     """Aligns one position's nodes, then the ``__tree_match__`` nodes below them."""
     aligned = _align(group[0], group[1:])
     head = aligned[0]
-    children, node_def = _tu.tree_flatten(head, is_leaf=lambda y: y is not head)
+    children, node_def = flatten(head, is_leaf=lambda y: y is not head)
     if _tu.treedef_is_leaf(node_def) and node_def.num_leaves <= 1:
         return aligned
     try:

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
-from jaxcore.tree import assert_same_structure, tree_zeros_like
+from jaxcore.tree import assert_same_structure, tree_structure, tree_zeros_like
 
 T = TypeVar("T")
 
@@ -124,7 +124,7 @@ def kahan_summation(*summands: T, compensate: T | None = None) -> tuple[T, T]:
     assert_same_structure(*summands)
     if len(summands) == 1:
         return total, comp
-    treedef = jax.tree_util.tree_structure(total)
+    treedef = tree_structure(total)
     totals = treedef.flatten_up_to(total)
     comps = treedef.flatten_up_to(comp)
     for x in summands[1:]:

@@ -9,7 +9,7 @@ callable's type (``C -> C``) for static checkers and accept the decorator forms
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypedDict, TypeVar, Unpack, cast, overload
 
 import jax
 import jax.numpy as jnp
@@ -24,12 +24,29 @@ def _require_callable(api: str, fn: Any) -> None:
         raise TypeError(f"{api} expects a callable to transform, got {type(fn).__name__}: {fn!r}")
 
 
-@overload
-def jit(fn: C, **kwargs: Any) -> C: ...
+class _JitOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`jit` (documented there)."""
+
+    in_shardings: Any
+    out_shardings: Any
+    static_argnums: int | Sequence[int] | None
+    static_argnames: str | Iterable[str] | None
+    donate_argnums: int | Sequence[int] | None
+    donate_argnames: str | Iterable[str] | None
+    keep_unused: bool
+    device: Any
+    backend: str | None
+    inline: bool
+    abstracted_axes: Any
+    compiler_options: dict[str, Any] | None
 
 
 @overload
-def jit(fn: None = None, **kwargs: Any) -> Callable[[C], C]: ...
+def jit(fn: C, **kwargs: Unpack[_JitOptions]) -> C: ...
+
+
+@overload
+def jit(fn: None = None, **kwargs: Unpack[_JitOptions]) -> Callable[[C], C]: ...
 
 
 def jit(
@@ -149,7 +166,10 @@ def linearize(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> t
         TypeError: if ``fn`` is not callable.
     """
     _require_callable("linearize", fn)
-    return jax.linearize(fn, *primals, has_aux=has_aux)
+    # Two calls: jax.linearize's overloads key its result's length on a literal has_aux.
+    if has_aux:
+        return jax.linearize(fn, *primals, has_aux=True)
+    return jax.linearize(fn, *primals, has_aux=False)
 
 
 def shard_map(
@@ -189,4 +209,4 @@ def shard_map(
     # (its sentinel is not public API).
     if in_specs is not None:
         kwargs["in_specs"] = in_specs
-    return cast(C, jax.shard_map(f, **kwargs))
+    return jax.shard_map(f, **kwargs)
