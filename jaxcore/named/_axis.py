@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,7 +128,9 @@ def make_axes(**sizes: int) -> tuple[Axis, ...]:
 def selection_items(sel: AxisSelection) -> list[tuple[str, int | None]]:
     """``(name, size or None)`` pairs of a selection, in order; rejects duplicate names."""
     if isinstance(sel, (str, Axis)):
-        items = [(sel, None) if isinstance(sel, str) else (sel.name, sel.size)]
+        items: list[tuple[str, int | None]] = [
+            (sel, None) if isinstance(sel, str) else (sel.name, sel.size)
+        ]
     elif isinstance(sel, Mapping):
         items = []
         for k, v in sel.items():
@@ -229,7 +232,7 @@ def _rebuild(template: AxisSelection, items: list[tuple[str, int | None]], origi
 
 def _originals(*sels) -> dict:
     """Maps names to the selector objects the user passed (to hand back the same objects)."""
-    out = {}
+    out: dict[str, Any] = {}
     for sel in sels:
         if isinstance(sel, (str, Axis)):
             sel = (sel,)

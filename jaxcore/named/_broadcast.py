@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
-from jaxcore.named._array import NamedArray, _describe, _is_scalar_like, _Tracer
+from jaxcore.named._array import NamedArray, Tracer, describe_axes, is_scalar_like
 from jaxcore.named._axis import (
     Axis,
     AxisSelection,
@@ -42,7 +42,7 @@ def named(a, axis: AxisSelection) -> NamedArray:
     Raises:
         ValueError: if the number of axes or a given size does not match ``a``'s shape.
     """
-    a = a if isinstance(a, (jax.Array, _Tracer)) else jnp.asarray(a)
+    a = a if isinstance(a, (jax.Array, Tracer)) else jnp.asarray(a)
     items = selection_items(axis)
     shape = a.shape
     if len(items) != len(shape):
@@ -58,8 +58,7 @@ def named(a, axis: AxisSelection) -> NamedArray:
                 f"(array shape {tuple(shape)})"
             )
         axes.append(Axis(name, s))
-    axes = tuple(axes)
-    return NamedArray._new(a, axes)
+    return NamedArray._new(a, tuple(axes))
 
 
 # ----------------------------------------------------------------------------- broadcasting
@@ -78,7 +77,7 @@ def _merge_axes(axes_list: Sequence[tuple[Axis, ...]]) -> tuple[Axis, ...]:
             elif s != ax.size:
                 raise ValueError(
                     f"Axis {ax.name!r} has mismatched sizes {s} and {ax.size} between operands "
-                    f"(axes {[_describe(a) for a in axes_list]})"
+                    f"(axes {[describe_axes(a) for a in axes_list]})"
                 )
     return tuple(out)
 
@@ -110,15 +109,13 @@ def _align_to(axes: tuple[Axis, ...], out_axes: tuple[Axis, ...]) -> _AlignPlan:
     # Drop leading missing axes (numpy broadcasting adds them), keep interior/trailing 1s.
     first = next((k for k, n in enumerate(out_names) if n in present), len(out_names))
     shape = tuple(a.size if a.name in present else 1 for a in out_axes[first:])
-    if len(shape) == len(names):
-        shape = None
-    return _AlignPlan(perm, shape)
+    return _AlignPlan(perm, None if len(shape) == len(names) else shape)
 
 
 _PLAN_CACHE_LIMIT = 4096  # plans are tiny; the bound only guards pathological shape churn
 
 
-def _cache_put(cache: dict, key, value):
+def cache_put(cache: dict, key, value):
     """Stores ``value`` in a plan/kernel cache (emptied when full) and returns it."""
     if len(cache) >= _PLAN_CACHE_LIMIT:
         cache.clear()
@@ -154,7 +151,7 @@ def _broadcast_pair(
         if s1 <= s2:
             return a2
         raise ValueError(
-            f"Cannot broadcast arrays with axes {_describe(a1)} and {_describe(a2)}: neither's axes "
+            f"Cannot broadcast arrays with axes {describe_axes(a1)} and {describe_axes(a2)}: neither's axes "
             "contain the other's. Add the missing axes explicitly (hax.broadcast_axis) first"
         )
     if math.prod(a.size for a in a1) < math.prod(a.size for a in a2):
@@ -162,7 +159,7 @@ def _broadcast_pair(
     return tuple(a for a in a2 if a not in a1) + a1
 
 
-def _broadcast_all(
+def broadcast_all(
     axes_list: Sequence[tuple[Axis, ...]], require_subset: bool = True
 ) -> tuple[Axis, ...]:
     """The axes several operands broadcast to: pairwise ``_broadcast_pair``, largest first.
@@ -187,7 +184,7 @@ def _binary_plan(a1: tuple[Axis, ...], a2: tuple[Axis, ...]):
     plan = _BINARY_PLANS.get(key)
     if plan is None:
         out = _broadcast_pair(a1, a2)
-        plan = _cache_put(
+        plan = cache_put(
             _BINARY_PLANS,
             key,
             (out, tuple(a.name for a in out), _align_to(a1, out), _align_to(a2, out), {}),
@@ -211,7 +208,7 @@ def _aligned_call(fn, plan, x1, x2):
     so the jaxpr holds exactly the positional ops.
     """
     _, _, p1, p2, kernels = plan
-    if fn in EAGER_KERNEL_FNS and not isinstance(x1, _Tracer) and not isinstance(x2, _Tracer):
+    if fn in EAGER_KERNEL_FNS and not isinstance(x1, Tracer) and not isinstance(x2, Tracer):
         kernel = kernels.get(fn)
         if kernel is None:
             kernel = kernels[fn] = jax.jit(lambda a, b: fn(p1.apply(a), p2.apply(b)))
@@ -219,17 +216,34 @@ def _aligned_call(fn, plan, x1, x2):
     return fn(p1.apply(x1), p2.apply(x2))
 
 
-def _wrap_result(result, axes, names):
+def wrap_result(result, axes, names):
+    """Names ``result`` (or each array of a tuple of results) with ``axes``/``names``."""
     if isinstance(result, tuple):
         return tuple(NamedArray._new(r, axes, names) for r in result)
     return NamedArray._new(result, axes, names)
 
 
+def elementwise_unary(fn, a):
+    """Applies positional ``fn`` to ``a``; a NamedArray keeps its axes.
+
+    Args:
+        fn: The positional function (one array in, one array or a tuple of arrays out).
+        a: A NamedArray, a scalar or a positional array.
+
+    Returns:
+        ``fn(a)``, named with ``a``'s axes (each output, for tuple-valued ``fn``) when ``a``
+        is a NamedArray, else as ``fn`` returns it.
+    """
+    if isinstance(a, NamedArray):
+        return wrap_result(fn(a.array), a.axes, a._names)
+    return fn(a)
+
+
 def _check_scalar_operand(x, other: NamedArray):
-    if not _is_scalar_like(x):
+    if not is_scalar_like(x):
         shape = getattr(x, "shape", None)
         raise ValueError(
-            f"Cannot combine a NamedArray with axes {_describe(other.axes)} and a positional "
+            f"Cannot combine a NamedArray with axes {describe_axes(other.axes)} and a positional "
             f"array of shape {shape}: wrap it with hax.named(x, axes) so its axes can be matched by name"
             if shape is not None
             else f"Cannot combine a NamedArray with {x!r} ({type(x).__name__})"
@@ -253,18 +267,18 @@ def elementwise_binary(fn, x1, x2):
         if type(x2) is NamedArray:
             a1, a2 = x1.axes, x2.axes
             if a1 is a2 or a1 == a2:
-                return _wrap_result(fn(x1.array, x2.array), a1, x1._names)
+                return wrap_result(fn(x1.array, x2.array), a1, x1._names)
             plan = _binary_plan(a1, a2)
-            return _wrap_result(_aligned_call(fn, plan, x1.array, x2.array), plan[0], plan[1])
-        if not x1.axes and not _is_scalar_like(x2):
+            return wrap_result(_aligned_call(fn, plan, x1.array, x2.array), plan[0], plan[1])
+        if not x1.axes and not is_scalar_like(x2):
             return fn(x1.array, x2)
         _check_scalar_operand(x2, x1)
-        return _wrap_result(fn(x1.array, x2), x1.axes, x1._names)
+        return wrap_result(fn(x1.array, x2), x1.axes, x1._names)
     if type(x2) is NamedArray:
-        if not x2.axes and not _is_scalar_like(x1):
+        if not x2.axes and not is_scalar_like(x1):
             return fn(x1, x2.array)
         _check_scalar_operand(x1, x2)
-        return _wrap_result(fn(x1, x2.array), x2.axes, x2._names)
+        return wrap_result(fn(x1, x2.array), x2.axes, x2._names)
     if isinstance(x1, NamedArray) or isinstance(x2, NamedArray):  # subclasses: slow path
         return elementwise_nary(fn, x1, x2)
     return fn(x1, x2)
@@ -287,7 +301,7 @@ def elementwise_nary(fn, *args, **kwargs):
     named_args = [a for a in args if isinstance(a, NamedArray)]
     if not named_args:
         return fn(*args, **kwargs)
-    out = _broadcast_all([a.axes for a in named_args])
+    out = broadcast_all([a.axes for a in named_args])
     for a in args:
         if not isinstance(a, NamedArray) and a is not None:
             _check_scalar_operand(a, named_args[0])
@@ -298,14 +312,14 @@ def elementwise_nary(fn, *args, **kwargs):
     if (
         not kwargs
         and fn in EAGER_KERNEL_FNS
-        and not builtins.any(isinstance(x, _Tracer) for x in operands)
+        and not builtins.any(isinstance(x, Tracer) for x in operands)
     ):
         key = (fn, layout)
         kernel = _NARY_KERNELS.get(key)
         if kernel is None:
-            kernel = _cache_put(_NARY_KERNELS, key, jax.jit(_nary_kernel(fn, layout, out, {})))
-        return _wrap_result(kernel(*operands), out, None)
-    return _wrap_result(_nary_kernel(fn, layout, out, kwargs)(*operands), out, None)
+            kernel = cache_put(_NARY_KERNELS, key, jax.jit(_nary_kernel(fn, layout, out, {})))
+        return wrap_result(kernel(*operands), out, None)
+    return wrap_result(_nary_kernel(fn, layout, out, kwargs)(*operands), out, None)
 
 
 def _nary_kernel(fn, layout, out, kwargs):
@@ -346,7 +360,7 @@ def broadcast_arrays(*arrays, require_subset: bool = True, ensure_order: bool = 
     named_args = [a for a in arrays if isinstance(a, NamedArray)]
     if not named_args:
         return tuple(arrays)
-    out = _broadcast_all([a.axes for a in named_args], require_subset)
+    out = broadcast_all([a.axes for a in named_args], require_subset)
     return tuple(
         broadcast_to(a, out, ensure_order=ensure_order) if isinstance(a, NamedArray) else a
         for a in arrays
@@ -371,9 +385,8 @@ def _resolve_target_axes(axes, a) -> tuple[Axis, ...]:
             out.append(ax)
         else:
             raise TypeError(f"Expected an Axis or an axis name (str), got {ax!r}")
-    out = tuple(out)
     check_unique(out)
-    return out
+    return tuple(out)
 
 
 def broadcast_to(
@@ -394,7 +407,7 @@ def broadcast_to(
     """
     target = _resolve_target_axes(axes, a)
     if not isinstance(a, NamedArray):
-        if not _is_scalar_like(a):
+        if not is_scalar_like(a):
             raise ValueError(
                 f"broadcast_to needs a NamedArray or a scalar, got a positional array of shape {getattr(a, 'shape', None)}"
             )
@@ -407,12 +420,12 @@ def broadcast_to(
         if s is not None and s != ax.size:
             raise ValueError(
                 f"Cannot broadcast axis {ax.name!r} of size {ax.size} to size {s} "
-                f"(array axes {_describe(a.axes)}, target {_describe(target)})"
+                f"(array axes {describe_axes(a.axes)}, target {describe_axes(target)})"
             )
     extra = tuple(ax for ax in a.axes if ax.name not in target_sizes)
     if extra and enforce_no_extra_axes:
         raise ValueError(
-            f"Array has axes {[ax.name for ax in extra]} that are not in the target axes {_describe(target)}"
+            f"Array has axes {[ax.name for ax in extra]} that are not in the target axes {describe_axes(target)}"
         )
     if ensure_order:
         out = target + extra

@@ -6,7 +6,7 @@ import math
 
 import jax.numpy as jnp
 
-from jaxcore.named._array import NamedArray, _check_named
+from jaxcore.named._array import NamedArray, check_named
 from jaxcore.named._axis import Axis, AxisSelector, AxisSpec, to_axes
 
 _DEFAULT_NUM = 50  # numpy's default number of samples for linspace & co.
@@ -42,19 +42,19 @@ def full(shape: AxisSpec, fill_value, dtype=None) -> NamedArray:
 
 def zeros_like(a: NamedArray, dtype=None) -> NamedArray:
     """Zeros with ``a``'s axes and (unless given) dtype."""
-    _check_named(a, "zeros_like")
+    check_named(a, "zeros_like")
     return NamedArray._new(jnp.zeros_like(a.array, dtype=dtype), a.axes, a._names)
 
 
 def ones_like(a: NamedArray, dtype=None) -> NamedArray:
     """Ones with ``a``'s axes and (unless given) dtype."""
-    _check_named(a, "ones_like")
+    check_named(a, "ones_like")
     return NamedArray._new(jnp.ones_like(a.array, dtype=dtype), a.axes, a._names)
 
 
 def full_like(a: NamedArray, fill_value, dtype=None) -> NamedArray:
     """``fill_value`` with ``a``'s axes and (unless given) dtype."""
-    _check_named(a, "full_like")
+    check_named(a, "full_like")
     return NamedArray._new(jnp.full_like(a.array, fill_value, dtype=dtype), a.axes, a._names)
 
 

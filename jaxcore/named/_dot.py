@@ -22,11 +22,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxcore.named._array import NamedArray, _Tracer
+from jaxcore.named._array import NamedArray, Tracer
 from jaxcore.named._axis import Axis, AxisSelection, selection_items
 from jaxcore.named._rearrange import (
+    Capture,
     Side,
-    _binding_name,
+    binding_name,
     fill_ellipses,
     parse_einsum,
     raise_parse_error,
@@ -90,7 +91,7 @@ def order_for_partial_spec(
             raise ValueError(
                 f"Axes {[a.name for a in free]} are missing from {tuple(spec)!r} (add ... to place them)"
             )
-        return tuple(by_name[e.name if isinstance(e, Axis) else e] for e in spec)
+        return tuple(by_name[e.name if isinstance(e, Axis) else e] for e in spec if e is not ...)
     filled = fill_ellipses(
         [e if e is Ellipsis else ((e.name if isinstance(e, Axis) else e),) for e in spec],
         list(natural),
@@ -216,9 +217,9 @@ def _plan_dot(
     out_axes = tuple(natural) if out_spec is None else order_for_partial_spec(out_spec, natural)
     position = {a.name: i for i, a in enumerate(acc)}
     perm = tuple(position[a.name] for a in out_axes)
-    if perm == tuple(range(len(perm))):
-        perm = None
-    return _DotPlan(first_presum, tuple(steps), perm, out_axes)
+    return _DotPlan(
+        first_presum, tuple(steps), None if perm == tuple(range(len(perm))) else perm, out_axes
+    )
 
 
 def _compute(
@@ -257,7 +258,7 @@ def _run_plan(
     preferred_element_type,
     dot_general: Callable,
 ) -> NamedArray:
-    if not any(isinstance(r, _Tracer) for r in raws):
+    if not any(isinstance(r, Tracer) for r in raws):
         # Eager: reuse one compiled executable per plan (and per static option set).
         key = (precision, preferred_element_type, dot_general)
         try:
@@ -329,7 +330,8 @@ def dot(
             raise TypeError(f"dot() operand {i} is a {type(a).__name__}, not a NamedArray")
     operands = tuple(a.axes for a in arrays)
     out_spec = _out_key(out_axes)
-    key = (operands, axis if not isinstance(axis, list) else tuple(axis), out_spec)
+    key: Any = (operands, axis if not isinstance(axis, list) else tuple(axis), out_spec)
+    plan: Any
     try:
         plan = _DOT_PLANS.get(key)
     except TypeError:  # unhashable selection (e.g. a dict): plan without the fast cache
@@ -363,7 +365,7 @@ def _simple_names(expr: str, side: Side, what: str) -> list[str | EllipsisType]:
                 f"Parenthesized groups are not supported in einsum {what}", expr, item.span
             )
         else:
-            out.append(item.name)
+            out.append(item.plain_name)
     return out
 
 
@@ -380,7 +382,7 @@ def _plan_einsum(
         if name in aliases:
             used_aliases.add(name)
             value = aliases[name]
-            real = _binding_name(name, aliases)
+            real = binding_name(name, aliases)
             if real not in known:
                 raise_parse_error(
                     f"Alias {name}={value!r} names no axis of the operands", equation, item_span
@@ -413,10 +415,10 @@ def _plan_einsum(
     if output_only or unordered:
         lhs = inputs[0]
         lhs_names = set()
-        for item in _simple_names(equation, lhs, "inputs"):
-            if item is Ellipsis:
+        for lhs_name in _simple_names(equation, lhs, "inputs"):
+            if lhs_name is Ellipsis:
                 continue
-            real = resolve(item, None)
+            real = resolve(lhs_name, None)
             if real not in known:
                 raise_parse_error(
                     f"Axis {real!r} is not in any operand (axes: {tuple(known)})", equation, None
@@ -427,7 +429,7 @@ def _plan_einsum(
             if item is Ellipsis:
                 out_real.append(Ellipsis)
                 continue
-            real = resolve(item.name, item.span)
+            real = resolve(item.plain_name, item.span)
             if real not in known:
                 raise_parse_error(
                     f"Output axis {real!r} is not in any operand (axes: {tuple(known)})",
@@ -503,11 +505,12 @@ def _plan_einsum(
                     )
                 pairs = list(zip(items, axes))
             for item, ax in pairs:
-                letter = item.name
+                assert isinstance(item, Capture)  # the '...' was cut out above
+                letter = item.plain_name
                 if letter in aliases:
                     used_aliases.add(letter)
                     value = aliases[letter]
-                    if _binding_name(letter, aliases) != ax.name or (
+                    if binding_name(letter, aliases) != ax.name or (
                         isinstance(value, Axis) and value != ax
                     ):
                         raise_parse_error(

@@ -157,6 +157,7 @@ def _shift(name: str, op: Callable):
     def shift(x: NamedArray, axes: AxisSelection | None = None) -> NamedArray:
         if not isinstance(x, NamedArray):
             raise TypeError(f"{name} expects a NamedArray, got {type(x).__name__}")
+        idx: tuple[int, ...] | None
         if axes is None:
             idx = None
         elif isinstance(axes, (str, Axis)):

@@ -18,17 +18,17 @@ from jax import lax
 
 from jaxcore.named._array import (
     NamedArray,
-    _check_named,
-    _describe,
-    _is_scalar_like,
-    _Tracer,
+    Tracer,
+    check_named,
+    describe_axes,
+    is_scalar_like,
 )
 from jaxcore.named._axis import (
     Axis,
     AxisSelector,
     check_unique,
 )
-from jaxcore.named._broadcast import _broadcast_all, _cache_put, broadcast_to
+from jaxcore.named._broadcast import broadcast_all, broadcast_to, cache_put
 
 # ----------------------------------------------------------------------------- dslice
 
@@ -51,6 +51,7 @@ class dslice:  # noqa: N801 - the name mirrors jax.experimental.pallas.dslice
 
     def __init__(self, start, length: int | Axis):
         self.start = start
+        self.axis: Axis | None
         if isinstance(length, Axis):
             self.size = length.size
             self.axis = length
@@ -64,7 +65,7 @@ class dslice:  # noqa: N801 - the name mirrors jax.experimental.pallas.dslice
 
     def to_slice(self) -> builtins.slice:
         """The equivalent Python slice (needs a static ``start``)."""
-        if isinstance(self.start, _Tracer):
+        if isinstance(self.start, Tracer):
             raise TypeError("dslice.to_slice() needs a static start, got a traced value")
         start = int(self.start)
         return builtins.slice(start, start + self.size)
@@ -95,7 +96,7 @@ def dblock(idx, size: int) -> dslice:
 # ----------------------------------------------------------------------------- indexing
 
 
-def _normalize_index_arg(idx) -> Mapping:
+def normalize_index_arg(idx) -> Mapping:
     if isinstance(idx, Mapping):
         return idx
     if isinstance(idx, tuple):
@@ -231,7 +232,7 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
                 )
             kinds[pos] = "adv"
             adv[pos] = NamedArray._new(
-                idx if isinstance(idx, (jax.Array, _Tracer)) else jnp.asarray(idx),
+                idx if isinstance(idx, (jax.Array, Tracer)) else jnp.asarray(idx),
                 (_unnamed_index_axis(axes, kinds, pos, key, idx),),
             )
             adv_order.append(pos)
@@ -269,13 +270,13 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
                 )
     # The index arrays broadcast together as Haliax's broadcast_arrays(require_subset=False)
     # does; their axes then replace the indexed axes.
-    u_axes = _broadcast_all([adv[p].axes for p in adv_order], require_subset=False)
+    u_axes = broadcast_all([adv[p].axes for p in adv_order], require_subset=False)
     adv_pos = sorted(adv)
     int_pos = [i for i in range(n) if kinds[i] == "int"]
     rest_pos = [i for i in range(n) if kinds[i] in (None, "slice")]
     perm = tuple(int_pos + adv_pos + rest_pos)
     index_arrays = tuple(broadcast_to(adv[p], u_axes).array for p in adv_pos)
-    pos = tuple(basic[i] for i in int_pos) + index_arrays + tuple(basic[i] for i in rest_pos)
+    index = tuple(basic[i] for i in int_pos) + index_arrays + tuple(basic[i] for i in rest_pos)
     rest_axes = tuple(
         axes[i] if kinds[i] is None else Axis(axes[i].name, new_sizes[i]) for i in rest_pos
     )
@@ -295,7 +296,7 @@ def _plan_index(array: NamedArray, slices: Mapping) -> _IndexPlan:
     final_perm = tuple(final) if final != list(range(len(canon))) else None
     final_axes = tuple(canon[k] for k in final)
     return _IndexPlan(
-        perm if perm != tuple(range(n)) else None, pos, canon, final_perm, final_axes, dynamic
+        perm if perm != tuple(range(n)) else None, index, canon, final_perm, final_axes, dynamic
     )
 
 
@@ -304,7 +305,7 @@ _STATIC_INDEXERS: dict = {}
 
 def _static_key(pos: tuple):
     """A hashable key for an index made only of Python ints and slices, else ``None``."""
-    key = []
+    key: list[Any] = []
     for p in pos:
         if type(p) is int:
             key.append(p)
@@ -332,7 +333,7 @@ def _static_indexer(method: str, pos: tuple):
             fn = jax.jit(lambda x: x[pos])
         else:
             fn = jax.jit(lambda x, v: getattr(x.at[pos], method)(v))
-        _cache_put(_STATIC_INDEXERS, key, fn)
+        cache_put(_STATIC_INDEXERS, key, fn)
     return fn
 
 
@@ -376,10 +377,10 @@ def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
         IndexError: for a static int out of range.
         TypeError: for an unsupported index kind.
     """
-    _check_named(array, "index()")
+    check_named(array, "index()")
     plan = _plan_index(array, slices)
     x = array.array
-    if plan.perm is None and plan.final_perm is None and not isinstance(x, _Tracer):
+    if plan.perm is None and plan.final_perm is None and not isinstance(x, Tracer):
         getter = _static_indexer("get", plan.pos)
         if getter is not None:  # eager, static ints/slices: one compiled dispatch
             return NamedArray._new(getter(x), plan.final_axes)
@@ -389,14 +390,14 @@ def index(array: NamedArray, slices: Mapping[AxisSelector, Any]):
 _index_fn = index
 
 
-class _NamedIndexUpdateHelper:
+class NamedIndexUpdateHelper:
     __slots__ = ("_array",)
 
     def __init__(self, array: NamedArray):
         self._array = array
 
     def __getitem__(self, idx) -> _NamedIndexUpdateRef:
-        return _NamedIndexUpdateRef(self._array, _normalize_index_arg(idx))
+        return _NamedIndexUpdateRef(self._array, normalize_index_arg(idx))
 
 
 class _NamedIndexUpdateRef:
@@ -421,17 +422,17 @@ class _NamedIndexUpdateRef:
             value = broadcast_to(
                 value, plan.axes, ensure_order=True, enforce_no_extra_axes=True
             ).array
-        elif not _is_scalar_like(value):
+        elif not is_scalar_like(value):
             raise ValueError(
                 f"Update value must be a NamedArray or a scalar, got a positional array of shape "
-                f"{getattr(value, 'shape', None)}; the selected region has axes {_describe(plan.axes)}"
+                f"{getattr(value, 'shape', None)}; the selected region has axes {describe_axes(plan.axes)}"
             )
         x = arr.array
         if (
             plan.perm is None
             and not kwargs
-            and not isinstance(x, _Tracer)
-            and not isinstance(value, _Tracer)
+            and not isinstance(x, Tracer)
+            and not isinstance(value, Tracer)
         ):
             updater = _static_indexer(method, plan.pos)
             if updater is not None:  # eager, static ints/slices: one compiled dispatch
@@ -448,7 +449,7 @@ class _NamedIndexUpdateRef:
             kwargs["mode"] = "drop"
         x = getattr(x.at[plan.pos], method)(operand, **kwargs)
         if plan.perm is not None:
-            x = jnp.transpose(x, np.argsort(plan.perm))
+            x = jnp.transpose(x, tuple(int(i) for i in np.argsort(plan.perm)))
         return NamedArray._new(x, arr.axes, arr._names)
 
     def set(self, value, **kwargs) -> NamedArray:
@@ -490,7 +491,7 @@ def _static_int(x):
     """``int(x)`` for static integers, ``None`` for traced values."""
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
         return int(x)
-    if isinstance(x, _Tracer):
+    if isinstance(x, Tracer):
         return None
     if getattr(x, "ndim", None) == 0 and _is_int_array(x):
         return int(x)
@@ -501,7 +502,7 @@ def _unwrap_start(name, start):
     if isinstance(start, NamedArray):
         if start.axes:
             raise ValueError(
-                f"Start for axis {name!r} must be a scalar, got axes {_describe(start.axes)}"
+                f"Start for axis {name!r} must be a scalar, got axes {describe_axes(start.axes)}"
             )
         return start.array
     if isinstance(start, bool) or not (
@@ -570,7 +571,7 @@ def _slice_one(array, axis, new_axis=None, start=0, length=None) -> NamedArray:
         x = lax.dynamic_slice_in_dim(array.array, start, length, axis=pos)
     axes = array.axes[:pos] + (out_axis,) + array.axes[pos + 1 :]
     check_unique(axes)
-    return NamedArray._new(x, axes)
+    return NamedArray._new(x, tuple(axes))
 
 
 def _slice_many(array, start: Mapping, length: Mapping | None = None) -> NamedArray:
@@ -594,12 +595,11 @@ def _slice_many(array, start: Mapping, length: Mapping | None = None) -> NamedAr
         raise ValueError(
             f"slice: lengths given for axes {sorted(length_by_name)} that have no start"
         )
-    axes = tuple(axes)
     check_unique(axes)
     x = lax.dynamic_slice(
-        array.array, [jnp.asarray(s) if isinstance(s, _Tracer) else s for s in starts], sizes
+        array.array, [jnp.asarray(s) if isinstance(s, Tracer) else s for s in starts], sizes
     )
-    return NamedArray._new(x, axes)
+    return NamedArray._new(x, tuple(axes))
 
 
 _TAKE_MODES = (None, "clip", "wrap", "fill", "promise_in_bounds")
@@ -641,11 +641,11 @@ def take(
     """
     if mode not in _TAKE_MODES:
         raise ValueError(f"take: unknown mode {mode!r}; expected one of {_TAKE_MODES}")
-    _check_named(array, "take")
+    check_named(array, "take")
     pos = array._index_of(axis)
     name, size = array.axes[pos].name, array.axes[pos].size
     raw = index.array if isinstance(index, NamedArray) else index
-    concrete = not isinstance(raw, _Tracer)
+    concrete = not isinstance(raw, Tracer)
     if mode is None and concrete:
         values = np.asarray(raw)
         bad = (values < -size) | (values >= size)
@@ -731,7 +731,7 @@ def updated_slice(
         started.add(array.axes[pos].name)
         starts[pos] = _unwrap_start(array.axes[pos].name, st)
     if not isinstance(update, NamedArray):
-        if not _is_scalar_like(update):
+        if not is_scalar_like(update):
             raise ValueError(
                 f"updated_slice needs a NamedArray update (or a scalar), got shape {getattr(update, 'shape', None)}"
             )
@@ -739,7 +739,7 @@ def updated_slice(
     for ax in update.axes:
         if ax.name not in array._names:
             raise ValueError(
-                f"Update has axis {ax.name!r} which the array (axes {_describe(array.axes)}) does not have"
+                f"Update has axis {ax.name!r} which the array (axes {describe_axes(array.axes)}) does not have"
             )
     up_sizes = {ax.name: ax.size for ax in update.axes}
     target = []
@@ -766,11 +766,11 @@ def _updated_slice_rows(
         if ax.name not in array._names:
             raise ValueError(
                 f"updated_slice: a start has axis {ax.name!r}, which the array (axes "
-                f"{_describe(array.axes)}) does not have; per-row starts map over the array's axes"
+                f"{describe_axes(array.axes)}) does not have; per-row starts map over the array's axes"
             )
         array._index_of(ax)  # size check
     if not isinstance(update, NamedArray):
-        if not _is_scalar_like(update):
+        if not is_scalar_like(update):
             raise ValueError(
                 f"updated_slice needs a NamedArray update (or a scalar), got shape {getattr(update, 'shape', None)}"
             )

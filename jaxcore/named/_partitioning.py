@@ -15,6 +15,7 @@ arrays, ``jax.lax.with_sharding_constraint`` under a trace for ``Auto`` mesh axe
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import math
 import threading
@@ -22,21 +23,25 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
+from jaxcore import _jax_internals
 from jaxcore.named._array import NamedArray
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
 
 __all__ = [
+    "ResourceAxis",
     "ResourceMapping",
     "axis_mapping",
     "current_axis_mapping",
     "fsdp",
+    "get_mesh",
     "named_jit",
     "physical_axis_name",
     "physical_axis_size",
     "pspec_for",
     "round_axis_for_partitioning",
+    "set_mesh",
     "shard",
     "sharding_for_axis",
 ]
@@ -187,12 +192,53 @@ def _mesh_shape(mesh) -> Mapping[str, int]:
     return dict(mesh.shape)
 
 
-def _current_mesh() -> Mesh | None:
+def _current_mesh() -> Mesh | AbstractMesh | None:
+    """The mesh in force: ``jax.set_mesh``'s (abstract under a trace), else a classic
+    ``with mesh:`` block's, else ``None``."""
+    mesh: Mesh | AbstractMesh
     try:
         mesh = jax.sharding.get_mesh()
     except ValueError:  # under jit: only the abstract mesh is available
         mesh = jax.sharding.get_abstract_mesh()
-    return None if mesh is None or mesh.empty else mesh
+    if mesh is not None and not mesh.empty:
+        return mesh
+    return _jax_internals.classic_context_mesh()
+
+
+def get_mesh() -> Mesh | AbstractMesh | None:
+    """The mesh named sharding uses now (set by ``set_mesh``/``jax.set_mesh`` or ``with mesh:``).
+
+    Returns:
+      The mesh (an ``AbstractMesh`` while tracing under ``jax.set_mesh``), or ``None``.
+    """
+    return _current_mesh()
+
+
+def set_mesh(mesh: Mesh) -> Any:
+    """Makes ``mesh`` the mesh for named sharding, as a context manager (``with set_mesh(m):``).
+
+    The same as ``jax.set_mesh``; JAX's classic ``with mesh:`` is honored as well.
+
+    Args:
+      mesh: The device mesh.
+
+    Returns:
+      The context manager that installs ``mesh`` for its block.
+
+    Raises:
+      TypeError: if ``mesh`` is not a ``jax.sharding.Mesh``.
+    """
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"set_mesh needs a jax.sharding.Mesh, got {type(mesh).__name__}")
+    return jax.set_mesh(mesh)
+
+
+class ResourceAxis(enum.StrEnum):
+    """The conventional mesh axis names, usable wherever a mesh axis name is (Haliax's names)."""
+
+    MODEL = "model"
+    DATA = "data"
+    REPLICA = "replica"
 
 
 def physical_axis_size(
@@ -283,7 +329,9 @@ def _place(arr: NamedArray, spec: PartitionSpec, mesh) -> NamedArray:
     )
 
 
-def shard(x: Any, mapping: ResourceMapping | None = None, mesh: Mesh | None = None) -> Any:
+def shard(
+    x: Any, mapping: ResourceMapping | None = None, mesh: Mesh | AbstractMesh | None = None
+) -> Any:
     """Shards the ``NamedArray`` leaves of ``x`` by their axis names; other leaves pass through.
 
     Outside ``jit`` this places the data (``device_put``); under ``jit`` it constrains the

@@ -66,6 +66,20 @@ class Capture:
     def is_group(self) -> bool:
         return self.members is not None
 
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The identifiers this item binds: a group's members, or the plain item's name."""
+        if self.members is not None:
+            return self.members
+        assert self.name is not None  # the parser gives every plain item a name
+        return (self.name,)
+
+    @property
+    def plain_name(self) -> str:
+        """The identifier of a plain item (or a named group's name)."""
+        assert self.name is not None  # the parser gives every plain item a name
+        return self.name
+
 
 @dataclasses.dataclass(frozen=True)
 class Side:
@@ -310,7 +324,7 @@ def _normalize_bindings(bindings: Mapping[str, object]) -> tuple[tuple[str, Axis
     return tuple(out)
 
 
-def _binding_name(name: str, bindings: Mapping[str, Axis | str | int]) -> str:
+def binding_name(name: str, bindings: Mapping[str, Axis | str | int]) -> str:
     """The array-axis name an identifier refers to, after alias lookup."""
     value = bindings.get(name)
     if isinstance(value, Axis):
@@ -331,7 +345,7 @@ def _split(
     Returns ``(variable, new_axis)`` pairs. Plain captures keep the axis unless a binding
     renames or resizes it.
     """
-    members = capture.members if capture.is_group else (capture.name,)
+    members = capture.variables
     pieces: list[tuple[str, str, int | None]] = []
     for member in members:
         value = bindings.get(member)
@@ -342,7 +356,7 @@ def _split(
         elif isinstance(value, str):
             pieces.append((member, value, None))
         else:
-            keep_name = axis.name if not capture.is_group else member
+            keep_name = member if capture.is_group else axis.name
             pieces.append((member, keep_name, None))
     unknown = [i for i, (_, _, size) in enumerate(pieces) if size is None]
     known = math.prod(size for _, _, size in pieces if size is not None)
@@ -369,7 +383,11 @@ def _split(
             expr,
             capture.span,
         )
-    return [(var, Axis(name, size)) for var, name, size in pieces]
+    solved = []
+    for var, name, size in pieces:
+        assert size is not None  # every size is known or was solved for above
+        solved.append((var, Axis(name, size)))
+    return solved
 
 
 def _bind_lhs(
@@ -425,6 +443,7 @@ def _bind_lhs(
                 )
             positions, captures = list(range(len(axes))), list(items)
         for index, capture in zip(positions, captures):
+            assert isinstance(capture, Capture)  # the '...' was cut out above
             assign(index, capture)
     else:
         for capture in items:
@@ -434,7 +453,7 @@ def _bind_lhs(
                 raise_parse_error(
                     "Groups in '{...}' need a name to match, e.g. (H: h1 h2)", expr, capture.span
                 )
-            target = _binding_name(capture.name, bindings)
+            target = binding_name(capture.name, bindings)
             if target not in names:
                 raise_parse_error(
                     f"Axis {target!r} is not in the array (axes: {tuple(names)})",
@@ -484,14 +503,14 @@ def _build_rhs(
         if item is Ellipsis:
             groups.append(None)
         elif not item.is_group:
-            index = take(item.name, item)
+            index = take(item.plain_name, item)
             groups.append(([index], intermediate[index]))
         else:
             if item.name is None:
                 raise_parse_error(
                     "A merged group on the right needs a name, e.g. (E: H W C)", expr, item.span
                 )
-            indices = [take(member, item) for member in item.members]
+            indices = [take(member, item) for member in item.variables]
             size = math.prod(intermediate[i].size for i in indices)
             if item.name in variables:
                 new_name = variables[item.name].name
@@ -509,7 +528,7 @@ def _build_rhs(
                         expr,
                         item.span,
                     )
-                new_name = _binding_name(item.name, bindings)
+                new_name = binding_name(item.name, bindings)
             groups.append((indices, Axis(new_name, size)))
 
     rest = [i for i in range(len(intermediate)) if i not in used]
@@ -528,6 +547,7 @@ def _build_rhs(
     final: list[Axis] = []
     for k, group in enumerate(groups):
         if group is None:
+            assert filled is not None  # groups has a None, so the '...' slots were filled
             perm.extend(filled[k])
             final.extend(intermediate[i] for i in filled[k])
         else:

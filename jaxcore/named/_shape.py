@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import jax.numpy as jnp
 from jax import lax
 
-from jaxcore.named._array import NamedArray, _check_named, _describe
+from jaxcore.named._array import NamedArray, check_named, describe_axes
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector, AxisSpec, check_unique, to_axes
 
 
@@ -41,19 +41,18 @@ def rename(array: NamedArray, renames: Mapping[AxisSelector, AxisSelector]) -> N
         ValueError: if an old axis is missing, a new ``Axis`` has another size, or the
             result would repeat a name.
     """
-    _check_named(array, "rename")
+    check_named(array, "rename")
     axes = list(array.axes)
     for old, new in renames.items():
         pos = array._index_of(old)
         axes[pos] = _named_axis(new, axes[pos].size, f"rename of {axes[pos].name!r}")
-    axes = tuple(axes)
     check_unique(axes)
-    return NamedArray._new(array.array, axes)
+    return NamedArray._new(array.array, tuple(axes))
 
 
 def ravel(array: NamedArray, new_axis_name: AxisSelector) -> NamedArray:
     """Flattens all axes (in their current order) into one axis ``new_axis_name``."""
-    _check_named(array, "ravel")
+    check_named(array, "ravel")
     ax = _named_axis(new_axis_name, array.size, "ravel")
     return NamedArray._new(jnp.reshape(array.array, (ax.size,)), (ax,))
 
@@ -140,13 +139,13 @@ def unflatten_axis(array: NamedArray, axis: AxisSelector, new_axes: AxisSpec) ->
     Raises:
         ValueError: if the sizes do not multiply to the axis size or names would repeat.
     """
-    _check_named(array, "unflatten_axis")
+    check_named(array, "unflatten_axis")
     pos = array._index_of(axis)
     new = to_axes(new_axes)
     old = array.axes[pos]
     if math.prod(a.size for a in new) != old.size:
         raise ValueError(
-            f"unflatten_axis: axis {old.name!r} has size {old.size} but the new axes {_describe(new)} "
+            f"unflatten_axis: axis {old.name!r} has size {old.size} but the new axes {describe_axes(new)} "
             f"have {math.prod(a.size for a in new)} elements"
         )
     out_axes = array.axes[:pos] + new + array.axes[pos + 1 :]
@@ -160,7 +159,7 @@ def split(a: NamedArray, axis: AxisSelector, new_axes: Sequence[Axis]) -> list[N
     Raises:
         ValueError: if the sizes of ``new_axes`` do not add up to the size of ``axis``.
     """
-    _check_named(a, "split")
+    check_named(a, "split")
     pos = a._index_of(axis)
     old = a.axes[pos]
     new_axes = [x if isinstance(x, Axis) else _bad_split_axis(x) for x in new_axes]
@@ -186,7 +185,7 @@ def _bad_split_axis(x):
 
 def unbind(array: NamedArray, axis: AxisSelector) -> list[NamedArray]:
     """One NamedArray per position along ``axis`` (which is removed from each)."""
-    _check_named(array, "unbind")
+    check_named(array, "unbind")
     pos = array._index_of(axis)
     axes = array.axes[:pos] + array.axes[pos + 1 :]
     names = array._names[:pos] + array._names[pos + 1 :]
@@ -202,10 +201,10 @@ def _align_all(arrays: Sequence[NamedArray], skip: str | None, fname: str) -> li
     ref = {a.name: a.size for a in first.axes}
     out = []
     for k, arr in enumerate(arrays):
-        _check_named(arr, fname)
+        check_named(arr, fname)
         if set(arr._names) != set(first._names):
             raise ValueError(
-                f"{fname}: array {k} has axes {_describe(arr.axes)} but array 0 has {_describe(first.axes)}"
+                f"{fname}: array {k} has axes {describe_axes(arr.axes)} but array 0 has {describe_axes(first.axes)}"
             )
         for ax in arr.axes:
             if ax.name != skip and ax.size != ref[ax.name]:
@@ -235,10 +234,10 @@ def concatenate(axis: AxisSelector, arrays: Sequence[NamedArray]) -> NamedArray:
         raise ValueError("concatenate needs at least one array")
     name = axis if isinstance(axis, str) else axis.name
     for k, arr in enumerate(arrays):
-        _check_named(arr, "concatenate")
+        check_named(arr, "concatenate")
         if name not in arr._names:
             raise ValueError(
-                f"concatenate: array {k} (axes {_describe(arr.axes)}) has no axis {name!r}"
+                f"concatenate: array {k} (axes {describe_axes(arr.axes)}) has no axis {name!r}"
             )
     raw = _align_all(arrays, name, "concatenate")
     pos = arrays[0]._names.index(name)
@@ -280,7 +279,7 @@ def rearrange(array: NamedArray, *args, **kwargs) -> NamedArray:
         ValueError: if an axis is missing or repeated, or (without ``...``) not every
             axis is named.
     """
-    _check_named(array, "rearrange")
+    check_named(array, "rearrange")
     if len(args) == 1 and isinstance(args[0], str):
         from jaxcore.named._rearrange import rearrange_str
 

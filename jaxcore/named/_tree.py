@@ -127,7 +127,8 @@ def _unstack_map(
     specs = []
     for tree in trees:
         flat, treedef = flatten(tree)
-        raws, axes = [], []
+        raws: list[Any] = []
+        axes: list[tuple[Axis, ...] | None] = []
         for leaf in flat:
             if isinstance(leaf, NamedArray):
                 if block.name not in leaf._names:
@@ -145,7 +146,7 @@ def _unstack_map(
                 axes.append(leaf.axes[:at] + leaf.axes[at + 1 :])
             else:
                 raws.append(leaf)
-                axes.append(None)
+                axes.append(None)  # a positional leaf: nothing to rename
         raw_in.append(raws)
         specs.append((treedef, axes))
 

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxcore.named._array import NamedArray
+from jaxcore.named._array import NamedArray, describe_axes
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
 from jaxcore.named._checkpoint import ScanCheckpointPolicy, ScanCheckpointSpec
 from jaxcore.named._partitioning import physical_axis_name
@@ -33,10 +33,6 @@ __all__ = ["ScanCheckpointPolicy", "fold", "map", "scan", "vmap"]
 
 def _is_named(x: Any) -> bool:
     return isinstance(x, NamedArray)
-
-
-def _describe(axes) -> str:
-    return "(" + ", ".join(f"{a.name}={a.size}" for a in axes) + ")"
 
 
 def _one_axis(fname: str, axis: AxisSelector) -> tuple[str, int | None]:
@@ -58,7 +54,8 @@ def _flat(tree: Any) -> tuple[list[Any], Any]:
 def _pack_out(out: Any) -> tuple[list[Any], tuple]:
     """Splits a result into the arrays JAX carries and the metadata to rebuild it."""
     leaves, treedef = _flat(out)
-    arrays, kinds = [], []
+    arrays: list[Any] = []
+    kinds: list[tuple[str, Any]] = []
     for leaf in leaves:
         if isinstance(leaf, NamedArray):
             arrays.append(leaf.array)
@@ -89,6 +86,24 @@ def _unpack_out(arrays: list[Any], meta: tuple, lead: Axis | None) -> Any:
 # ---------------------------------------------------------------------------- vmap
 
 
+def _rebuild(plan: list[tuple[str, Any]], values: Any) -> list[Any]:
+    """The leaves described by ``plan``, taking the traced arrays from ``values`` in order.
+
+    Each plan entry is ``("static", leaf)`` (passed through), ``("named", axes)`` (the next
+    value, named with ``axes``) or ``("array", None)`` (the next value as is).
+    """
+    it = iter(values)
+    leaves = []
+    for kind, info in plan:
+        if kind == "static":
+            leaves.append(info)
+        elif kind == "named":
+            leaves.append(NamedArray._new(next(it), info))
+        else:
+            leaves.append(next(it))
+    return leaves
+
+
 def _spec_for(sig: inspect.Signature | None, default: Any, args_spec: Any, kwargs_spec: dict):
     """Binds the per-argument specs to parameter names once, like equinox's filter_vmap."""
     if sig is None:
@@ -107,11 +122,12 @@ def _spec_for(sig: inspect.Signature | None, default: Any, args_spec: Any, kwarg
     return bound
 
 
-def _leaf_axes(
-    spec: Any, subtree: Any, name: str, size: int | None
-) -> list[tuple[Any, int | None]]:
-    """``(leaf, in_axis)`` for each leaf of ``subtree`` under one spec leaf."""
-    out = []
+def _leaf_axes(spec: Any, subtree: Any, name: str, size: int | None) -> list[tuple[Any, Any]]:
+    """``(leaf, in_axis)`` for each leaf of ``subtree`` under one spec leaf.
+
+    ``in_axis`` is a position, ``None`` (not mapped) or ``"static"`` (not an array).
+    """
+    out: list[tuple[Any, Any]] = []
     for leaf in _flat(subtree)[0]:
         if isinstance(leaf, NamedArray):
             if name in leaf._names:
@@ -119,7 +135,7 @@ def _leaf_axes(
                 if size is not None and leaf.axes[i].size != size:
                     raise ValueError(
                         f"vmap over {Axis(name, size)}: an argument has axis {name!r} of size "
-                        f"{leaf.axes[i].size} (axes {_describe(leaf.axes)})"
+                        f"{leaf.axes[i].size} (axes {describe_axes(leaf.axes)})"
                     )
                 out.append((leaf, i))
             else:
@@ -249,15 +265,7 @@ def vmap(
         out_meta: list = []
 
         def body(*dyn_in):
-            it = iter(dyn_in)
-            leaves = []
-            for kind, info in plan:
-                if kind == "static":
-                    leaves.append(info)
-                elif kind == "named":
-                    leaves.append(NamedArray._new(next(it), info))
-                else:
-                    leaves.append(next(it))
+            leaves = _rebuild(plan, dyn_in)
             b_args, b_kwargs = jax.tree.unflatten(in_def, leaves)
             arrays, meta = _pack_out(fn(*b_args, **b_kwargs))
             out_meta.append(meta)
@@ -338,7 +346,7 @@ def scan(
                 if length is not None and n != length:
                     raise ValueError(
                         f"scan over {name!r}: an argument has axis {name!r} of size {n} "
-                        f"(axes {_describe(leaf.axes)}), expected {length}"
+                        f"(axes {describe_axes(leaf.axes)}), expected {length}"
                     )
                 length = n
                 xs.append(jnp.moveaxis(leaf.array, i, 0) if i else leaf.array)
@@ -365,15 +373,7 @@ def scan(
         out_meta: list = []
 
         def step(carry, x_slices):
-            it = iter(x_slices)
-            rebuilt = []
-            for kind, info in plan:
-                if kind == "static":
-                    rebuilt.append(info)
-                elif kind == "named":
-                    rebuilt.append(NamedArray._new(next(it), info))
-                else:
-                    rebuilt.append(next(it))
+            rebuilt = _rebuild(plan, x_slices)
             a, kw = jax.tree.unflatten(treedef, rebuilt)
             carry = tree_checkpoint_name(carry, carry_name)
             a, kw = tree_checkpoint_name((a, kw), input_name)

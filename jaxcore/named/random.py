@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import jax.random as jrandom
 
-from jaxcore.named._array import NamedArray, NamedOrNumeric
+from jaxcore.named._array import NamedArray, NamedOrNumeric, describe_axes
 from jaxcore.named._axis import Axis, AxisSelector, AxisSpec, axis_name, to_axes
 from jaxcore.named._broadcast import broadcast_to
 from jaxcore.named._partitioning import current_axis_mapping, physical_axis_name, shard
@@ -57,10 +57,6 @@ __all__ = [
 ]
 
 
-def _describe(axes) -> str:
-    return "(" + ", ".join(f"{a.name}={a.size}" for a in axes) + ")"
-
-
 def _shape(fname: str, shape: AxisSpec) -> tuple[Axis, ...]:
     """The axes of a requested ``shape``, with errors that say which sampler was called."""
     try:
@@ -81,8 +77,8 @@ def _param(fname: str, pname: str, value: NamedOrNumeric, axes: tuple[Axis, ...]
             return broadcast_to(value, axes).array
         except ValueError as e:
             raise ValueError(
-                f"hax.random.{fname}: parameter {pname!r} with axes {_describe(value.axes)} "
-                f"does not broadcast to the shape {_describe(axes)}: {e}"
+                f"hax.random.{fname}: parameter {pname!r} with axes {describe_axes(value.axes)} "
+                f"does not broadcast to the shape {describe_axes(axes)}: {e}"
             ) from None
     return value
 
@@ -116,7 +112,7 @@ def _index(fname: str, x: NamedArray, axis: AxisSelector, what: str) -> int:
         i = x._names.index(name)
     except ValueError:
         raise ValueError(
-            f"hax.random.{fname}: axis {name!r} is not in {what} with axes {_describe(x.axes)}"
+            f"hax.random.{fname}: axis {name!r} is not in {what} with axes {describe_axes(x.axes)}"
         ) from None
     if isinstance(axis, Axis) and axis.size != x.axes[i].size:
         raise ValueError(
@@ -177,20 +173,20 @@ def rademacher(key, shape: AxisSpec, dtype=float) -> NamedArray:
     return _finish(jrandom.rademacher(key, _sizes(axes), dtype=dtype), axes)
 
 
+def _one_parameter(jax_fn, fname: str, key, shape, pname: str, value, dtype) -> NamedArray:
+    """A sampler whose one distribution parameter (``pname``) is laid out for ``shape``."""
+    axes = _shape(fname, shape)
+    return _finish(jax_fn(key, _param(fname, pname, value, axes), _sizes(axes), dtype=dtype), axes)
+
+
 def gamma(key, shape: AxisSpec, a: NamedOrNumeric, dtype=float) -> NamedArray:
     """Gamma samples with shape parameter ``a``."""
-    axes = _shape("gamma", shape)
-    return _finish(
-        jrandom.gamma(key, _param("gamma", "a", a, axes), _sizes(axes), dtype=dtype), axes
-    )
+    return _one_parameter(jrandom.gamma, "gamma", key, shape, "a", a, dtype)
 
 
 def loggamma(key, shape: AxisSpec, a: NamedOrNumeric, dtype=float) -> NamedArray:
     """Logs of gamma samples with shape parameter ``a`` (accurate for small ``a``)."""
-    axes = _shape("loggamma", shape)
-    return _finish(
-        jrandom.loggamma(key, _param("loggamma", "a", a, axes), _sizes(axes), dtype=dtype), axes
-    )
+    return _one_parameter(jrandom.loggamma, "loggamma", key, shape, "a", a, dtype)
 
 
 def beta(key, shape: AxisSpec, a: NamedOrNumeric, b: NamedOrNumeric, dtype=float) -> NamedArray:
@@ -203,8 +199,7 @@ def beta(key, shape: AxisSpec, a: NamedOrNumeric, b: NamedOrNumeric, dtype=float
 
 def t(key, shape: AxisSpec, df: NamedOrNumeric, dtype=float) -> NamedArray:
     """Student's t samples with ``df`` degrees of freedom."""
-    axes = _shape("t", shape)
-    return _finish(jrandom.t(key, _param("t", "df", df, axes), _sizes(axes), dtype=dtype), axes)
+    return _one_parameter(jrandom.t, "t", key, shape, "df", df, dtype)
 
 
 def weibull_min(
@@ -219,10 +214,7 @@ def weibull_min(
 
 def pareto(key, shape: AxisSpec, b: NamedOrNumeric, dtype=float) -> NamedArray:
     """Pareto samples with shape parameter ``b``."""
-    axes = _shape("pareto", shape)
-    return _finish(
-        jrandom.pareto(key, _param("pareto", "b", b, axes), _sizes(axes), dtype=dtype), axes
-    )
+    return _one_parameter(jrandom.pareto, "pareto", key, shape, "b", b, dtype)
 
 
 def ball(key, shape: AxisSpec, D: Axis, p: float = 2.0, dtype=float) -> NamedArray:  # noqa: N803 - Haliax's name
@@ -260,10 +252,7 @@ def randint(
 
 def poisson(key, shape: AxisSpec, lam: NamedOrNumeric, dtype=int) -> NamedArray:
     """Poisson samples with rate ``lam``."""
-    axes = _shape("poisson", shape)
-    return _finish(
-        jrandom.poisson(key, _param("poisson", "lam", lam, axes), _sizes(axes), dtype=dtype), axes
-    )
+    return _one_parameter(jrandom.poisson, "poisson", key, shape, "lam", lam, dtype)
 
 
 def categorical(
@@ -296,13 +285,13 @@ def categorical(
     cat = logits.axes[i]
     if cat.name in names:
         raise ValueError(
-            f"hax.random.categorical: the category axis {cat.name!r} cannot be in shape {_describe(axes)}"
+            f"hax.random.categorical: the category axis {cat.name!r} cannot be in shape {describe_axes(axes)}"
         )
     missing = [a.name for a in batch if a not in axes]
     if missing:
         raise ValueError(
-            f"hax.random.categorical: shape {_describe(axes)} must contain the logits' other axes "
-            f"{_describe(batch)}; missing or resized: {missing}"
+            f"hax.random.categorical: shape {describe_axes(axes)} must contain the logits' other axes "
+            f"{describe_axes(batch)}; missing or resized: {missing}"
         )
     # jax.random.categorical takes new (independent) axes in front of the batch axes.
     batch_names = {a.name for a in batch}
@@ -339,7 +328,7 @@ def choice(
     jp = None
     if p is not None:
         if not isinstance(p, NamedArray) or p._names != (a.axes[i].name,):
-            got = _describe(p.axes) if isinstance(p, NamedArray) else type(p).__name__
+            got = describe_axes(p.axes) if isinstance(p, NamedArray) else type(p).__name__
             raise ValueError(
                 f"hax.random.choice: p must be a NamedArray with the single axis {a.axes[i]}, got {got}"
             )
@@ -377,14 +366,14 @@ def dirichlet(
     axes = batch if shape is None else _shape("dirichlet", shape)
     if cat.name in {a.name for a in axes}:
         raise ValueError(
-            f"hax.random.dirichlet: the category axis {cat.name!r} cannot be in shape {_describe(axes)}"
+            f"hax.random.dirichlet: the category axis {cat.name!r} cannot be in shape {describe_axes(axes)}"
         )
     try:
         arr = broadcast_to(alpha, axes + (cat,)).array
     except ValueError as e:
         raise ValueError(
-            f"hax.random.dirichlet: alpha with axes {_describe(alpha.axes)} does not broadcast to "
-            f"{_describe(axes + (cat,))}: {e}"
+            f"hax.random.dirichlet: alpha with axes {describe_axes(alpha.axes)} does not broadcast to "
+            f"{describe_axes(axes + (cat,))}: {e}"
         ) from None
     return _finish(jrandom.dirichlet(key, arr, _sizes(axes), dtype=dtype), axes + (cat,))
 
@@ -432,7 +421,7 @@ def generate_sharded(
             hits = [a for a in axes if a.name == name]
             if not hits:
                 raise ValueError(
-                    f"generate_sharded: axis {name!r} is not in the shape {_describe(axes)}"
+                    f"generate_sharded: axis {name!r} is not in the shape {describe_axes(axes)}"
                 )
             target = hits[0]
         keys = jrandom.split(bound.arguments["key"], target.size)
