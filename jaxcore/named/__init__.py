@@ -13,6 +13,9 @@ from jaxcore.named import (
     jax_utils,
     nn,
     random,
+    specialized_fns,
+    state_dict,
+    util,
 )
 
 # --- dot/einsum, rearrange strings, fft, refs, tree helpers, partitioning ---
@@ -36,6 +39,13 @@ from jaxcore.named._axis import (
     selects_axis,
     union_axes,
     without_axes,
+)
+from jaxcore.named._axis_utils import (
+    axis_size,
+    axis_spec_to_shape_dict,
+    concat_axis_specs,
+    rearrange_for_partial_order,
+    replace_axis,
 )
 from jaxcore.named._broadcast import broadcast_arrays, broadcast_axis, broadcast_to, named
 from jaxcore.named._checkpoint import ScanCheckpointPolicy
@@ -65,6 +75,7 @@ from jaxcore.named._fft import (
     rfftfreq,
 )
 from jaxcore.named._indexing import dblock, ds, dslice, index, slice, take, updated_slice
+from jaxcore.named._manipulation import repeat, roll, tile
 from jaxcore.named._ops import (
     BINARY_OPS,
     DEFAULT_POLY_AXIS_NAME,
@@ -267,13 +278,17 @@ from jaxcore.named._tree import (
     tree_structure,
     tree_unflatten,
 )
+from jaxcore.named._unique import (
+    unique,
+    unique_all,
+    unique_counts,
+    unique_inverse,
+    unique_values,
+)
 from jaxcore.named.hof import fold, map, scan, vmap
 from jaxcore.named.jax_utils import filter_checkpoint, tree_checkpoint_name
 
 __all__ = [
-    "ResourceAxis",
-    "get_mesh",
-    "set_mesh",
     "abs",
     "absolute",
     "add",
@@ -301,6 +316,8 @@ __all__ = [
     "Axis",
     "axis_mapping",
     "axis_name",
+    "axis_size",
+    "axis_spec_to_shape_dict",
     "AxisSelection",
     "AxisSelector",
     "AxisSpec",
@@ -321,6 +338,7 @@ __all__ = [
     "ceil",
     "clip",
     "concat_axes",
+    "concat_axis_specs",
     "concatenate",
     "conj",
     "conjugate",
@@ -366,6 +384,7 @@ __all__ = [
     "full",
     "full_like",
     "geomspace",
+    "get_mesh",
     "greater",
     "greater_equal",
     "hfft",
@@ -465,15 +484,20 @@ __all__ = [
     "ravel",
     "real",
     "rearrange",
+    "rearrange_for_partial_order",
     "reciprocal",
     "REDUCTION_OPS",
     "remainder",
     "rename",
+    "repeat",
+    "replace_axis",
+    "ResourceAxis",
     "ResourceMapping",
     "rfft",
     "rfftfreq",
     "right_shift",
     "rint",
+    "roll",
     "roots",
     "round",
     "round_axis_for_partitioning",
@@ -483,6 +507,7 @@ __all__ = [
     "ScanCheckpointPolicy",
     "searchsorted",
     "selects_axis",
+    "set_mesh",
     "ShapeDict",
     "shard",
     "sharding_for_axis",
@@ -493,11 +518,13 @@ __all__ = [
     "sinh",
     "slice",
     "sort",
+    "specialized_fns",
     "split",
     "sqrt",
     "square",
     "stack",
     "Stacked",
+    "state_dict",
     "std",
     "subtract",
     "sum",
@@ -505,6 +532,7 @@ __all__ = [
     "take",
     "tan",
     "tanh",
+    "tile",
     "top_k",
     "trace",
     "tree",
@@ -524,8 +552,14 @@ __all__ = [
     "unbind",
     "unflatten_axis",
     "union_axes",
+    "unique",
+    "unique_all",
+    "unique_counts",
+    "unique_inverse",
+    "unique_values",
     "unpackbits",
     "updated_slice",
+    "util",
     "vander",
     "var",
     "vmap",

@@ -13,15 +13,17 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from jaxcore.named._array import NamedArray
-from jaxcore.named._axis import Axis
+from jaxcore.named._axis import Axis, AxisSelector
 
 __all__ = [
     "Stacked",
     "flatten",
     "leaves",
     "map",
+    "resize_axis",
     "scan_aware_map",
     "scan_aware_tree_map",
     "structure",
@@ -211,3 +213,54 @@ tree_flatten = flatten
 tree_unflatten = unflatten
 tree_leaves = leaves
 tree_structure = structure
+
+
+def resize_axis(tree: Any, old_axis: AxisSelector, new_size: int, key: Any = None) -> Any:
+    """Every ``NamedArray`` in ``tree`` with ``old_axis``, resized along it to ``new_size``.
+
+    Shrinking keeps the first ``new_size`` entries. Growing appends entries: the array's
+    mean, or with a ``key`` draws from a normal distribution (truncated at two standard
+    deviations) with the array's mean and standard deviation, each array with its own
+    subkey. Used to grow or trim a vocabulary axis across a whole model.
+
+    Args:
+        tree: A pytree; ``NamedArray`` leaves without the axis and other leaves are kept.
+        old_axis: The axis (or its name) to resize.
+        new_size: Its new size.
+        key: An optional PRNG key for random new entries.
+
+    Returns:
+        The tree with the axis resized to ``Axis(name, new_size)``.
+
+    Raises:
+        ValueError: if ``new_size`` is negative, or ``old_axis`` is an ``Axis`` whose size
+            differs from an array's.
+    """
+    name = old_axis.name if isinstance(old_axis, Axis) else old_axis
+    if new_size < 0:
+        raise ValueError(f"resize_axis: the new size of {name!r} must be >= 0, got {new_size}")
+    resized = [x for x in leaves(tree) if isinstance(x, NamedArray) and name in x._names]
+    keys = list(jax.random.split(key, len(resized))) if key is not None and resized else []
+    subkey = iter(keys)
+
+    def resize(x: Any) -> Any:
+        if not (isinstance(x, NamedArray) and name in x._names):
+            return x
+        pos = x._names.index(name)
+        old = x.axes[pos]
+        if isinstance(old_axis, Axis) and old_axis.size != old.size:
+            raise ValueError(f"resize_axis: {old_axis} has size {old.size} in an array")
+        axes = x.axes[:pos] + (Axis(name, new_size),) + x.axes[pos + 1 :]
+        raw = x.array
+        if new_size <= old.size:
+            return NamedArray._new(jax.lax.slice_in_dim(raw, 0, new_size, axis=pos), axes)
+        extra_shape = raw.shape[:pos] + (new_size - old.size,) + raw.shape[pos + 1 :]
+        mean = jnp.mean(raw)
+        if key is None:
+            extra = jnp.full(extra_shape, mean, raw.dtype)
+        else:
+            noise = jax.random.truncated_normal(next(subkey), -2.0, 2.0, extra_shape)
+            extra = (mean + jnp.std(raw) * noise).astype(raw.dtype)
+        return NamedArray._new(jnp.concatenate([raw, extra], axis=pos), axes)
+
+    return map(resize, tree)

@@ -1,0 +1,292 @@
+"""State dicts: a model's arrays as a flat ``{"layer.0.weight": array}`` dict (``hax.state_dict``).
+
+PyTorch checkpoints, Hugging Face hubs and safetensors files name every parameter by a
+dotted path. ``to_state_dict`` flattens a model (dataclass modules, dicts, lists, tuples)
+into such keys: field names and indices joined by ``.``, a ``NamedArray`` stored as its
+positional array. A stacked layer (anything with a ``stacked`` tree and a ``Block``/``block``
+axis, such as ``hax.nn.Stacked``) is written as one entry per layer, ``layers.0.…``,
+``layers.1.…``, the way the unstacked model names them. ``from_state_dict`` walks a
+template model and fills it from such a dict, restacking the layers and checking every
+shape. ``save_state_dict``/``load_state_dict`` write and read the dict as a safetensors
+file (the format PyTorch and Hugging Face use), with the keys as they are.
+
+A module can rename its fields' keys with a ``_state_dict_key_map()`` method returning
+``{field: key}`` (a key of ``None`` puts the field's entries at the module's own prefix),
+or take over completely with ``to_state_dict(prefix)`` and
+``from_state_dict(state_dict, prefix)`` methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcore.named._array import NamedArray, describe_axes
+from jaxcore.named._axis import Axis
+
+__all__ = [
+    "StateDict",
+    "from_state_dict",
+    "load_state_dict",
+    "save_state_dict",
+    "to_state_dict",
+    "with_prefix",
+]
+
+StateDict = dict[str, Any]
+"""A flat mapping from dotted keys to arrays."""
+
+
+def with_prefix(prefix: str | None, key: str | int | None) -> str | None:
+    """``prefix.key``, or whichever of the two is present (``None`` if neither is).
+
+    Args:
+        prefix: The enclosing key, or ``None`` at the root.
+        key: The field name or index to append, or ``None`` to stay at ``prefix``.
+
+    Returns:
+        The joined key.
+    """
+    if key is None or key == "":
+        return prefix
+    return str(key) if not prefix else f"{prefix}.{key}"
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, np.generic))
+
+
+def _stack_axis(node: Any) -> Axis | None:
+    """The layer axis of a stacked module (``Block`` or ``block``), or ``None``."""
+    if not hasattr(node, "stacked") or isinstance(node, type):
+        return None
+    for name in ("Block", "block"):
+        axis = getattr(node, name, None)
+        if isinstance(axis, Axis):
+            return axis
+    return None
+
+
+def _fields(node: Any) -> list[str]:
+    """The non-static dataclass fields of ``node`` (static ones hold no arrays)."""
+    return [f.name for f in dataclasses.fields(node) if not f.metadata.get("static", False)]
+
+
+def _key_map(node: Any) -> Mapping[str, str | None]:
+    fn = getattr(node, "_state_dict_key_map", None)
+    return fn() if callable(fn) else {}
+
+
+def _layer(node: Any, block: Axis, i: int) -> Any:
+    """Layer ``i`` of a stacked tree: named arrays indexed along ``block``, others along dim 0."""
+
+    def take(leaf: Any) -> Any:
+        if isinstance(leaf, NamedArray):
+            if block.name not in leaf._names:
+                raise ValueError(
+                    f"state dict: a stacked array with axes {describe_axes(leaf.axes)} lacks the "
+                    f"layer axis {block.name!r}"
+                )
+            pos = leaf._names.index(block.name)
+            return NamedArray._new(
+                jnp.take(leaf.array, i, axis=pos), leaf.axes[:pos] + leaf.axes[pos + 1 :]
+            )
+        if _is_array(leaf) and jnp.ndim(leaf) >= 1:
+            return leaf[i]
+        return leaf
+
+    return jax.tree.map(take, node, is_leaf=lambda x: isinstance(x, NamedArray))
+
+
+def to_state_dict(tree: Any, prefix: str | None = None) -> StateDict:
+    """Flattens ``tree`` into a dict from dotted keys to positional arrays.
+
+    Args:
+        tree: A model: dataclass modules, dicts, lists and tuples of ``NamedArray`` and
+            array leaves. Non-array leaves (Python numbers, strings, ``None``) are skipped.
+        prefix: A key prefix for every entry (``"model"`` gives ``"model.w"``).
+
+    Returns:
+        The state dict. Stacked layers give one entry per layer (``"layers.3.w"``).
+
+    Raises:
+        ValueError: if two entries would get the same key.
+    """
+    out: StateDict = {}
+    _flatten_into(tree, prefix, out)
+    return out
+
+
+def _put(out: StateDict, key: str | None, value: Any) -> None:
+    if key is None:
+        raise ValueError("state dict: an array at the root needs a prefix to be named")
+    if key in out:
+        raise ValueError(f"state dict: two entries share the key {key!r}")
+    out[key] = value
+
+
+def _flatten_into(node: Any, prefix: str | None, out: StateDict) -> None:
+    if node is None:
+        return
+    if isinstance(node, NamedArray):
+        _put(out, prefix, node.array)
+    elif _is_array(node):
+        _put(out, prefix, node)
+    elif callable(getattr(node, "to_state_dict", None)) and not isinstance(node, type):
+        for key, value in node.to_state_dict(prefix).items():
+            _put(out, key, value)
+    elif (block := _stack_axis(node)) is not None:
+        for i in range(block.size):
+            _flatten_into(_layer(node.stacked, block, i), with_prefix(prefix, i), out)
+    elif isinstance(node, Mapping):
+        for key, value in node.items():
+            _flatten_into(value, with_prefix(prefix, key), out)
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            _flatten_into(value, with_prefix(prefix, i), out)
+    elif dataclasses.is_dataclass(node):
+        key_map = _key_map(node)
+        for name in _fields(node):
+            _flatten_into(getattr(node, name), with_prefix(prefix, key_map.get(name, name)), out)
+
+
+def from_state_dict(tree: Any, state_dict: Mapping[str, Any], prefix: str | None = None) -> Any:
+    """A copy of the template ``tree`` with every array taken from ``state_dict``.
+
+    Args:
+        tree: The template model; only its structure, axes and shapes are used (its arrays
+            may be ``jax.ShapeDtypeStruct`` stand-ins, e.g. from ``jax.eval_shape``).
+        state_dict: The flat dict, as ``to_state_dict`` or ``load_state_dict`` give it.
+        prefix: The key prefix the template's entries have in ``state_dict``.
+
+    Returns:
+        The filled model; ``NamedArray`` leaves keep the template's axes and dtypes come
+        from ``state_dict``. Stacked layers are restacked along their layer axis.
+
+    Raises:
+        KeyError: if an entry the template needs is missing (the message names the key).
+        ValueError: if an entry's shape differs from the template's.
+    """
+    return _fill(tree, state_dict, prefix)
+
+
+def _entry(state_dict: Mapping[str, Any], key: str | None, shape: tuple[int, ...]) -> Any:
+    if key is None:
+        raise ValueError("state dict: an array at the root needs a prefix to be named")
+    if key not in state_dict:
+        near = sorted(k for k in state_dict if k.rsplit(".", 1)[0] == key.rsplit(".", 1)[0])
+        hint = f"; keys beside it: {near[:8]}" if near else ""
+        raise KeyError(f"state dict has no entry {key!r}{hint}")
+    value = state_dict[key]
+    if tuple(np.shape(value)) != tuple(shape):
+        raise ValueError(
+            f"state dict entry {key!r} has shape {tuple(np.shape(value))}, the model expects {tuple(shape)}"
+        )
+    return jnp.asarray(value)
+
+
+def _fill(node: Any, sd: Mapping[str, Any], prefix: str | None) -> Any:
+    if node is None:
+        return None
+    if isinstance(node, NamedArray):
+        return NamedArray(_entry(sd, prefix, tuple(a.size for a in node.axes)), node.axes)
+    if _is_array(node) or isinstance(node, jax.ShapeDtypeStruct):
+        return _entry(sd, prefix, tuple(node.shape))
+    if callable(getattr(node, "from_state_dict", None)) and not isinstance(node, type):
+        return node.from_state_dict(sd, prefix)
+    if (block := _stack_axis(node)) is not None:
+        return _fill_stacked(node, block, sd, prefix)
+    container: Any = type(node)
+    if isinstance(node, Mapping):
+        return container({k: _fill(v, sd, with_prefix(prefix, k)) for k, v in node.items()})
+    if isinstance(node, (list, tuple)):
+        filled = [_fill(v, sd, with_prefix(prefix, i)) for i, v in enumerate(node)]
+        return container(*filled) if hasattr(node, "_fields") else container(filled)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        key_map = _key_map(node)
+        updates = {
+            name: _fill(getattr(node, name), sd, with_prefix(prefix, key_map.get(name, name)))
+            for name in _fields(node)
+        }
+        return _replace(node, updates)
+    return node
+
+
+def _replace(node: Any, updates: dict[str, Any]) -> Any:
+    """``node`` with some fields replaced, without rerunning its ``__init__`` checks."""
+    new = object.__new__(type(node))
+    for f in dataclasses.fields(node):
+        object.__setattr__(new, f.name, updates.get(f.name, getattr(node, f.name)))
+    return new
+
+
+def _fill_stacked(node: Any, block: Axis, sd: Mapping[str, Any], prefix: str | None) -> Any:
+    layer_template = _layer(node.stacked, block, 0)
+    layers = [_fill(layer_template, sd, with_prefix(prefix, i)) for i in range(block.size)]
+    is_named = lambda x: isinstance(x, NamedArray)  # noqa: E731 - a leaf predicate
+    template_leaves, treedef = jax.tree.flatten(node.stacked, is_leaf=is_named)
+    per_layer = [jax.tree.leaves(layer, is_leaf=is_named) for layer in layers]
+    stacked_leaves: list[Any] = []
+    for k, template in enumerate(template_leaves):
+        parts = [leaves[k] for leaves in per_layer]
+        if isinstance(template, NamedArray):
+            pos = template._names.index(block.name)
+            raw = jnp.stack([p.array for p in parts], axis=pos)
+            stacked_leaves.append(NamedArray(raw, template.axes))
+        elif _is_array(template) and jnp.ndim(template) >= 1:
+            stacked_leaves.append(jnp.stack(parts))
+        else:
+            stacked_leaves.append(template)
+    return _replace(node, {"stacked": jax.tree.unflatten(treedef, stacked_leaves)})
+
+
+def _require_safetensors() -> Any:
+    try:
+        import safetensors.numpy as st  # noqa: PLC0415 - optional dependency
+    except ImportError as e:  # pragma: no cover - installed with the dev requirements
+        raise ImportError(
+            "save_state_dict/load_state_dict need the safetensors package (pip install safetensors)"
+        ) from e
+    return st
+
+
+def save_state_dict(state_dict: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Writes ``state_dict`` to ``path`` as a safetensors file, keys as they are.
+
+    PyTorch (``safetensors.torch.load_file``) and Hugging Face read the file directly.
+
+    Args:
+        state_dict: A flat dict of arrays (``to_state_dict``'s result).
+        path: The file to write.
+
+    Raises:
+        TypeError: if a value is not an array.
+    """
+    st = _require_safetensors()
+    arrays = {}
+    for key, value in state_dict.items():
+        if isinstance(value, NamedArray):
+            value = value.array
+        if not (_is_array(value) or isinstance(value, (int, float, bool))):
+            raise TypeError(f"state dict entry {key!r} is a {type(value).__name__}, not an array")
+        arrays[key] = np.ascontiguousarray(np.asarray(value))
+    st.save_file(arrays, os.fspath(path))
+
+
+def load_state_dict(path: str | os.PathLike) -> StateDict:
+    """Reads a safetensors file into a flat dict of ``jax.Array``s.
+
+    Args:
+        path: A file written by ``save_state_dict``, PyTorch or Hugging Face.
+
+    Returns:
+        The state dict; feed it to ``from_state_dict`` with a template model.
+    """
+    st = _require_safetensors()
+    return {key: jnp.asarray(value) for key, value in st.load_file(os.fspath(path)).items()}

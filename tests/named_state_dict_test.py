@@ -1,0 +1,128 @@
+"""hax.state_dict: dotted keys, stacked layers per layer, key maps, safetensors round trips."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxcore.named as hax
+import jaxcore.tree as jtree
+from jaxcore.named import state_dict as hsd
+
+In, Out, Block = hax.Axis("in", 3), hax.Axis("out", 2), hax.Axis("layer", 4)
+
+
+@jtree.dataclass
+class Dense:
+    weight: hax.NamedArray
+    bias: hax.NamedArray | None
+    name: str = jtree.field(static=True, default="dense")
+
+
+@jtree.dataclass
+class Renamed:
+    inner: Dense
+    scale: jax.Array
+
+    def _state_dict_key_map(self):
+        return {"inner": None, "scale": "gamma"}
+
+
+def _dense(seed, block=None):
+    rng = np.random.default_rng(seed)
+    lead = () if block is None else (block,)
+    w = rng.normal(size=tuple(a.size for a in (*lead, Out, In))).astype(np.float32)
+    b = rng.normal(size=tuple(a.size for a in (*lead, Out))).astype(np.float32)
+    return Dense(
+        hax.named(jnp.asarray(w), (*lead, Out, In)), hax.named(jnp.asarray(b), (*lead, Out))
+    )
+
+
+def test_to_state_dict_uses_dotted_keys_and_positional_arrays():
+    model = {"encoder": [_dense(0), _dense(1)], "head": _dense(2)}
+    sd = hsd.to_state_dict(model)
+    assert sorted(sd) == [
+        "encoder.0.bias",
+        "encoder.0.weight",
+        "encoder.1.bias",
+        "encoder.1.weight",
+        "head.bias",
+        "head.weight",
+    ]
+    np.testing.assert_array_equal(sd["head.weight"], model["head"].weight.array)
+    assert isinstance(sd["head.weight"], jax.Array)
+    assert sorted(hsd.to_state_dict(_dense(0), prefix="model")) == ["model.bias", "model.weight"]
+
+
+def test_stacked_layers_flatten_to_per_layer_keys_and_back():
+    stacked = hax.Stacked(_dense(3, Block), Block)
+    sd = hsd.to_state_dict({"layers": stacked})
+    assert sorted(sd) == sorted(f"layers.{i}.{n}" for i in range(4) for n in ("weight", "bias"))
+    for i in range(4):
+        np.testing.assert_array_equal(sd[f"layers.{i}.weight"], stacked.stacked.weight.array[i])
+    back = hsd.from_state_dict({"layers": stacked}, sd)["layers"]
+    assert isinstance(back, hax.Stacked) and back.block == Block
+    assert back.stacked.weight.axes == (Block, Out, In)
+    np.testing.assert_array_equal(back.stacked.weight.array, stacked.stacked.weight.array)
+    np.testing.assert_array_equal(back.stacked.bias.array, stacked.stacked.bias.array)
+
+
+def test_stacked_layer_axis_not_first_is_restacked_in_place():
+    w = jnp.arange(2 * 4 * 3, dtype=jnp.float32).reshape(2, 4, 3)
+    stacked = hax.Stacked(Dense(hax.named(w, (Out, Block, In)), None), Block)
+    sd = hsd.to_state_dict(stacked, prefix="h")
+    np.testing.assert_array_equal(sd["h.1.weight"], np.asarray(w)[:, 1, :])
+    back = hsd.from_state_dict(stacked, sd, prefix="h")
+    np.testing.assert_array_equal(back.stacked.weight.array, w)
+
+
+def test_key_map_renames_and_flattens_fields():
+    model = Renamed(_dense(4), jnp.ones(3))
+    sd = hsd.to_state_dict(model, prefix="norm")
+    assert sorted(sd) == ["norm.bias", "norm.gamma", "norm.weight"]
+    back = hsd.from_state_dict(model, {k: v * 2 for k, v in sd.items()}, prefix="norm")
+    np.testing.assert_allclose(back.inner.weight.array, 2 * model.inner.weight.array)
+    np.testing.assert_allclose(back.scale, 2 * np.ones(3))
+    assert back.inner.name == "dense"
+
+
+def test_from_state_dict_accepts_shape_stand_ins_and_keeps_axes():
+    model = _dense(5)
+    abstract = jax.eval_shape(lambda: model)
+    back = hsd.from_state_dict(abstract, hsd.to_state_dict(model))
+    assert back.weight.axes == (Out, In)
+    np.testing.assert_array_equal(back.weight.array, model.weight.array)
+
+
+def test_from_state_dict_errors_name_the_key():
+    model = _dense(6)
+    sd = hsd.to_state_dict(model, prefix="m")
+    with pytest.raises(KeyError, match="no entry 'm.bias'.*m.weight"):
+        hsd.from_state_dict(model, {"m.weight": sd["m.weight"]}, prefix="m")
+    with pytest.raises(
+        ValueError, match=r"'m.weight' has shape \(3, 2\), the model expects \(2, 3\)"
+    ):
+        hsd.from_state_dict(model, {**sd, "m.weight": sd["m.weight"].T}, prefix="m")
+    with pytest.raises(ValueError, match="needs a prefix"):
+        hsd.to_state_dict(jnp.ones(2))
+    with pytest.raises(ValueError, match="share the key 'a.0'"):
+        hsd.to_state_dict({"a": [jnp.ones(1)], "a.0": jnp.ones(1)})
+
+
+def test_save_and_load_state_dict_round_trip_safetensors(tmp_path):
+    pytest.importorskip("safetensors")
+    model = {"layers": hax.Stacked(_dense(7, Block), Block), "bf": jnp.ones(2, jnp.bfloat16)}
+    path = tmp_path / "model.safetensors"
+    hsd.save_state_dict(hsd.to_state_dict(model), path)
+    import safetensors.numpy
+
+    raw = safetensors.numpy.load_file(str(path))  # plain keys: what torch/HF read
+    assert "layers.2.weight" in raw and raw["bf"].dtype == jnp.bfloat16
+    loaded = hsd.load_state_dict(path)
+    back = hsd.from_state_dict(model, loaded)
+    np.testing.assert_array_equal(
+        back["layers"].stacked.weight.array, model["layers"].stacked.weight.array
+    )
+    assert back["bf"].dtype == jnp.bfloat16
+    with pytest.raises(TypeError, match="'x' is a str"):
+        hsd.save_state_dict({"x": "not an array"}, tmp_path / "bad.safetensors")
