@@ -25,6 +25,8 @@ def check_output_path(value):
     output = Path(value)
     if not output.is_absolute():
         output = REPO_ROOT / output
+    if output.is_symlink() and not output.exists():
+        raise UsageError(f"--output_path={value} is a symbolic link to nothing")
     if output.exists() and not output.is_dir():
         raise UsageError(f"--output_path={value} exists and is not a directory")
     existing = output

@@ -21,6 +21,8 @@ RUNNER_SCRIPTS = {
     # newest end of the JAX range (build/requirements_lock_3_13.txt); CPU only.
     "newest": "run_pytest_newest.sh",
     "docs": "run_docs.sh",
+    # ruff check, ruff format --check, mypy and shellcheck over the repository.
+    "lint": "run_lint.sh",
 }
 # Runners that test one backend's build of the native CPU kernels: pytest loads the library.
 _NEED_KERNELS = ("pytest", "newest")

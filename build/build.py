@@ -330,7 +330,7 @@ def main(argv=None):
         return args.func(args)
     except UsageError as e:
         print(f"build.py: error: {e}", file=sys.stderr)
-        return 1
+        return 2
     except BuildError as e:
         print(f"build.py: error: {e}", file=sys.stderr)
         return 1

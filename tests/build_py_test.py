@@ -336,7 +336,7 @@ def test_bad_input_is_one_clear_error_and_writes_nothing(repo, tmp_path, args, m
     if not any(a.startswith("--bazel_path") for a in args):
         args = [*args, f"--bazel_path={repo.bazel}"]
     result = repo.run("build", *args)
-    assert result.returncode == 1, result.stdout
+    assert result.returncode == 2, result.stdout
     assert message in result.stderr
     assert result.stderr.count("error:") == 1
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
@@ -416,6 +416,7 @@ def test_test_command_dry_run_lists_the_ci_scripts(repo):
         f"bash {repo.path / 'ci' / 'run_pytest_cpu.sh'}",
         f"bash {repo.path / 'ci' / 'run_pytest_newest.sh'}",
         f"bash {repo.path / 'ci' / 'run_docs.sh'}",
+        f"bash {repo.path / 'ci' / 'run_lint.sh'}",
     ]
     assert [line for line in lines if line in expected] == expected
 
@@ -460,8 +461,10 @@ def test_unknown_runner_is_refused(repo):
         f"--python_bin_path={sys.executable}",
         "--dry_run",
     )
-    assert result.returncode == 1
-    assert "--runners must list bazel, asan, pytest, newest, docs (any of them)" in result.stderr
+    assert result.returncode == 2
+    assert (
+        "--runners must list bazel, asan, pytest, newest, docs, lint (any of them)" in result.stderr
+    )
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
 
@@ -639,7 +642,7 @@ def test_python_version_and_python_bin_path_exclude_each_other(repo):
         "--python_version=3.13",
         f"--python_bin_path={sys.executable}",
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "give --python_bin_path or --python_version, not both" in result.stderr
 
 
@@ -662,5 +665,5 @@ def test_newest_runner_is_cpu_only_and_left_out_for_accelerators(repo):
         f"--bazel_path={repo.bazel}",
         f"--python_bin_path={sys.executable}",
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "the newest runner tests the CPU backend only, not --backend=tpu" in result.stderr
