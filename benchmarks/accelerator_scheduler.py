@@ -32,6 +32,8 @@ import tempfile
 import threading
 import time
 
+import plot_tables  # benchmarks/, the script's directory
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "build" / "parallel_accelerator_execute.sh"
 
@@ -119,7 +121,9 @@ def main():
         default=None,
         help="another version of the script, measured in the same run",
     )
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args()
+    plot_tables.check_plot_option(parser, args)
 
     rng = random.Random(args.seed)
     durations = [round(rng.uniform(0.05, 0.4), 3) for _ in range(args.tests)]
@@ -156,11 +160,13 @@ def main():
             f"{'wrapper':34s} {'callers':>7s} {'makespan_s':>10s} {'/ideal':>7s} {'failures':>8s}"
         )
         medians = {}
+        plotted: list[tuple[str, list[float | None]]] = []
         for (name, callers), runs in results.items():
             makespan = statistics.median(m for m, _ in runs)
             failures = sum(f for _, f in runs)
             medians[(name, callers)] = makespan
             print(f"{name:34s} {callers:7d} {makespan:10.3f} {makespan / ideal:7.3f} {failures:8d}")
+            plotted.append((f"{name}, {callers} callers", [makespan / ideal]))
         ours = medians[("parallel_accelerator_execute.sh", 16)]
         base = medians[("poll-and-sleep baseline", 16)]
         floor = medians[("no wrapper (machine floor)", slots)]
@@ -170,6 +176,14 @@ def main():
             if name.startswith(("parallel", "compare")):
                 per_test_ms = (makespan - floor) * slots / args.tests * 1000
                 print(f"per-test overhead, {name} at {callers} callers: {per_test_ms:.1f} ms")
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot,
+            f"accelerator scheduler: {args.tests} sleep-tests, makespan / ideal",
+            "wrapper",
+            ["makespan / ideal"],
+            plotted,
+        )
 
 
 if __name__ == "__main__":

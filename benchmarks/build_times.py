@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import plot_tables  # benchmarks/, the script's directory
+
 REPO = Path(__file__).resolve().parents[1]
 BUILD = [
     sys.executable,
@@ -38,7 +40,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip_clean", action="store_true", help="skip the clean build")
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args()
+    plot_tables.check_plot_option(parser, args)
 
     results = {}
     if not args.skip_clean:
@@ -60,11 +64,17 @@ def main():
     _timed(BUILD)  # leave bazel-bin matching the sources
 
     print(f"{'case':40s} {'median s':>9s} {'min s':>7s} {'goal s':>7s} {'median/goal':>12s}")
+    plotted: list[tuple[str, list[float | None]]] = []
     for case, times in results.items():
         goal = GOALS.get(case)
         med = statistics.median(times)
         ratio = f"{med / goal:12.2f}" if goal else f"{'-':>12s}"
         print(f"{case:40s} {med:9.2f} {min(times):7.2f} {goal or float('nan'):7.1f} {ratio}")
+        plotted.append((case, [med / goal if goal else None]))
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot, "Bazel build times, median / goal", "case", ["median / goal"], plotted
+        )
 
 
 if __name__ == "__main__":

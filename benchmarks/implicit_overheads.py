@@ -22,6 +22,7 @@ Run: ``python3 benchmarks/implicit_overheads.py``.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import sys
@@ -38,6 +39,7 @@ import jaxcore.implicit as ji  # noqa: E402 - after the environment set-up above
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _quax_anchor  # noqa: E402 - after the environment set-up above
+import plot_tables  # noqa: E402 - after the environment set-up above
 
 
 @dataclasses.dataclass
@@ -88,15 +90,19 @@ def _fifty_ops(a):
 
 def _report(
     name: str, times: dict[str, tuple[float, ...]], unit: str = "us", goal: float | None = None
-):
+) -> tuple[str, list[float | None]]:
+    """Prints the wall and CPU lines of one case; returns its plot row (the two ratios)."""
     scale = 1e6 if unit == "us" else 1e3
     goal_text = f"   goal <= {goal:g}x" if goal is not None else ""
+    ratios: list[float | None] = []
     for clock in ("wall", "cpu"):
         plain_s, cand_s = times[clock][:2]
         print(
             f"{name:<34} {clock:<4} plain {plain_s * scale:9.1f} {unit}   implicit "
             f"{cand_s * scale:9.1f} {unit}   ratio {cand_s / plain_s:6.2f}x{goal_text}"
         )
+        ratios.append(cand_s / plain_s)
+    return name, ratios
 
 
 # The issue's anchors, measured on its reference machine with jax 0.10.2: quax's times,
@@ -146,6 +152,10 @@ def _report_tracing_goal(handled_times, tracing_times) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    plot_tables.add_plot_option(parser)
+    args = parser.parse_args()
+    plot_tables.check_plot_option(parser, args)
     warnings.simplefilter("ignore", ji.MaterializationWarning)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
@@ -160,13 +170,13 @@ def main() -> None:
     handled_times = compare(
         lambda: x * 3.0, lambda: handled(s), number=500, anchor=quax_sides.get("handled")
     )
-    _report("eager handled op (mul)", handled_times, goal=8)
+    plotted = [_report("eager handled op (mul)", handled_times, goal=8)]
 
     fallback = ji.implicit(jnp.sin)
     fallback_times = compare(
         lambda: jnp.sin(x), lambda: fallback(s), number=500, anchor=quax_sides.get("fallback")
     )
-    _report("eager fallback (sin, materialize)", fallback_times, goal=8)
+    plotted.append(_report("eager fallback (sin, materialize)", fallback_times, goal=8))
 
     # A fresh function per call, so neither side hits JAX's tracing cache.
     times = compare(
@@ -175,7 +185,11 @@ def main() -> None:
         number=5,
         anchor=quax_sides.get("tracing"),
     )
-    _report("tracing 50 handled ops", times, unit="ms")
+    plotted.append(_report("tracing 50 handled ops", times, unit="ms"))
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot, "implicit / plain jnp, 8x8 float32", "case", ["wall", "cpu"], plotted
+        )
 
     if quax_sides:
         print(

@@ -14,6 +14,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import plot_tables  # benchmarks/, the script's directory
 
 try:
     import jaxcore.named as hax
@@ -36,9 +37,11 @@ def _median_us(fn, reps: int, rounds: int = 7) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2000)
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args()
+    plot_tables.check_plot_option(parser, args)
     B, In, Out = hax.make_axes(B=32, In=512, Out=512)
     layer = hax.nn.Linear.init(In, Out, key=jax.random.key(0), out_first=False)
     layer = hax.nn.Linear(layer.weight, hax.random.normal(jax.random.key(2), Out), In, Out)
@@ -51,6 +54,7 @@ def main() -> None:
         ("eager", lambda: jnp.dot(xr, w) + b, lambda: layer(x).array),
         ("jit", lambda: plain_jit(xr, w, b), lambda: named_jit(layer, x).array),
     ]
+    plotted: list[tuple[str, list[float | None]]] = []
     for mode, plain, named in rows:
         # interleave the two so that machine noise hits both alike
         p1 = _median_us(plain, args.reps)
@@ -59,6 +63,11 @@ def main() -> None:
         n2 = _median_us(named, args.reps)
         p, n = min(p1, p2), min(n1, n2)
         print(f"{mode:5s}  plain {p:8.1f} us   named Linear {n:8.1f} us   ratio {n / p:.2f}")
+        plotted.append((mode, [n / p]))
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot, "named Linear / plain jnp (B=32, In=Out=512)", "mode", ["ratio"], plotted
+        )
 
 
 if __name__ == "__main__":

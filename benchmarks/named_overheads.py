@@ -16,6 +16,7 @@ import timeit
 
 import jax
 import jax.numpy as jnp
+import plot_tables  # benchmarks/, the script's directory
 
 try:
     import jaxcore.named as hax
@@ -102,15 +103,27 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8, help="side of the square operands")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--number", type=int, default=500, help="calls per timing repeat")
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args()
+    plot_tables.check_plot_option(parser, args)
 
     print(
         f"jax {jax.__version__}, backend {jax.default_backend()}, eager, {args.size}x{args.size} float32"
     )
     print(f"{'named op':38s} {'named us':>9s} {'baseline':>22s} {'base us':>9s} {'ratio':>7s}")
+    plotted: list[tuple[str, list[float | None]]] = []
     for name, named_fn, base_fn, base_name in _rows(args.size):
         t_named, t_base = _side_by_side_us(named_fn, base_fn, args.number, args.repeats)
         print(f"{name:38s} {t_named:9.2f} {base_name:>22s} {t_base:9.2f} {t_named / t_base:7.2f}x")
+        plotted.append((name, [t_named / t_base]))
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot,
+            f"named op / baseline, eager, {args.size}x{args.size} float32",
+            "named op",
+            ["ratio"],
+            plotted,
+        )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ recorded as Markdown tables in docs/benchmarks.md. Each table preceded by a line
 first cell is the label), one bar per numeric column, with a dashed line at 1.0x. Cells like
 ``0.48x`` or ``0.61x (0.16x)`` use their first number; cells without a number are skipped.
 
-matplotlib is optional (not in the locked requirements): ``pip install matplotlib``.
+Each benchmark script also takes ``--plot PATH`` and draws the table it prints the same way
+(:func:`add_plot_option`, :func:`check_plot_option`, :func:`plot_ratios`).
+
+matplotlib is pinned in the dev-tools lock (build/requirements_dev_lock.txt, which
+``build/build.py setup`` installs) and optional elsewhere.
 
 Usage: python3 benchmarks/plot_tables.py docs/benchmarks.md --out docs/benchmarks
 """
@@ -15,8 +19,10 @@ Usage: python3 benchmarks/plot_tables.py docs/benchmarks.md --out docs/benchmark
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 _MARKER = re.compile(r"<!--\s*plot:\s*([\w.-]+\.png)\s*-->")
@@ -73,9 +79,12 @@ def write_png(path: Path, title: str, header: list[str], rows: list[list[str]]) 
                 ys.append(value)
         ax.bar(xs, ys, width=width, label=header[c])
     ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
-    ax.set_xticks(
-        range(len(rows)), [f"{header[0]} = {r[0]}" if len(r[0]) < 6 else r[0] for r in rows]
-    )
+    labels = [f"{header[0]} = {r[0]}" if len(r[0]) < 6 else r[0] for r in rows]
+    ax.set_xticks(range(len(rows)), labels)
+    if max(map(len, labels), default=0) > 14:
+        # Long row labels (a benchmark's case names) would overlap: wrap them.
+        ax.set_xticks(range(len(rows)), ["\n".join(textwrap.wrap(x, 16)) for x in labels])
+        ax.tick_params(axis="x", labelsize=7)
     ax.set_ylabel("ratio (lower is faster)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=min(5, len(columns)), loc="upper left")
@@ -84,6 +93,57 @@ def write_png(path: Path, title: str, header: list[str], rows: list[list[str]]) 
     # Fixed metadata, so the same table always gives the same bytes.
     fig.savefig(path, dpi=90, metadata={"Software": None})
     plt.close(fig)
+
+
+def add_plot_option(parser: argparse.ArgumentParser) -> None:
+    """Adds a benchmark's ``--plot PATH`` option (the PNG of the ratio table it prints)."""
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also draw the ratio table as a PNG at PATH (needs matplotlib)",
+    )
+
+
+def check_plot_option(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Stops with a usage error before any timing when ``--plot`` is given without matplotlib."""
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        parser.error(
+            "--plot needs matplotlib: pip install --require-hashes -r build/requirements_dev_lock.txt"
+        )
+
+
+def plot_ratios(
+    path: Path,
+    title: str,
+    label: str,
+    columns: list[str],
+    rows: list[tuple[str, list[float | None]]],
+) -> None:
+    """Draws a benchmark's ratio table as a PNG at ``path`` (as :func:`write_png` does).
+
+    Args:
+        path: the PNG to write (its directory is created).
+        title: the chart's title.
+        label: what the row labels are (the first header cell, e.g. ``"M"``).
+        columns: one name per ratio column (one bar per row each).
+        rows: ``(row label, ratios)`` with one ratio per column; ``None`` draws no bar.
+
+    Raises:
+        ValueError: if a row has a different number of ratios than there are columns.
+    """
+    for name, values in rows:
+        if len(values) != len(columns):
+            raise ValueError(
+                f"plot_ratios: row {name!r} has {len(values)} ratios for {len(columns)} columns"
+            )
+    header = [label, *columns]
+    cells = [
+        [str(name), *("-" if v is None else f"{v:.4g}x" for v in values)] for name, values in rows
+    ]
+    write_png(path, title, header, cells)
+    print(f"plot: {path}")
 
 
 def main(argv: list[str] | None = None) -> int:

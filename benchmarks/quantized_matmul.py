@@ -52,6 +52,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax
 import jax.numpy as jnp
 import numpy as np
+import plot_tables  # benchmarks/, the script's directory
 
 import jaxcore
 from jaxcore import kernels, quant
@@ -138,7 +139,9 @@ def main():
         help="CPU: keep one core busy with another process while timing, to "
         "see how each contender copes with a core it cannot have",
     )
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args()
+    plot_tables.check_plot_option(parser, args)
     if args.model_shape:
         args.k, args.n = args.k or 4096, args.n or 14336
     device = jax.devices()[0]
@@ -193,6 +196,7 @@ def _accelerator_main(args, device):
     w_dense = w.astype(act_dtype)
     peak = _peak(device, args.peak_tbps)
 
+    plotted: list[tuple[str, list[float | None]]] = []
     for m in args.m:
         x = jax.random.normal(jax.random.key(m), (m, k), act_dtype)
         # Every contender of this M in one interleaved timing run.
@@ -215,6 +219,15 @@ def _accelerator_main(args, device):
             if peak:
                 line += f" = {100 * bw / peak:5.1f} % of peak HBM"
             print(line)
+        plotted.append((str(m), [t[name] / t["dense"] for name in weights]))
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot,
+            f"kernel / dense {act_dtype.__name__}, {device.device_kind}, K={k} N={n}",
+            "M",
+            list(weights),
+            plotted,
+        )
 
 
 # ----------------------------------------------------------------------------- CPU
@@ -521,6 +534,16 @@ def _cpu_main(args):
                 )
                 + " |"
             )
+        if args.plot is not None:
+            plot_tables.plot_ratios(
+                args.plot,
+                f"ratio to dense f32 on CPU, K={k} N={n}",
+                "M",
+                names,
+                [(str(m), [summary[m].get(c) for c in names]) for m in args.m],
+            )
+    elif args.plot is not None:
+        print("plot: nothing to draw (no native kernel and no ONNX Runtime contender)")
 
 
 if __name__ == "__main__":

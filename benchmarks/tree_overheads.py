@@ -29,6 +29,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import plot_tables  # benchmarks/, the script's directory
 
 try:
     from jaxcore import tree as jt
@@ -117,7 +118,8 @@ def measure(
     return samples
 
 
-def report(title: str, samples: dict[str, list[float]], goal: float) -> None:
+def report(title: str, samples: dict[str, list[float]], goal: float) -> dict[str, float]:
+    """Prints one table; returns each variant's ratio of medians to the plain dict."""
     base_median = statistics.median(samples["plain dict"])
     base_min = min(samples["plain dict"])
     print(f"\n{title}")
@@ -127,17 +129,21 @@ def report(title: str, samples: dict[str, list[float]], goal: float) -> None:
         print(
             f"  {name:<26}{med:>11.2f}{low:>9.2f}{med / base_median:>15.2f}{low / base_min:>12.2f}"
         )
+    ratios = {name: statistics.median(values) / base_median for name, values in samples.items()}
     ours = samples["jaxcore.tree.dataclass"]
     ratio = statistics.median(ours) / base_median
     verdict = "meets" if ratio <= goal else "misses"
     print(f"  jaxcore.tree.dataclass / plain dict = {ratio:.2f} (goal <= {goal:.1f}: {verdict})")
+    return ratios
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
     parser.add_argument("--leaves", type=int, default=100, help="leaves per object")
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args()
+    plot_tables.check_plot_option(parser, args)
 
     variants = make_variants(args.leaves)
     print(
@@ -146,9 +152,17 @@ def main() -> None:
     )
     print("variants: " + ", ".join(variants))
     flat = measure({k: _flatten_unflatten(v) for k, v in variants.items()}, args.rounds)
-    report("flatten + unflatten", flat, goal=1.1)
+    flat_ratios = report("flatten + unflatten", flat, goal=1.1)
     call = measure({k: _jitted_call(v) for k, v in variants.items()}, args.rounds)
-    report("jitted call taking the object", call, goal=1.0)
+    call_ratios = report("jitted call taking the object", call, goal=1.0)
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot,
+            f"pytree overheads / plain dict ({args.leaves} leaves, medians)",
+            "variant",
+            ["flatten + unflatten", "jitted call"],
+            [(name, [flat_ratios[name], call_ratios[name]]) for name in variants],
+        )
 
 
 if __name__ == "__main__":
