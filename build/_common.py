@@ -42,6 +42,20 @@ def dotted(version):
     return ".".join(map(str, version))
 
 
+def pip_install_command(python, lock):
+    """The command that installs the hash-locked requirements file `lock` for `python`."""
+    return [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--require-hashes",
+        "-r",
+        str(lock),
+    ]
+
+
 def run(cmd, *, verbose, env=None, check=True, capture=False, cwd=REPO_ROOT):
     """Runs a long-lived command (Bazel, pip, a CI job), without a time limit.
 

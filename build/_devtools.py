@@ -7,7 +7,7 @@ requirement. ci/run_docs.sh and ci/run_lint.sh use them.
 
 import hashlib
 
-from _common import REPO_ROOT, fmt, log, run
+from _common import REPO_ROOT, fmt, log, pip_install_command, run
 
 DEV_LOCK_FILE = REPO_ROOT / "build" / "requirements_dev_lock.txt"
 
@@ -23,16 +23,7 @@ def ensure_dev_tools(python, *, verbose, dry_run):
     want = f"{hashlib.sha256(DEV_LOCK_FILE.read_bytes()).hexdigest()} {python}"
     if stamp.exists() and stamp.read_text() == want:
         return
-    install = [
-        str(python),
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--require-hashes",
-        "-r",
-        str(DEV_LOCK_FILE),
-    ]
+    install = pip_install_command(python, DEV_LOCK_FILE)
     if dry_run:
         print(fmt(install))
         return

@@ -20,6 +20,7 @@ from _common import (
     dotted,
     fmt,
     log,
+    pip_install_command,
     probe,
     run,
 )
@@ -240,20 +241,6 @@ def _lock_stamp(python, lock=None):
     return f"{digest} {python}"
 
 
-def _pip_install(python, lock):
-    """The command that installs the hash-locked `lock` for `python`."""
-    return [
-        str(python),
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--require-hashes",
-        "-r",
-        str(lock),
-    ]
-
-
 def ensure_venv(*, verbose, dry_run, python_version_wanted=None):
     """Creates the managed venv and installs the hash-locked requirements of its Python into it.
 
@@ -285,7 +272,7 @@ def ensure_venv(*, verbose, dry_run, python_version_wanted=None):
     if not lock.exists():
         raise BuildError(f"{lock} is missing; it pins every test requirement with hashes")
     create = [str(base or sys.executable), "-m", "venv", str(venv)]
-    install = _pip_install(python, lock)
+    install = pip_install_command(python, lock)
     if dry_run:
         print(f"# {describe_lock(version, lock)}")
         if not python.exists():

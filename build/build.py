@@ -51,7 +51,7 @@ for _name in _MODULES:
         del sys.modules[_name]
 
 import _options  # noqa: E402 (after the sys.path set-up above)
-from _common import REPO_ROOT, BuildError, UsageError, fmt, log, run  # noqa: E402
+from _common import REPO_ROOT, BuildError, UsageError, dotted, fmt, log, run  # noqa: E402
 from _configure import CONFIGURE_BAZELRC, write_configure_bazelrc  # noqa: E402
 from _devtools import ensure_dev_tools  # noqa: E402
 from _locks import (  # noqa: E402
@@ -145,7 +145,7 @@ def _checked_python(args):
             log(f"{describe_lock(version, lock)}, installed in {python}")
         else:
             log(
-                f"Python {version[0]}.{version[1]}: jax {have['jax']}, jaxlib {have['jaxlib']} "
+                f"Python {dotted(version)}: jax {have['jax']}, jaxlib {have['jaxlib']} "
                 f"in {python}, inside the tested range (its lock, {lock.relative_to(REPO_ROOT)}, "
                 f"pins jax {pins['jax']})"
             )
@@ -333,6 +333,10 @@ def main(argv=None):
         return 2
     except BuildError as e:
         print(f"build.py: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a file build.py reads or writes itself (a stamp, a lock file)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"build.py: error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("build.py: interrupted", file=sys.stderr)
