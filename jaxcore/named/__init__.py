@@ -9,9 +9,12 @@ the positional one.
 # --- Haliax's submodules: random numbers, higher-order functions, checkpointing ---
 from jaxcore.named import (
     _methods,  # noqa: F401 - binds NamedArray's operators and methods
+    debug,
+    haxtyping,
     hof,
     jax_utils,
     nn,
+    quantization,
     random,
     specialized_fns,
     state_dict,
@@ -74,6 +77,7 @@ from jaxcore.named._fft import (
     rfft,
     rfftfreq,
 )
+from jaxcore.named._field import field
 from jaxcore.named._indexing import dblock, ds, dslice, index, slice, take, updated_slice
 from jaxcore.named._manipulation import repeat, roll, tile
 from jaxcore.named._ops import (
@@ -349,6 +353,7 @@ __all__ = [
     "cumsum",
     "current_axis_mapping",
     "dblock",
+    "debug",
     "DEFAULT_POLY_AXIS_NAME",
     "deg2rad",
     "degrees",
@@ -367,6 +372,7 @@ __all__ = [
     "fft",
     "fftfreq",
     "fftshift",
+    "field",
     "filter_checkpoint",
     "fix",
     "flatten",
@@ -387,6 +393,7 @@ __all__ = [
     "get_mesh",
     "greater",
     "greater_equal",
+    "haxtyping",
     "hfft",
     "hof",
     "hypot",
@@ -478,6 +485,7 @@ __all__ = [
     "prod",
     "pspec_for",
     "ptp",
+    "quantization",
     "rad2deg",
     "radians",
     "random",

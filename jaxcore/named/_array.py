@@ -275,7 +275,7 @@ class NamedArray:
                 string (``"batch ... embed"``), a sequence of names (``...`` allowed) or a
                 set of names (order-free).
         """
-        return _as_axes_spec(spec).matches(self._names)
+        return as_axes_spec(spec).matches(self._names)
 
     def __class_getitem__(cls, item):
         """``NamedArray["batch", "embed"]``: an annotation that records the expected axes.
@@ -283,7 +283,7 @@ class NamedArray:
         Returns ``typing.Annotated[NamedArray, AxesSpec(...)]``; pass it to
         ``matches_axes`` to check an array against it.
         """
-        return typing.Annotated[cls, _as_axes_spec(item)]
+        return typing.Annotated[cls, as_axes_spec(item)]
 
     # -- indexing ---------------------------------------------------------------------
     def __setitem__(self, idx, value):
@@ -455,7 +455,8 @@ def _spec_entry(x):
     raise TypeError(f"Axes spec entries must be names, Axis objects or ..., got {x!r}")
 
 
-def _as_axes_spec(spec) -> AxesSpec:
+def as_axes_spec(spec) -> AxesSpec:
+    """The ``AxesSpec`` of a ``NamedArray[...]`` annotation, a string, a sequence or a set."""
     if isinstance(spec, AxesSpec):
         return spec
     if typing.get_origin(spec) is typing.Annotated:

@@ -29,6 +29,7 @@ import numpy as np
 
 from jaxcore.named._array import NamedArray, describe_axes
 from jaxcore.named._axis import Axis
+from jaxcore.named.util import replace_fields
 
 __all__ = [
     "StateDict",
@@ -214,16 +215,8 @@ def _fill(node: Any, sd: Mapping[str, Any], prefix: str | None) -> Any:
             name: _fill(getattr(node, name), sd, with_prefix(prefix, key_map.get(name, name)))
             for name in _fields(node)
         }
-        return _replace(node, updates)
+        return replace_fields(node, updates)
     return node
-
-
-def _replace(node: Any, updates: dict[str, Any]) -> Any:
-    """``node`` with some fields replaced, without rerunning its ``__init__`` checks."""
-    new = object.__new__(type(node))
-    for f in dataclasses.fields(node):
-        object.__setattr__(new, f.name, updates.get(f.name, getattr(node, f.name)))
-    return new
 
 
 def _fill_stacked(node: Any, block: Axis, sd: Mapping[str, Any], prefix: str | None) -> Any:
@@ -243,7 +236,7 @@ def _fill_stacked(node: Any, block: Axis, sd: Mapping[str, Any], prefix: str | N
             stacked_leaves.append(jnp.stack(parts))
         else:
             stacked_leaves.append(template)
-    return _replace(node, {"stacked": jax.tree.unflatten(treedef, stacked_leaves)})
+    return replace_fields(node, {"stacked": jax.tree.unflatten(treedef, stacked_leaves)})
 
 
 def _require_safetensors() -> Any:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
 import jax
@@ -10,7 +11,7 @@ import numpy as np
 
 from jaxcore.named._array import NamedArray
 
-__all__ = ["ensure_tuple", "is_jax_or_hax_array_like", "is_named_array"]
+__all__ = ["ensure_tuple", "is_jax_or_hax_array_like", "is_named_array", "replace_fields"]
 
 
 def is_named_array(x: Any) -> TypeGuard[NamedArray]:
@@ -45,3 +46,29 @@ def ensure_tuple(x: Any) -> tuple:
     if isinstance(x, Sequence) and not isinstance(x, str):
         return tuple(x)
     return (x,)
+
+
+def replace_fields(node: Any, updates: Mapping[str, Any]) -> Any:
+    """A copy of dataclass ``node`` with some fields replaced, without rerunning ``__init__``.
+
+    Rebuilding a module from its parts (as ``jax.tree.unflatten`` does) must not redo the
+    checks or the initialization its constructor performs.
+
+    Args:
+        node: A dataclass instance (a ``jaxcore.tree`` or equinox module).
+        updates: New values by field name.
+
+    Returns:
+        The new instance.
+
+    Raises:
+        ValueError: if ``updates`` names a field ``node`` does not have.
+    """
+    names = {f.name for f in dataclasses.fields(node)}
+    unknown = set(updates) - names
+    if unknown:
+        raise ValueError(f"{type(node).__name__} has no fields {sorted(unknown)}")
+    new = object.__new__(type(node))
+    for name in names:
+        object.__setattr__(new, name, updates[name] if name in updates else getattr(node, name))
+    return new
