@@ -36,9 +36,11 @@ readonly PROG="ci/run_docker.sh"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 readonly REPO_ROOT
 readonly LOCK_FILE="build/requirements_lock.txt"
+# The CPU image also holds the newest-end venv (Python 3.13, ci/run_pytest_newest.sh).
+readonly NEWEST_LOCK_FILE="build/requirements_lock_3_13.txt"
 # Variables that name host toolchain locations: the image sets its own, so these are not
 # forwarded (a host path such as .venv/bin/python does not exist inside the container).
-readonly NOT_FORWARDED="JAXCORE_PYTHON JAXCORE_BAZEL JAXCORE_VENV"
+readonly NOT_FORWARDED="JAXCORE_PYTHON JAXCORE_BAZEL JAXCORE_VENV JAXCORE_NEWEST_VENV"
 
 die() {
   echo "${PROG}: error: $*" >&2
@@ -191,7 +193,14 @@ fi
 # ---- inputs of the image ----------------------------------------------------------------
 dockerfile="${REPO_ROOT}/docker/Dockerfile.${backend}"
 [[ -f "${dockerfile}" ]] || die "${dockerfile} does not exist"
-[[ -f "${REPO_ROOT}/${LOCK_FILE}" ]] || die "${LOCK_FILE} does not exist: the image installs the locked requirements from it"
+# The lock files the image installs, copied into the build context under their own names.
+lock_files=("${LOCK_FILE}")
+if [[ "${backend}" == "cpu" ]]; then
+  lock_files+=("${NEWEST_LOCK_FILE}")
+fi
+for lock in "${lock_files[@]}"; do
+  [[ -f "${REPO_ROOT}/${lock}" ]] || die "${lock} does not exist: the image installs the locked requirements from it"
+done
 
 sha256_of() {
   sha256sum | cut -c1-16
@@ -297,11 +306,13 @@ if [[ -n "${JAXCORE_DOCKER_DEBIAN_MIRROR:-}" ]]; then
   build_args+=(--build-arg "DEBIAN_MIRROR=${JAXCORE_DOCKER_DEBIAN_MIRROR}")
 fi
 
-# The image is keyed by what determines its content: the Dockerfile, the lock file and the
+# The image is keyed by what determines its content: the Dockerfile, the lock files and the
 # base image replacing the Dockerfile's default (if any).
 image_key="$({
   cat "${dockerfile}"
-  cat "${REPO_ROOT}/${LOCK_FILE}"
+  for lock in "${lock_files[@]}"; do
+    cat "${REPO_ROOT}/${lock}"
+  done
   printf 'base=%s\n' "${base_ref}"
 } | sha256_of)"
 image="localhost/jaxcore-ci-${backend}:${image_key}"
@@ -311,7 +322,9 @@ if ((!rebuild)) && image_exists "${image}"; then
 else
   context="${tmp_dir}/context"
   mkdir -p "${context}/host-ca"
-  cp "${REPO_ROOT}/${LOCK_FILE}" "${context}/requirements_lock.txt"
+  for lock in "${lock_files[@]}"; do
+    cp "${REPO_ROOT}/${lock}" "${context}/${lock##*/}"
+  done
   if ((use_host_ca)); then
     cp "${host_ca}" "${context}/host-ca/ca-bundle.pem"
   fi

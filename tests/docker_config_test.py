@@ -22,6 +22,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DOCKER_DIR = REPO / "docker"
 BACKENDS = ("cpu", "cuda", "rocm")
+# The only files an image may COPY from the build context: the lock files run_docker.sh puts
+# there (build/requirements_lock.txt, and build/requirements_lock_3_13.txt for the CPU image).
+LOCK_COPY = re.compile(r"requirements_lock(_\d+_\d+)?\.txt")
 
 DIGEST_REF = re.compile(
     r"^(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*):(?P<tag>[\w][\w.-]*)@sha256:[0-9a-f]{64}$"
@@ -180,7 +183,7 @@ def pinning_problems(text, name):
         if keyword == "COPY" and "--from=" not in args:
             sources = [word for word in args.split()[:-1] if not word.startswith("--")]
             for source in sources:
-                if source != "requirements_lock.txt":
+                if not LOCK_COPY.fullmatch(source):
                     problems.append(
                         f"{name}: COPY {source!r} puts files other than the lock file into the image (the source tree is mounted at run time)"
                     )
@@ -344,7 +347,8 @@ def test_repository_files_are_read_as_expected():
     refs = {
         backend: base_images(instructions(text)) for backend, text in read_dockerfiles().items()
     }
-    assert len(refs["cpu"]) == 1
+    # The CPU image and its Python 3.13 build stage share the one pinned base.
+    assert len(refs["cpu"]) == 2 and len(set(refs["cpu"])) == 1
     # The GPU images fetch their Python in a pinned Debian stage, then build on the GPU base.
     assert [ref.split(":")[0] for ref in refs["cuda"]] == [
         "docker.io/library/debian",
@@ -592,3 +596,43 @@ def test_repository_images_pin_their_compiler():
     cpu = arg_defaults(instructions(read_dockerfiles()["cpu"]))
     build_versions = build_py_versions((REPO / "build" / "build.py").read_text())
     assert cpu["GCC_VERSION"] == [build_versions["CXX_COMPILER_VERSION"]]
+
+
+def _env_file_value(name):
+    text = (REPO / "ci" / "envs" / "default.env").read_text()
+    match = re.search(rf'^export {name}="\$\{{{name}:-(.*)\}}"$', text, re.MULTILINE)
+    assert match, f"ci/envs/default.env does not set {name}"
+    return match.group(1)
+
+
+def test_cpu_image_runs_the_newest_end_instead_of_skipping_it():
+    text = (DOCKER_DIR / "Dockerfile.cpu").read_text()
+    instrs = instructions(text)
+    # An ARG the build stage repeats (mirrors, compiler pins) has one value in every stage.
+    defaults = {}
+    for name, values in arg_defaults(instrs).items():
+        assert len(set(values)) == 1, f"Dockerfile.cpu: ARG {name} differs across stages: {values}"
+        defaults[name] = values[0]
+    newest = defaults["PYTHON_NEWEST_VERSION"]
+    # The newest Python the job looks for first, and the lock file of that Python.
+    assert newest == _env_file_value("JAXCORE_NEWEST_PYTHONS").split()[0]
+    lock = f"requirements_lock_{newest.replace('.', '_')}.txt"
+    assert (REPO / "build" / lock).is_file()
+    assert f"COPY {lock} /opt/jaxcore/{lock}" in text
+    # Built from the Debian source package of that Python, its tarball's SHA-256 checked.
+    assert defaults["PYTHON_NEWEST_SRC_DEB_VERSION"].startswith(newest + ".")
+    assert re.fullmatch(r"[0-9a-f]{64}", defaults["PYTHON_NEWEST_ORIG_SHA256"])
+    runs = " ".join(args for keyword, args in instrs if keyword == "RUN")
+    assert 'apt-get source --download-only "python${PYTHON_NEWEST_VERSION}=' in runs
+    assert "sha256sum --check" in runs
+    env = " ".join(args for keyword, args in instrs if keyword == "ENV")
+    assert f"JAXCORE_NEWEST_VENV=/opt/jaxcore/venv-{newest}" in env
+    assert "JAXCORE_NEWEST_REQUIRED=1" in env
+
+
+def test_only_lock_files_are_copied_from_the_context():
+    for source in ("requirements_lock.txt", "requirements_lock_3_13.txt"):
+        assert pinning_problems(GOOD + f"COPY {source} /opt/x\n", "ok") == []
+    for source in ("requirements_dev_lock.txt", "requirements_lock_3_13.txt.bak", "build"):
+        problems = pinning_problems(GOOD + f"COPY {source} /opt/x\n", "bad")
+        assert len(problems) == 1 and f"COPY {source!r}" in problems[0], problems

@@ -107,6 +107,8 @@ class Sandbox:
         (self.repo / "build").mkdir()
         self.lock = self.repo / "build" / "requirements_lock.txt"
         self.lock.write_text("jax==0.10.2 --hash=sha256:" + "0" * 64 + "\n")
+        self.newest_lock = self.repo / "build" / "requirements_lock_3_13.txt"
+        self.newest_lock.write_text("jax==0.12.0.1 --hash=sha256:" + "0" * 64 + "\n")
         _executable(self.repo / "ci" / "job.sh", "#!/usr/bin/env bash\nexit 0\n")
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
@@ -271,6 +273,14 @@ def test_missing_lock_file(box):
     assert "build/requirements_lock.txt does not exist" in _error_line(result)
 
 
+def test_cpu_image_needs_the_newest_lock_file(box):
+    box.add_engine("docker")
+    box.newest_lock.unlink()
+    result = box.run("--", "ci/job.sh")
+    assert "build/requirements_lock_3_13.txt does not exist" in _error_line(result)
+    assert box.calls("build") == []
+
+
 def test_missing_host_ca_bundle(box):
     box.add_engine("docker")
     result = box.run("--host-ca=/nonexistent/ca.pem", "--", "ci/job.sh")
@@ -319,8 +329,13 @@ def test_cpu_run_builds_once_then_reuses_and_returns_the_script_status(box):
     tag = _option(build["args"], "-t")
     assert tag.startswith("localhost/jaxcore-ci-cpu:")
     assert _option(build["args"], "-f") == str(box.repo / "docker" / "Dockerfile.cpu")
-    # The build context holds the lock file and the (empty) CA folder, not the source tree.
-    assert build["context"].split() == ["host-ca", "requirements_lock.txt"]
+    # The build context holds the lock files (the CPU image's Python 3.13 venv has its own)
+    # and the (empty) CA folder, not the source tree.
+    assert build["context"].split() == [
+        "host-ca",
+        "requirements_lock.txt",
+        "requirements_lock_3_13.txt",
+    ]
     assert build["ca"] is None
     (run,) = box.calls("run")
     args = run["args"]
@@ -340,13 +355,15 @@ def test_image_key_follows_lock_file_and_dockerfile(box):
     box.run("--", "ci/job.sh")
     box.lock.write_text("jax==0.10.2 --hash=sha256:" + "1" * 64 + "\n")
     box.run("--", "ci/job.sh")
+    box.newest_lock.write_text("jax==0.12.0.1 --hash=sha256:" + "1" * 64 + "\n")
+    box.run("--", "ci/job.sh")
     dockerfile = box.repo / "docker" / "Dockerfile.cpu"
     dockerfile.write_text(dockerfile.read_text() + "\n# changed\n")
     box.run("--", "ci/job.sh")
     tags = [_option(b["args"], "-t") for b in box.calls("build")]
-    assert len(tags) == 3 and len(set(tags)) == 3
+    assert len(tags) == 4 and len(set(tags)) == 4
     box.run("--rebuild", "--", "ci/job.sh")
-    assert len(box.calls("build")) == 4
+    assert len(box.calls("build")) == 5
 
 
 def test_environment_is_forwarded_through_an_env_file(box):
@@ -356,6 +373,7 @@ def test_environment_is_forwarded_through_an_env_file(box):
         "JAXCORE_PLUGINS": "none",
         "JAXCORE_EMPTY": "",
         "JAXCORE_PYTHON": ".venv/bin/python",
+        "JAXCORE_NEWEST_VENV": ".venv-3.13",  # the image has its own
         "JAXCORE_MULTI": "a\nb",
         "OTHER_VAR": "x",
         "XJAX_NOT": "y",
