@@ -78,7 +78,7 @@ from jaxcore.named._fft import (
     rfftfreq,
 )
 from jaxcore.named._field import field
-from jaxcore.named._indexing import dblock, ds, dslice, index, slice, take, updated_slice
+from jaxcore.named._indexing import dblock, ds, dslice, index, take
 from jaxcore.named._manipulation import repeat, roll, tile
 from jaxcore.named._ops import (
     BINARY_OPS,
@@ -273,6 +273,7 @@ from jaxcore.named._shape import (
     unbind,
     unflatten_axis,
 )
+from jaxcore.named._slicing import slice, updated_slice
 from jaxcore.named._tree import (
     Stacked,
     scan_aware_tree_map,

@@ -22,10 +22,9 @@ from jaxcore.named._indexing import (
     NamedIndexUpdateHelper,
     index,
     normalize_index_arg,
-    slice,
     take,
-    updated_slice,
 )
+from jaxcore.named._slicing import slice, updated_slice
 
 if TYPE_CHECKING:
     # For the checker only: `self` is a NamedArray, and each method is checked against the
