@@ -4,8 +4,10 @@
 #   2. `ruff format --check .` formatting (ruff.toml);
 #   3. `mypy`                  types of jaxcore, jaxcore_cpu, jaxcore_gpu, jaxcore_tpu
 #                              (mypy.ini), run by the venv's Python so jax's types resolve;
-#   4. `shellcheck`            every shell script in ci/, build/, docker/, .ci/ and tests/
-#                              (the workflows' `run:` blocks: actionlint in ci/run_docs.sh).
+#   4. `shellcheck`            every shell script in ci/, build/, docker/, .ci/ and tests/, and
+#                              every RUN of docker/Dockerfile.* (as scripts written by
+#                              ci/dockerfile_run_scripts.py; the workflows' `run:` blocks:
+#                              actionlint in ci/run_docs.sh).
 # It prints each check's count of findings and fails on any finding. The tools come from
 # build/requirements_dev_lock.txt, which `build/build.py setup` installs into the venv.
 # Runnable by hand from any directory; see ci/envs/default.env for the settings.
@@ -56,13 +58,18 @@ done
 
 lint_phase "ruff check" '^[^ :]+:[0-9]+:[0-9]+: ' \
   "$tools/ruff" check --output-format=concise .
-lint_phase "ruff format" '^Would reformat: ' \
-  "$tools/ruff" format --check .
+lint_phase "ruff format" '^[^ :]+:[0-9]+:[0-9]+: unformatted: ' \
+  "$tools/ruff" format --check --output-format=concise .
 lint_phase "mypy" '^[^ :]+:[0-9]+: error: ' \
   "$JAXCORE_PYTHON" -m mypy --config-file mypy.ini --no-error-summary
 mapfile -t scripts < <(lint_shell_scripts ci build docker .ci tests)
+run_dir="$(mktemp -d "${TMPDIR:-/tmp}/jaxcore-dockerfile-runs.XXXXXX")"
+trap 'rm -rf -- "$run_dir"' EXIT
+mapfile -t run_scripts < <(python3 ci/dockerfile_run_scripts.py "$run_dir")
+((${#run_scripts[@]})) || ci_die "ci/dockerfile_run_scripts.py found no RUN in docker/Dockerfile.*"
+scripts+=("${run_scripts[@]}")
 # -x follows `source` (paths relative to the repository root, where the scripts cd to).
-ci_log "${#scripts[@]} shell scripts"
+ci_log "${#scripts[@]} shell scripts (${#run_scripts[@]} of them Dockerfile RUNs)"
 lint_phase "shellcheck" '^[^ :]+:[0-9]+:[0-9]+: ' \
   "$tools/shellcheck" --external-sources --format=gcc -- "${scripts[@]}"
 

@@ -5,6 +5,7 @@ and exit as the tool would), so the counting and the exit status are checked aga
 chosen here; one test runs the real ShellCheck from the dev-tools lock over the repository.
 """
 
+import importlib.util
 import os
 import shlex
 import shutil
@@ -76,7 +77,8 @@ def test_dry_run_prints_the_four_checks(tmp_path):
     assert result.returncode == 0, result.stderr
     ruff_check, ruff_format, mypy, shellcheck = _commands(result.stdout)
     assert ruff_check[:2] == [str(tools / "ruff"), "check"] and ruff_check[-1] == "."
-    assert ruff_format == [str(tools / "ruff"), "format", "--check", "."]
+    assert ruff_format[:3] == [str(tools / "ruff"), "format", "--check"]
+    assert ruff_format[-1] == "."
     assert mypy[:5] == [str(tools / "python"), "-m", "mypy", "--config-file", "mypy.ini"]
     assert shellcheck[0] == str(tools / "shellcheck")
     scripts = shellcheck[shellcheck.index("--") + 1 :]
@@ -101,7 +103,7 @@ def test_dry_run_prints_the_four_checks(tmp_path):
         (
             {
                 "FAKE_RUFF": "a.py:1:2: F401 unused\\nb.py:3:4: E711 x\\nFound 2 errors.\\n",
-                "FAKE_FORMAT": "Would reformat: a.py\\n1 file would be reformatted\\n",
+                "FAKE_FORMAT": "a.py:1:1: unformatted: File would be reformatted\\n1 file would be reformatted\\n",
                 "FAKE_PY": "jaxcore/x.py:5: error: bad  [arg-type]\\njaxcore/x.py:5: note: n\\n",
                 "FAKE_SC": "ci/a.sh:1:1: warning: w [SC2086]\\n",
             },
@@ -148,3 +150,84 @@ def test_every_shell_script_is_shellcheck_clean(tmp_path):
     result = _run(_tools(tmp_path, real_shellcheck=_shellcheck()))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "shellcheck: 0" in result.stderr
+
+
+def _extractor():
+    spec = importlib.util.spec_from_file_location(
+        "dockerfile_run_scripts", REPO / "ci" / "dockerfile_run_scripts.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_SAMPLE_DOCKERFILE = """\
+ARG BASE=debian:bookworm@sha256:00
+FROM ${BASE}
+# a comment
+ARG GREETING=hello
+ENV A=1 \\
+    B="two words"
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+RUN --mount=type=bind,source=x,target=/x \\
+    echo "${GREETING} ${A} ${B}"; \\
+    printf '%s\\n' \\
+      'a' 'b'
+RUN listing=$(ls); echo $listing
+"""
+
+
+def test_dockerfile_runs_become_scripts_with_their_shell_and_names(tmp_path):
+    dockerfile = tmp_path / "Dockerfile.sample"
+    dockerfile.write_text(_SAMPLE_DOCKERFILE)
+    (first_line, first), (second_line, second) = _extractor().run_scripts(dockerfile)
+    assert (first_line, second_line) == (8, 12)
+    lines = first.splitlines()
+    assert lines[0] == "#!/usr/bin/env bash"
+    assert "set -euo pipefail" in lines
+    # Every ARG and ENV before the RUN is assigned, so ShellCheck knows the names.
+    assert {"BASE=debian:bookworm@sha256:00", "GREETING=hello", "A=1", "B='two words'"} <= set(
+        lines
+    )
+    # The --mount flag is gone; the continuation lines stay lines (bash joins them as Docker).
+    assert 'echo "${GREETING} ${A} ${B}"; \\' in [line.strip() for line in lines]
+    assert "--mount" not in first
+    assert second.rstrip().endswith("echo $listing")
+
+
+def test_extractor_writes_one_script_per_run(tmp_path):
+    dockerfile = tmp_path / "Dockerfile.sample"
+    dockerfile.write_text(_SAMPLE_DOCKERFILE)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "ci" / "dockerfile_run_scripts.py"),
+            str(tmp_path / "out"),
+            str(dockerfile),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        str(tmp_path / "out" / "Dockerfile.sample.line8.sh"),
+        str(tmp_path / "out" / "Dockerfile.sample.line12.sh"),
+    ]
+
+
+@pytest.mark.skipif(_shellcheck() is None, reason="shellcheck is not installed")
+def test_shellcheck_finds_a_problem_in_a_dockerfile_run(tmp_path):
+    dockerfile = tmp_path / "Dockerfile.sample"
+    dockerfile.write_text(_SAMPLE_DOCKERFILE)
+    scripts = []
+    for line, text in _extractor().run_scripts(dockerfile):
+        path = tmp_path / f"run{line}.sh"
+        path.write_text(text)
+        scripts.append(str(path))
+    result = subprocess.run(
+        [_shellcheck(), "--format=gcc", *scripts], capture_output=True, text=True, timeout=60
+    )
+    # Only the unquoted $listing of the second RUN: the first is clean.
+    findings = result.stdout.splitlines()
+    assert len(findings) == 1 and "run12.sh" in findings[0] and "SC2086" in findings[0], findings
