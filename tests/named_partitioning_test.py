@@ -26,6 +26,8 @@ def mesh():
 
 def _classic(mesh):
     """JAX's deprecated ``with mesh:`` block (warning silenced: it is what we test)."""
+    if not hasattr(type(mesh), "__enter__"):
+        pytest.skip("this JAX release has no classic 'with mesh:' context")
     warnings.filterwarnings("ignore", message=".*with mesh.*", category=DeprecationWarning)
     return mesh
 
@@ -41,7 +43,7 @@ def test_named_jit_inside_classic_with_mesh(mesh):
     x = hax.named(jnp.asarray(raw), (Batch, Embed))
     f = hax.named_jit(lambda a: a * 2, axis_resources={"batch": "data", "embed": "model"})
     with warnings.catch_warnings(), _classic(mesh):
-        assert hax.partitioning.get_mesh() is mesh
+        assert dict(hax.partitioning.get_mesh().shape) == dict(mesh.shape)
         y = f(x)
     np.testing.assert_array_equal(np.asarray(y.array), raw * 2)
     assert y.array.sharding.spec == P("data", "model")
