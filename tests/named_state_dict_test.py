@@ -126,3 +126,47 @@ def test_save_and_load_state_dict_round_trip_safetensors(tmp_path):
     assert back["bf"].dtype == jnp.bfloat16
     with pytest.raises(TypeError, match="'x' is a str"):
         hsd.save_state_dict({"x": "not an array"}, tmp_path / "bad.safetensors")
+
+
+def test_torch_compatible_state_dict_flattens_linear_layers():
+    Heads, HeadSize, Embed = hax.make_axes(heads=2, head_size=3, embed=4)
+    keys = jax.random.split(jax.random.key(0), 3)
+    # In + Out layout with a multi-axis In: torch wants (embed, heads * head_size).
+    proj = hax.nn.Linear.init((Heads, HeadSize), Embed, key=keys[0], out_first=False)
+    up = hax.nn.Linear.init(Embed, (Heads, HeadSize), key=keys[1])
+    model = {"o_proj": proj, "up": up}
+    sd = hsd.to_torch_compatible_state_dict(model, prefix="m")
+    w = np.asarray(proj.weight.array)  # axes (heads, head_size, embed)
+    np.testing.assert_array_equal(sd["m.o_proj.weight"], w.transpose(2, 0, 1).reshape(4, 6))
+    assert sd["m.up.weight"].shape == (6, 4) and sd["m.up.bias"].shape == (6,)
+    np.testing.assert_array_equal(sd["m.up.bias"], np.asarray(up.bias.array).reshape(6))
+    scaled = {k: v * 3 for k, v in sd.items()}
+    back = hsd.from_torch_compatible_state_dict(model, scaled, prefix="m")
+    assert back["o_proj"].weight.axes == proj.weight.axes and back["o_proj"].In == proj.In
+    np.testing.assert_allclose(back["o_proj"].weight.array, 3 * proj.weight.array, rtol=1e-6)
+    np.testing.assert_allclose(back["up"].bias.array, 3 * up.bias.array)
+    x = hax.random.normal(keys[2], (Heads, HeadSize))
+    np.testing.assert_allclose(back["o_proj"](x).array, 3 * proj(x).array, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"'m.up.weight' has shape \(4, 6\)"):
+        hsd.from_torch_compatible_state_dict(
+            model, {**sd, "m.up.weight": sd["m.up.weight"].T}, prefix="m"
+        )
+
+
+def test_torch_compatible_state_dict_of_stacked_linear():
+    if not hasattr(hax.nn, "Stacked"):
+        pytest.skip("hax.nn.Stacked is not available")
+    In2, Out2, Layers = (
+        hax.Axis("in", 3),
+        (hax.Axis("a", 2), hax.Axis("b", 2)),
+        hax.Axis("layer", 2),
+    )
+    stack = hax.nn.Stacked.init(Layers, hax.nn.Linear)(
+        In2, Out2, key=jax.random.split(jax.random.key(1), 2)
+    )
+    sd = hsd.to_torch_compatible_state_dict({"layers": stack})
+    assert sorted(sd) == ["layers.0.bias", "layers.0.weight", "layers.1.bias", "layers.1.weight"]
+    w = np.asarray(stack.stacked.weight.array)  # (layer, a, b, in)
+    np.testing.assert_array_equal(sd["layers.1.weight"], w[1].reshape(4, 3))
+    back = hsd.from_torch_compatible_state_dict({"layers": stack}, sd)
+    np.testing.assert_array_equal(back["layers"].stacked.weight.array, stack.stacked.weight.array)

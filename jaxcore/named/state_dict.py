@@ -10,6 +10,13 @@ template model and fills it from such a dict, restacking the layers and checking
 shape. ``save_state_dict``/``load_state_dict`` write and read the dict as a safetensors
 file (the format PyTorch and Hugging Face use), with the keys as they are.
 
+PyTorch's ``nn.Linear`` stores a 2-D ``(out_features, in_features)`` weight, while a named
+``Linear`` may map several input axes to several output axes in either order.
+``to_torch_compatible_state_dict`` first flattens every such layer (``flatten_linear_layers``:
+``Out`` and ``In`` each merged into one axis, the weight laid out ``Out, In``), so the keys
+and shapes are what a PyTorch model of the same architecture has;
+``from_torch_compatible_state_dict`` reads such a dict back into the named layout.
+
 A module can rename its fields' keys with a ``_state_dict_key_map()`` method returning
 ``{field: key}`` (a key of ``None`` puts the field's entries at the module's own prefix),
 or take over completely with ``to_state_dict(prefix)`` and
@@ -19,6 +26,7 @@ or take over completely with ``to_state_dict(prefix)`` and
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -28,15 +36,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcore.named._array import NamedArray, describe_axes
-from jaxcore.named._axis import Axis
+from jaxcore.named._axis import Axis, to_axes
 from jaxcore.named.util import replace_fields
 
 __all__ = [
     "StateDict",
+    "flatten_linear_layers",
     "from_state_dict",
+    "from_torch_compatible_state_dict",
     "load_state_dict",
     "save_state_dict",
     "to_state_dict",
+    "to_torch_compatible_state_dict",
+    "unflatten_linear_layers",
     "with_prefix",
 ]
 
@@ -283,3 +295,174 @@ def load_state_dict(path: str | os.PathLike) -> StateDict:
     """
     st = _require_safetensors()
     return {key: jnp.asarray(value) for key, value in st.load_file(os.fspath(path)).items()}
+
+
+FLAT_IN = "__IN__"
+"""Name of the single input axis of a flattened linear layer."""
+FLAT_OUT = "__OUT__"
+"""Name of the single output axis of a flattened linear layer."""
+
+
+def _is_linear(node: Any) -> bool:
+    """A dense layer: a dataclass with a NamedArray ``weight`` and ``In``/``Out`` axes."""
+    if not dataclasses.is_dataclass(node) or isinstance(node, type):
+        return False
+    names = {f.name for f in dataclasses.fields(node)}
+    layer: Any = node
+    return {"weight", "In", "Out"} <= names and isinstance(layer.weight, NamedArray)
+
+
+def _relayout(raw: Any, perm: list[int], shape: tuple[int, ...]) -> Any:
+    """``raw`` transposed by ``perm`` and reshaped to ``shape`` (shape stand-ins too)."""
+    if isinstance(raw, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct(shape, raw.dtype)
+    return jnp.reshape(jnp.transpose(raw, perm), shape)
+
+
+def _flatten_linear(node: Any) -> Any:
+    in_axes, out_axes = to_axes(node.In), to_axes(node.Out)
+    weight: NamedArray = node.weight
+    inner = {a.name for a in in_axes} | {a.name for a in out_axes}
+    others = tuple(a for a in weight.axes if a.name not in inner)  # e.g. a stack's layer axis
+    flat_in = Axis(FLAT_IN, math.prod(a.size for a in in_axes))
+    flat_out = Axis(FLAT_OUT, math.prod(a.size for a in out_axes))
+    order = [weight._names.index(a.name) for a in (*others, *out_axes, *in_axes)]
+    w = _relayout(
+        weight.array, order, tuple(a.size for a in others) + (flat_out.size, flat_in.size)
+    )
+    updates: dict[str, Any] = {
+        "weight": NamedArray(w, (*others, flat_out, flat_in)),
+        "In": flat_in,
+        "Out": flat_out,
+    }
+    bias = getattr(node, "bias", None)
+    if isinstance(bias, NamedArray):
+        b_others = tuple(a for a in bias.axes if a.name not in inner)
+        b_order = [bias._names.index(a.name) for a in (*b_others, *out_axes)]
+        b = _relayout(bias.array, b_order, tuple(a.size for a in b_others) + (flat_out.size,))
+        updates["bias"] = NamedArray(b, (*b_others, flat_out))
+    return replace_fields(node, updates)
+
+
+def _map_modules(node: Any, fn: Any) -> Any:
+    """``node`` with ``fn`` applied to every linear layer (dicts, sequences, dataclasses)."""
+    if _is_linear(node):
+        return fn(node)
+    container: Any = type(node)
+    if isinstance(node, Mapping):
+        return container({k: _map_modules(v, fn) for k, v in node.items()})
+    if isinstance(node, (list, tuple)) and not hasattr(node, "_fields"):
+        return container(_map_modules(v, fn) for v in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        updates = {name: _map_modules(getattr(node, name), fn) for name in _fields(node)}
+        return replace_fields(node, updates)
+    return node
+
+
+def flatten_linear_layers(tree: Any) -> Any:
+    """Every linear layer of ``tree`` with ``In`` and ``Out`` each merged into one axis.
+
+    A linear layer is a dataclass module with a ``NamedArray`` weight and static ``In`` and
+    ``Out`` axis specs (``hax.nn.Linear``, also inside ``hax.nn.Stacked``). Its weight
+    becomes ``(..., __OUT__, __IN__)`` (``...``: axes outside ``In``/``Out``, such as a
+    stack's layer axis; ``Out``/``In`` flattened in their spec order) and its bias
+    ``(..., __OUT__)``: PyTorch's ``nn.Linear`` layout.
+
+    Args:
+        tree: The model.
+
+    Returns:
+        The model with flattened linear layers (for state dicts, not for running).
+    """
+    return _map_modules(tree, _flatten_linear)
+
+
+def unflatten_linear_layers(template: Any, flattened: Any) -> Any:
+    """Undoes ``flatten_linear_layers``: ``flattened``'s arrays in ``template``'s layout.
+
+    Args:
+        template: The model with named linear layers (its structure, axes and static
+            fields are kept).
+        flattened: The same model after ``flatten_linear_layers`` (e.g. loaded from a
+            PyTorch state dict); its arrays are used.
+
+    Returns:
+        The model in ``template``'s layout holding ``flattened``'s values.
+    """
+    if _is_linear(template):
+        return _unflatten_linear(template, flattened)
+    container: Any = type(template)
+    if isinstance(template, Mapping):
+        return container({k: unflatten_linear_layers(v, flattened[k]) for k, v in template.items()})
+    if isinstance(template, (list, tuple)) and not hasattr(template, "_fields"):
+        return container(unflatten_linear_layers(t, f) for t, f in zip(template, flattened))
+    if dataclasses.is_dataclass(template) and not isinstance(template, type):
+        updates = {
+            name: unflatten_linear_layers(getattr(template, name), getattr(flattened, name))
+            for name in _fields(template)
+        }
+        return replace_fields(template, updates)
+    return flattened
+
+
+def _unflatten_linear(template: Any, flat: Any) -> Any:
+    in_axes, out_axes = to_axes(template.In), to_axes(template.Out)
+    inner = {a.name for a in in_axes} | {a.name for a in out_axes}
+    updates: dict[str, Any] = {}
+    pairs = [("weight", (*out_axes, *in_axes))]
+    if isinstance(getattr(template, "bias", None), NamedArray):
+        pairs.append(("bias", tuple(out_axes)))
+    for name, inner_axes in pairs:
+        target: NamedArray = getattr(template, name)
+        source: NamedArray = getattr(flat, name)
+        others = tuple(a for a in target.axes if a.name not in inner)
+        natural = (*others, *inner_axes)  # the flattened array's order, unflattened
+        raw = jnp.reshape(source.array, tuple(a.size for a in natural))
+        perm = [[a.name for a in natural].index(a.name) for a in target.axes]
+        updates[name] = NamedArray(jnp.transpose(raw, perm), target.axes)
+    return replace_fields(template, updates)
+
+
+def to_torch_compatible_state_dict(
+    tree: Any, *, flatten: bool = True, prefix: str | None = None
+) -> StateDict:
+    """``to_state_dict`` with linear layers in PyTorch's 2-D ``(out, in)`` layout.
+
+    Args:
+        tree: The model.
+        flatten: Flatten linear layers first (``flatten_linear_layers``).
+        prefix: A key prefix for every entry.
+
+    Returns:
+        The state dict a PyTorch model of the same architecture loads.
+    """
+    return to_state_dict(flatten_linear_layers(tree) if flatten else tree, prefix)
+
+
+def from_torch_compatible_state_dict(
+    template: Any,
+    state_dict: Mapping[str, Any],
+    *,
+    unflatten: bool = True,
+    prefix: str | None = None,
+) -> Any:
+    """``from_state_dict`` for a dict whose linear weights are PyTorch-shaped ``(out, in)``.
+
+    Args:
+        template: The model (named layout).
+        state_dict: The PyTorch-style dict (e.g. ``load_state_dict`` of a HF checkpoint).
+        unflatten: The dict's linear layers are flattened (as ``to_torch_compatible_state_dict``
+            writes them).
+        prefix: The key prefix of the template's entries.
+
+    Returns:
+        The model in the template's layout.
+
+    Raises:
+        KeyError: if an entry is missing.
+        ValueError: if an entry's shape differs from the (flattened) template's.
+    """
+    if not unflatten:
+        return from_state_dict(template, state_dict, prefix)
+    flat = from_state_dict(flatten_linear_layers(template), state_dict, prefix)
+    return unflatten_linear_layers(template, flat)
