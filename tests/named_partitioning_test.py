@@ -82,3 +82,18 @@ def test_no_mesh_error_names_the_remedy():
     x = hax.named(jnp.ones((8, 4)), (Batch, Embed))
     with pytest.raises(ValueError, match="shard needs a mesh"):
         hax.shard(x, {"batch": "data"})
+
+
+def test_infer_resource_partitions(mesh):
+    weight = hax.named(jnp.ones((8, 4)), (Batch, Embed))
+    model = {"w": weight, "raw": jnp.ones(3), "n": 1}
+    parts = hax.partitioning.infer_resource_partitions(model, {"embed": "model"}, mesh=mesh)
+    assert isinstance(parts["w"], hax.NamedArray) and parts["w"].axes == weight.axes
+    assert parts["w"].array.spec == P(None, "model") and parts["raw"].spec == P()
+    assert parts["n"] is None
+    placed = jax.device_put({"w": weight}, {"w": parts["w"]})
+    assert placed["w"].array.sharding.spec == P(None, "model")
+    with hax.partitioning.set_mesh(mesh), hax.axis_mapping({"batch": "data"}):
+        assert hax.partitioning.infer_resource_partitions(weight).array.spec == P("data")
+    with pytest.raises(ValueError, match="infer_resource_partitions needs a mesh"):
+        hax.partitioning.infer_resource_partitions(model)

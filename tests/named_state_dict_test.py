@@ -170,3 +170,42 @@ def test_torch_compatible_state_dict_of_stacked_linear():
     np.testing.assert_array_equal(sd["layers.1.weight"], w[1].reshape(4, 3))
     back = hsd.from_torch_compatible_state_dict({"layers": stack}, sd)
     np.testing.assert_array_equal(back["layers"].stacked.weight.array, stack.stacked.weight.array)
+
+
+@jtree.dataclass
+class Attention(hsd.ModuleWithStateDictSerialization):
+    q: Dense
+    o: Dense
+
+    def _state_dict_key_map(self):
+        return {"q": "q_proj", "o": "o_proj"}
+
+
+@jtree.dataclass
+class Scaled(hsd.ModuleWithStateDictSerialization):
+    w: jax.Array
+
+    def to_state_dict(self, prefix=None):
+        return {k: v / 2 for k, v in super().to_state_dict(prefix).items()}
+
+    def from_state_dict(self, state_dict, prefix=None):
+        loaded = super().from_state_dict(state_dict, prefix)
+        return Scaled(loaded.w * 2)
+
+
+def test_module_with_state_dict_serialization_mixin():
+    attn = Attention(_dense(8), _dense(9))
+    sd = hsd.to_state_dict({"attn": attn})
+    assert sorted(sd) == [
+        "attn.o_proj.bias",
+        "attn.o_proj.weight",
+        "attn.q_proj.bias",
+        "attn.q_proj.weight",
+    ]
+    assert sorted(attn.to_state_dict("x")) == sorted("x" + k[4:] for k in sd)
+    back = hsd.from_state_dict({"attn": attn}, sd)["attn"]
+    np.testing.assert_array_equal(back.o.weight.array, attn.o.weight.array)
+    s = Scaled(jnp.arange(3.0))
+    sd = hsd.to_state_dict(s, prefix="s")
+    np.testing.assert_allclose(sd["s.w"], np.arange(3.0) / 2)
+    np.testing.assert_allclose(hsd.from_state_dict(s, sd, prefix="s").w, np.arange(3.0))

@@ -36,6 +36,7 @@ __all__ = [
     "current_axis_mapping",
     "fsdp",
     "get_mesh",
+    "infer_resource_partitions",
     "named_jit",
     "physical_axis_name",
     "physical_axis_size",
@@ -178,6 +179,53 @@ def pspec_for(x: Any, mapping: ResourceMapping | None = None) -> Any:
         x,
         is_leaf=lambda leaf: isinstance(leaf, NamedArray),
     )
+
+
+def infer_resource_partitions(
+    tree: Any,
+    resource_mapping: ResourceMapping | None = None,
+    preserve_existing_shardings: bool = True,
+    mesh: Mesh | None = None,
+) -> Any:
+    """The ``NamedSharding`` for every array leaf of ``tree`` (to pass to ``jax.jit``/``device_put``).
+
+    A ``NamedArray`` is split by its axis names under the mapping; another array keeps its
+    own ``NamedSharding`` (with ``preserve_existing_shardings``) or is replicated; other
+    leaves get ``None``.
+
+    Args:
+      tree: A pytree of NamedArrays and arrays (e.g. a model).
+      resource_mapping: The mapping; defaults to the one ``axis_mapping`` installed.
+      preserve_existing_shardings: Keep the ``NamedSharding`` a concrete array already has
+        (for positional arrays; named arrays always follow the mapping).
+      mesh: The mesh; defaults to the current one (``set_mesh``/``jax.set_mesh``/``with mesh:``).
+
+    Returns:
+      A pytree like ``tree`` with ``NamedSharding`` (or ``None``) leaves; a ``NamedArray``
+      leaf becomes a ``NamedArray`` whose ``array`` is its sharding.
+
+    Raises:
+      ValueError: if there is no mesh.
+    """
+    use_mesh = mesh if mesh is not None else _current_mesh()
+    if use_mesh is None:
+        raise ValueError(
+            "infer_resource_partitions needs a mesh (pass mesh= or use hax.partitioning.set_mesh)"
+        )
+    resolved = _mapping_or_current(resource_mapping)
+
+    def partition(leaf: Any) -> Any:
+        if isinstance(leaf, NamedArray):
+            sharding = NamedSharding(use_mesh, _spec_for_axes(leaf.axes, resolved))
+            return NamedArray._new(sharding, leaf.axes, leaf._names)
+        existing = getattr(leaf, "sharding", None)
+        if preserve_existing_shardings and isinstance(existing, NamedSharding):
+            return existing
+        if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)):
+            return NamedSharding(use_mesh, PartitionSpec())
+        return None
+
+    return jax.tree.map(partition, tree, is_leaf=lambda leaf: isinstance(leaf, NamedArray))
 
 
 def physical_axis_name(

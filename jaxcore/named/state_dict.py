@@ -40,6 +40,7 @@ from jaxcore.named._axis import Axis, to_axes
 from jaxcore.named.util import replace_fields
 
 __all__ = [
+    "ModuleWithStateDictSerialization",
     "StateDict",
     "flatten_linear_layers",
     "from_state_dict",
@@ -164,9 +165,14 @@ def _flatten_into(node: Any, prefix: str | None, out: StateDict) -> None:
         for i, value in enumerate(node):
             _flatten_into(value, with_prefix(prefix, i), out)
     elif dataclasses.is_dataclass(node):
-        key_map = _key_map(node)
-        for name in _fields(node):
-            _flatten_into(getattr(node, name), with_prefix(prefix, key_map.get(name, name)), out)
+        _flatten_fields(node, prefix, out)
+
+
+def _flatten_fields(node: Any, prefix: str | None, out: StateDict) -> None:
+    """The entries of a dataclass module's (non-static) fields, renamed by its key map."""
+    key_map = _key_map(node)
+    for name in _fields(node):
+        _flatten_into(getattr(node, name), with_prefix(prefix, key_map.get(name, name)), out)
 
 
 def from_state_dict(tree: Any, state_dict: Mapping[str, Any], prefix: str | None = None) -> Any:
@@ -222,13 +228,41 @@ def _fill(node: Any, sd: Mapping[str, Any], prefix: str | None) -> Any:
         filled = [_fill(v, sd, with_prefix(prefix, i)) for i, v in enumerate(node)]
         return container(*filled) if hasattr(node, "_fields") else container(filled)
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        key_map = _key_map(node)
-        updates = {
-            name: _fill(getattr(node, name), sd, with_prefix(prefix, key_map.get(name, name)))
-            for name in _fields(node)
-        }
-        return replace_fields(node, updates)
+        return _fill_fields(node, sd, prefix)
     return node
+
+
+def _fill_fields(node: Any, sd: Mapping[str, Any], prefix: str | None) -> Any:
+    """A dataclass module with each (non-static) field filled from ``sd``."""
+    key_map = _key_map(node)
+    updates = {
+        name: _fill(getattr(node, name), sd, with_prefix(prefix, key_map.get(name, name)))
+        for name in _fields(node)
+    }
+    return replace_fields(node, updates)
+
+
+class ModuleWithStateDictSerialization:
+    """A mixin for dataclass modules that customize their state-dict keys.
+
+    Override ``_state_dict_key_map`` to rename fields (``{"weight": "w"}``; a ``None`` key
+    puts the field's entries at the module's own prefix), or ``to_state_dict`` /
+    ``from_state_dict`` to take over; the defaults walk the fields as the module-level
+    functions do, so an override can call ``super()`` and adjust the result.
+    """
+
+    def _state_dict_key_map(self) -> dict[str, str | None]:
+        return {}
+
+    def to_state_dict(self, prefix: str | None = None) -> StateDict:
+        """This module's entries under ``prefix``."""
+        out: StateDict = {}
+        _flatten_fields(self, prefix, out)
+        return out
+
+    def from_state_dict(self, state_dict: Mapping[str, Any], prefix: str | None = None) -> Any:
+        """A copy of this module filled from ``state_dict`` under ``prefix``."""
+        return _fill_fields(self, state_dict, prefix)
 
 
 def _fill_stacked(node: Any, block: Axis, sd: Mapping[str, Any], prefix: str | None) -> Any:
