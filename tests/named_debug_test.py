@@ -47,6 +47,7 @@ def test_array_in_static_field_is_reported():
     assert e.value.static_arrays == [".meta"]
 
 
+@pytest.mark.multiaccelerator
 def test_describe_and_visualize_sharding(capsys):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices (tests/conftest.py provides 8 fake CPU devices)")
