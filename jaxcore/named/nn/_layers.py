@@ -7,7 +7,6 @@ calling it, the way Haliax's equinox modules are.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +23,8 @@ from jaxcore.named._dot import dot
 from jaxcore.named._indexing import take
 from jaxcore.named.nn._activations import relu
 from jaxcore.named.nn._linear import Linear
+from jaxcore.named.nn._module import module
+from jaxcore.named.nn._mup import AbstractEmbeddingReparam, EmbeddingStandardParam
 
 __all__ = ["MLP", "Dropout", "Embedding", "LayerNorm", "RMSNorm", "RmsNorm", "dropout"]
 
@@ -35,7 +36,7 @@ def _describe(axes) -> str:
 # ----------------------------------------------------------------------- Embedding
 
 
-@jtree.dataclass
+@module
 class Embedding:
     """A lookup table from token ids (``Vocab``) to vectors (``Embed``).
 
@@ -43,21 +44,40 @@ class Embedding:
       weight: the table, axes ``(Vocab, Embed)``.
       Vocab: the vocabulary axis (static).
       Embed: the embedding axis (static).
+      _reparam_cls: the parametrization rule (static; ``hax.nn.mup``), ``reparam`` builds it.
     """
 
     weight: NamedArray
     Vocab: Axis = jtree.field(static=True)  # noqa: N815 - Haliax's name
     Embed: Any = jtree.field(static=True)  # noqa: N815 - Haliax's name
+    _reparam_cls: type[AbstractEmbeddingReparam] = jtree.field(
+        static=True, default=EmbeddingStandardParam
+    )
 
     @staticmethod
-    def init(Vocab: Axis, Embed: AxisSpec, *, key, init_scale: float = 1.0) -> Embedding:  # noqa: N803 - Haliax's name
-        """Truncated-normal table scaled by ``init_scale / sqrt(size(Embed))``."""
+    def init(
+        Vocab: Axis,  # noqa: N803 - Haliax's name
+        Embed: AxisSpec,  # noqa: N803 - Haliax's name
+        *,
+        key,
+        init_scale: float = 1.0,
+        reparam_cls: type[AbstractEmbeddingReparam] = EmbeddingStandardParam,
+    ) -> Embedding:
+        """Truncated-normal table scaled by ``init_scale / size(Embed)``, as Haliax's.
+
+        (The ``1 / size(Embed)`` factor is ``reparam_cls.init_scale(Vocab, Embed)``:
+        ``EmbeddingMup`` makes it 1 and scales ``unembed`` instead.)
+        """
         embed = to_axes(Embed)
-        size = math.prod(a.size for a in embed)
-        weight = hrandom.truncated_normal(key, (Vocab, *embed), -3, 3) * (
-            init_scale / math.sqrt(max(size, 1))
-        )
-        return Embedding(weight, Vocab, Embed)
+        scale = init_scale * reparam_cls.init_scale(Vocab, embed)
+        weight = hrandom.truncated_normal(key, (Vocab, *embed), -3, 3)
+        weight = NamedArray._new(weight.array * scale, weight.axes)
+        return Embedding(weight, Vocab, Embed, reparam_cls)
+
+    @property
+    def reparam(self) -> AbstractEmbeddingReparam:
+        """The parametrization rule for this table's axes (``hax.nn.mup``)."""
+        return self._reparam_cls(self.Embed, self.Vocab)
 
     def embed(self, input_ids: NamedArray) -> NamedArray:
         """Rows of the table for integer ``input_ids``: axes ``input_ids.axes + Embed``."""
@@ -75,8 +95,13 @@ class Embedding:
         return self.embed(input_ids)
 
     def unembed(self, x: NamedArray) -> NamedArray:
-        """Logits over ``Vocab``: ``x`` contracted with the table along ``Embed`` (tied output layer)."""
-        return dot(x, self.weight, axis=self.Embed)
+        """Logits over ``Vocab``: ``x`` contracted with the table along ``Embed`` (tied output layer).
+
+        Scaled by ``reparam.unembed_active_scale`` (1 unless muP).
+        """
+        logits = dot(x, self.weight, axis=self.Embed)
+        scale = self.reparam.unembed_active_scale
+        return logits if scale == 1 else logits * scale
 
     def resize_embeddings(self, new_size: int, key=None) -> Embedding:
         """A table with ``new_size`` rows: old rows kept, new ones drawn like ``init`` (needs ``key``)."""
@@ -91,10 +116,14 @@ class Embedding:
                 )
             embed = to_axes(self.Embed)
             extra = Embedding.init(
-                Axis(self.Vocab.name, new_size - self.Vocab.size), embed, key=key
+                Axis(self.Vocab.name, new_size - self.Vocab.size),
+                embed,
+                key=key,
+                reparam_cls=self._reparam_cls,
             ).weight
             new = jnp.concatenate([old, extra.array.astype(old.dtype)], axis=0)
-        return Embedding(NamedArray(new, (new_vocab, *self.weight.axes[1:])), new_vocab, self.Embed)
+        weight = NamedArray(new, (new_vocab, *self.weight.axes[1:]))
+        return Embedding(weight, new_vocab, self.Embed, self._reparam_cls)
 
 
 # ----------------------------------------------------------------------- norms
@@ -120,7 +149,7 @@ def _affine(out: NamedArray, weight, bias, dtype, x: NamedArray) -> NamedArray:
     return out.rearrange(x.axes) if out.axes != x.axes else out
 
 
-@jtree.dataclass
+@module
 class LayerNorm:
     """Layer normalization over ``axis``: ``(x - mean) / sqrt(var + eps) * weight + bias``.
 
@@ -161,7 +190,7 @@ class LayerNorm:
         return _affine(out, self.weight, self.bias, self.dtype, x)
 
 
-@jtree.dataclass
+@module
 class RmsNorm:
     """Root-mean-square normalization over ``axis``: ``x / sqrt(mean(x^2) + eps) * weight (+ bias)``.
 
@@ -238,7 +267,7 @@ def dropout(
     return _ops.where(keep, x / (1 - pdrop), 0).rearrange(x.axes)
 
 
-@jtree.dataclass
+@module
 class Dropout:
     """Dropout as a layer (see ``dropout``).
 
@@ -261,7 +290,7 @@ class Dropout:
 # ----------------------------------------------------------------------- MLP
 
 
-@jtree.dataclass
+@module
 class MLP:
     """A stack of ``Linear`` layers with an activation between them.
 

@@ -8,7 +8,6 @@ operations are emitted inline.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +21,8 @@ from jaxcore.named._array import NamedArray
 from jaxcore.named._axis import Axis, AxisSpec, to_axes
 from jaxcore.named._creation import zeros
 from jaxcore.named._dot import dot
+from jaxcore.named.nn._module import module
+from jaxcore.named.nn._mup import AbstractLinearReparam, LinearStandardParam
 
 __all__ = ["Linear"]
 
@@ -34,9 +35,18 @@ def _describe(axes) -> str:
     return "(" + ", ".join(f"{a.name}={a.size}" for a in axes) + ")"
 
 
-def _plan(x_axes: tuple[Axis, ...], w_axes: tuple[Axis, ...], in_axes: tuple[Axis, ...], b_axes):
-    """Contraction dims, output axes and bias permutation for one layout (cached)."""
-    key = (x_axes, w_axes, in_axes, b_axes)
+def _plan(
+    x_axes: tuple[Axis, ...],
+    w_axes: tuple[Axis, ...],
+    in_axes: tuple[Axis, ...],
+    b_axes,
+    scale: float = 1,
+):
+    """Contraction dims, output axes and bias permutation for one layout (cached).
+
+    ``scale`` (a muP ``active_scale``) multiplies the product before the bias is added.
+    """
+    key = (x_axes, w_axes, in_axes, b_axes, scale)
     hit = _KERNELS.get(key)
     if hit is not None:
         return hit
@@ -74,6 +84,8 @@ def _plan(x_axes: tuple[Axis, ...], w_axes: tuple[Axis, ...], in_axes: tuple[Axi
 
     def kernel(x, w, b=None):
         y = lax.dot_general(x, w, dims)
+        if scale != 1:
+            y = y * jnp.asarray(scale, y.dtype)
         if has_bias:
             y = y + (b if perm is None else jnp.transpose(b, perm))
         return y
@@ -85,7 +97,7 @@ def _plan(x_axes: tuple[Axis, ...], w_axes: tuple[Axis, ...], in_axes: tuple[Axi
     return plan
 
 
-@jtree.dataclass
+@module
 class Linear:
     """A dense layer mapping the ``In`` axes of its input to the ``Out`` axes.
 
@@ -100,6 +112,7 @@ class Linear:
       In: input axes (static).
       Out: output axes (static).
       dot_general: the contraction (static); ``None`` means ``jax.lax.dot_general``.
+      _reparam_cls: the parametrization rule (static; ``hax.nn.mup``), ``reparam`` builds it.
     """
 
     weight: NamedArray
@@ -107,6 +120,9 @@ class Linear:
     In: Any = jtree.field(static=True)  # noqa: N815 - Haliax's name
     Out: Any = jtree.field(static=True)  # noqa: N815 - Haliax's name
     dot_general: Callable | None = jtree.field(static=True, default=None)
+    _reparam_cls: type[AbstractLinearReparam] = jtree.field(
+        static=True, default=LinearStandardParam
+    )
 
     @staticmethod
     def init(
@@ -118,8 +134,11 @@ class Linear:
         out_first: bool = True,
         dot_general: Callable | None = None,
         init_scale: float = 1.0,
+        reparam_cls: type[AbstractLinearReparam] = LinearStandardParam,
     ) -> Linear:
         """Makes a layer with truncated-normal weights scaled by ``init_scale / sqrt(size(In))``.
+
+        (The ``sqrt`` factor is ``reparam_cls.init_scale(In, Out)``: muP rules change it.)
 
         Args:
           In: input axes.
@@ -129,6 +148,8 @@ class Linear:
           out_first: lay the weight out as ``Out + In`` (else ``In + Out``).
           dot_general: a replacement for ``jax.lax.dot_general`` (e.g. a quantized one).
           init_scale: multiplies the default scale.
+          reparam_cls: the parametrization rule (``hax.nn.mup``); ``OutputLinearMup`` also
+            scales the layer's output.
         """
         in_axes, out_axes = to_axes(In), to_axes(Out)
         shared = {a.name for a in in_axes} & {a.name for a in out_axes}
@@ -137,17 +158,22 @@ class Linear:
                 f"Linear.init: In and Out share axis names {sorted(shared)}; rename one side"
             )
         joint = out_axes + in_axes if out_first else in_axes + out_axes
-        fan_in = math.prod(a.size for a in in_axes)
-        weight = hrandom.truncated_normal(key, joint, -3, 3) * (
-            init_scale / math.sqrt(max(fan_in, 1))
-        )
+        scale = init_scale * reparam_cls.init_scale(In, Out)
+        weight = hrandom.truncated_normal(key, joint, -3, 3)
+        weight = NamedArray._new(weight.array * scale, weight.axes)
         bias = zeros(out_axes) if use_bias else None
-        return Linear(weight, bias, In, Out, dot_general=dot_general)
+        return Linear(weight, bias, In, Out, dot_general=dot_general, _reparam_cls=reparam_cls)
+
+    @property
+    def reparam(self) -> AbstractLinearReparam:
+        """The parametrization rule for this layer's axes (``hax.nn.mup``)."""
+        return self._reparam_cls(self.In, self.Out)
 
     @property
     def out_first(self) -> bool:
-        """Whether the weight is laid out ``Out + In``."""
-        return self.weight.axes[0] == to_axes(self.Out)[0]
+        """Whether the weight is laid out ``Out + In`` (also for a stacked layer's weight)."""
+        names = self.weight._names
+        return names.index(to_axes(self.Out)[0].name) < names.index(to_axes(self.In)[0].name)
 
     def __call__(self, inputs: NamedArray, *, key=None) -> NamedArray:
         """Applies the layer; ``key`` is accepted (and unused) for a uniform module interface."""
@@ -155,12 +181,15 @@ class Linear:
         if not isinstance(inputs, NamedArray):
             raise TypeError(f"Linear needs a NamedArray input, got {type(inputs).__name__}")
         in_axes = to_axes(self.In)
+        scale = 1 if self._reparam_cls is LinearStandardParam else self.reparam.active_scale
         if self.dot_general is not None:
             out = dot(inputs, self.weight, axis=in_axes, dot_general=self.dot_general)
+            if scale != 1:
+                out = out * scale
             return out if self.bias is None else out + self.bias
         b = self.bias
         kernel, jitted, out_axes = _plan(
-            inputs.axes, self.weight.axes, in_axes, None if b is None else b.axes
+            inputs.axes, self.weight.axes, in_axes, None if b is None else b.axes, scale
         )
         args = (
             (inputs.array, self.weight.array)

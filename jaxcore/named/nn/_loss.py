@@ -41,9 +41,8 @@ def maybe_reduce_loss(
     where ``where`` is False.
     """
     if reduction is not None and reduction_axis != ():
-        if reduction is UNSPECIFIED:
-            reduction = _ops.mean
-        return reduction(arr, axis=reduction_axis, where=where)
+        reduce = _ops.mean if isinstance(reduction, _Unspecified) else reduction
+        return reduce(arr, axis=reduction_axis, where=where)
     if where is not None:
         return _ops.where(where, arr, 0)
     return arr
