@@ -355,3 +355,30 @@ def classic_context_mesh() -> tp.Any:
     resources = getattr(_mesh_lib, "thread_resources", None)
     mesh = None if resources is None else getattr(resources.env, "physical_mesh", None)
     return None if mesh is None or mesh.empty else mesh
+
+
+def _store_occupied(store: tp.Any) -> bool:
+    try:
+        _ = store.val
+    except _lu.StoreException:  # an empty store
+        return False
+    return True
+
+
+def forget_function_output_type(subfuns: tp.Sequence[tp.Any]) -> None:
+    """Lets a ``custom_jvp``/``custom_vjp`` call read its output type from its rule.
+
+    Reaches into ``WrappedFun.stores`` (linear_util), a JAX internal.
+
+    The caller (``custom_jvp.__call__``) reads the output structure from whichever of
+    the function and its rule ran, and both must not have. Staging the call traced
+    the function; under an eager ``jvp``/``grad`` the rule ran too, from the staged
+    equation. Then the function's record is dropped: it is never run again (the
+    staged jaxpr stands for it), whereas the rule's record is read again when the
+    staged equation is differentiated once more.
+    """
+    fun, *rules = subfuns
+    if any(_store_occupied(st) for rule in rules for st in rule.stores if st is not None):
+        for st in fun.stores:
+            if st is not None:
+                st.reset()

@@ -24,21 +24,8 @@ def _scaled_times_array(x: Scaled, y: jax.Array, **params):
     return Scaled(x.value * y, scale=x.scale)
 
 
-@dataclasses.dataclass
-class LowRank(ImplicitArray):
-    """left @ right, never materialized by the handlers below."""
-
-    left: jax.Array
-    right: jax.Array
-
-    def compute_shape(self):
-        return (self.left.shape[0], self.right.shape[1])
-
-    def compute_dtype(self):
-        return jnp.result_type(self.left, self.right)
-
-    def materialize(self):
-        return self.left @ self.right
+# left @ right, never materialized by the handlers below.
+LowRank = implicit_test_util.lowrank_class()
 
 
 @register("dot_general")
@@ -303,13 +290,13 @@ def test_dispatch_resolution_is_cached_and_cleared_on_register():
     key_types = (Scaled, type(jnp.ones(1)))
     first = _dispatch.resolve(jax.lax.mul_p, key_types)
     assert first is not None and first.fn is _scaled_times_array
-    assert _dispatch._cache[(jax.lax.mul_p, key_types)] is first
+    assert _dispatch.resolved[(jax.lax.mul_p, key_types)] is first
 
     @register("abs")
     def _unused(x: LowRank, **params):
         return x
 
-    assert (jax.lax.mul_p, key_types) not in _dispatch._cache
+    assert (jax.lax.mul_p, key_types) not in _dispatch.resolved
     assert ji.registered_handlers("abs") == (_unused,)
 
 

@@ -21,7 +21,14 @@ The modules import each other in one direction; read them bottom-up:
 """
 
 from jaxcore.implicit import _base, _materialize, _rules
-from jaxcore.implicit._base import ImplicitArray, UninitializedAval, aux_field
+from jaxcore.implicit._base import (
+    CallableAval,
+    ImplicitArray,
+    ImplicitArrayMeta,
+    UninitializedAval,
+    aux_field,
+    field,
+)
 from jaxcore.implicit._dispatch import AmbiguousHandlerError, register, registered_handlers
 from jaxcore.implicit._materialize import default_handler, materialize_handler, materialize_nested
 from jaxcore.implicit._ste import StraightThrough, ste
@@ -52,18 +59,21 @@ _rules.install()
 
 __all__ = [
     "AmbiguousHandlerError",
+    "CallableAval",
     "ImplicitArray",
+    "ImplicitArrayMeta",
     "MaterializationWarning",
     "StraightThrough",
     "UninitializedAval",
     "WARN_ENV_VAR",
     "aux_field",
     "default_handler",
+    "field",
     "flatten_one_implicit_layer",
     "implicit",
+    "combine_leaf_predicate",
     "implicit_depth",
     "is_array",
-    "combine_leaf_predicate",
     "leaf_predicate",
     "materialization_warnings",
     "materialize_handler",

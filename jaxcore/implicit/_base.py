@@ -7,7 +7,10 @@ itself into a dense array. Its dataclass fields are split into pytree *children*
 :func:`aux_field`). The logical ``shape``/``dtype`` are either passed explicitly,
 computed by ``compute_shape``/``compute_dtype``, or discovered lazily by
 ``jax.eval_shape`` of ``materialize`` (cached per structure, so a tree round trip does
-not re-trace).
+not re-trace); a subclass may also compute them itself (properties, or a quax-style
+``aval()`` method). Instances behave as values the way equinox modules (and so quax's
+values) do: ``==`` compares them, ``dataclasses.replace`` recomputes what was derived,
+and the metaclass runs field converters and ``__check_init__`` after ``__init__``.
 
 This is the bottom layer of the package: it imports no other ``jaxcore.implicit``
 module. Turning an implicit array with implicit children into a dense one needs the
@@ -23,6 +26,7 @@ import abc
 import contextvars
 import dataclasses
 import functools
+import sys
 import typing as tp
 
 import jax
@@ -30,6 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 _AUX_METADATA_KEY = "jaxcore_implicit_aux"
+# equinox.field's metadata keys, which jaxcore's own field helpers also write.
+_STATIC_METADATA_KEY = "static"
+_CONVERTER_METADATA_KEY = "converter"
 # Every ImplicitArray subclass, filled by __init_subclass__ (see is_implicit).
 IMPLICIT_TYPES: set[type] = set()
 _LAYOUT_ATTR = "_jaxcore_implicit_layout"
@@ -45,7 +52,12 @@ class UninitializedAval(Exception):
     """
 
 
-def aux_field(metadata: tp.Mapping[str, tp.Any] | None = None, **kwargs: tp.Any) -> tp.Any:
+def aux_field(
+    metadata: tp.Mapping[str, tp.Any] | None = None,
+    *,
+    converter: tp.Callable[[tp.Any], tp.Any] | None = None,
+    **kwargs: tp.Any,
+) -> tp.Any:
     """Declares a dataclass field of an :class:`ImplicitArray` as static metadata.
 
     Aux fields are not pytree children: they are not traced, batched or
@@ -54,13 +66,44 @@ def aux_field(metadata: tp.Mapping[str, tp.Any] | None = None, **kwargs: tp.Any)
 
     Args:
         metadata: Extra field metadata to keep alongside the aux marker.
+        converter: Called on the value after ``__init__`` (see :func:`field`).
         **kwargs: Forwarded to :func:`dataclasses.field` (``default``, ``kw_only``, ...).
 
     Returns:
         A :class:`dataclasses.Field` marked as auxiliary.
     """
+    return field(metadata=metadata, static=True, converter=converter, **kwargs)
+
+
+def field(
+    *,
+    static: bool = False,
+    converter: tp.Callable[[tp.Any], tp.Any] | None = None,
+    metadata: tp.Mapping[str, tp.Any] | None = None,
+    **kwargs: tp.Any,
+) -> tp.Any:
+    """A dataclass field of an :class:`ImplicitArray`, with equinox's ``static``/``converter``.
+
+    ``static=True`` makes it an aux field (as :func:`aux_field`). ``converter`` is
+    called on the field's value once the object is built (after ``__init__`` and
+    ``__post_init__``, before any ``__check_init__``), as ``equinox.field(converter=)``
+    does; it is not called when JAX rebuilds the object from its leaves. Fields made
+    by ``equinox.field`` are honoured the same way (their metadata keys are read).
+
+    Args:
+        static: Whether the field is static metadata rather than a pytree child.
+        converter: A function applied to the value passed to the constructor.
+        metadata: Extra field metadata.
+        **kwargs: Forwarded to :func:`dataclasses.field` (``default``, ``kw_only``, ...).
+
+    Returns:
+        A :class:`dataclasses.Field`.
+    """
     merged = dict(metadata) if metadata else {}
-    merged[_AUX_METADATA_KEY] = True
+    if static:
+        merged[_AUX_METADATA_KEY] = True
+    if converter is not None:
+        merged[_CONVERTER_METADATA_KEY] = converter
     return dataclasses.field(metadata=merged, **kwargs)
 
 
@@ -93,22 +136,40 @@ def field_layout(cls: type) -> _Layout:
                 f"{cls.__name__} declares fields {declared} but is not decorated with "
                 "@dataclasses.dataclass; ImplicitArray subclasses must be dataclasses."
             )
-    children, aux = [], []
+    children: list[str] = []
+    aux: list[str] = []
     for f in dataclasses.fields(cls):
         if f.name in ("shape", "dtype"):
             continue
-        (aux if f.metadata.get(_AUX_METADATA_KEY) else children).append(f.name)
+        static = f.metadata.get(_AUX_METADATA_KEY) or f.metadata.get(_STATIC_METADATA_KEY)
+        (aux if static else children).append(f.name)
     layout = _Layout(tuple(children), tuple(aux))
     setattr(cls, _LAYOUT_ATTR, layout)
     _layouts[cls] = layout
     return layout
 
 
+# The code of dataclasses.replace (and of the helper it calls on Python 3.13+): while it
+# reads the fields of the object it copies, a shape/dtype that was not given explicitly
+# reads as None, so the copy recomputes it from its own (possibly replaced) fields.
+_REPLACE_CODES = frozenset(
+    code
+    for fn in (dataclasses.replace, getattr(dataclasses, "_replace", None))
+    if (code := getattr(fn, "__code__", None)) is not None
+)
+
+
+def _called_by_replace() -> bool:
+    """Whether the attribute read in progress comes from ``dataclasses.replace``."""
+    return sys._getframe(2).f_code in _REPLACE_CODES
+
+
 class _AvalAttribute:
     """Data descriptor for ``shape``/``dtype``: explicit value, else computed, else discovered.
 
     As a dataclass field default it reads as ``None`` (meaning "not given"), so both
-    attributes are optional keyword-only constructor arguments.
+    attributes are optional keyword-only constructor arguments. ``dataclasses.replace``
+    keeps an explicit value and recomputes one that was not given.
     """
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -121,13 +182,74 @@ class _AvalAttribute:
         explicit = obj.__dict__.get(self.slot)
         if explicit is not None:
             return explicit
-        return getattr(_resolve_aval(obj), self.name)
+        if _called_by_replace():
+            return None
+        return getattr(resolve_aval(obj), self.name)
 
     def __set__(self, obj: tp.Any, value: tp.Any) -> None:
         if value is not None:
             value = tuple(int(d) for d in value) if self.name == "shape" else jnp.dtype(value)
         obj.__dict__[self.slot] = value
         obj.__dict__.pop(_AVAL_ATTR, None)
+
+
+class _ComputedAttribute:
+    """``shape``/``dtype`` that a subclass computes itself (a property or other descriptor).
+
+    Installed in place of the subclass's own descriptor, which it reads through. The
+    dataclass ``__init__`` still assigns the inherited field's default (``None``), which
+    is accepted; any other value is an error, since the subclass computes it.
+    """
+
+    def __init__(self, name: str, computed: tp.Any):
+        self.name = name
+        self.computed = computed
+        self.__doc__ = getattr(computed, "__doc__", None)
+
+    def __get__(self, obj: tp.Any, owner: type | None = None) -> tp.Any:
+        if obj is None:
+            return None
+        if _called_by_replace():
+            return None
+        return self.computed.__get__(obj, owner)
+
+    def __set__(self, obj: tp.Any, value: tp.Any) -> None:
+        if value is not None:
+            raise TypeError(
+                f"{type(obj).__name__} computes {self.name} from its fields; it cannot be "
+                f"passed as {self.name}={value!r}"
+            )
+
+
+class CallableAval:
+    """An implicit array's abstract value, usable as an attribute and as a call.
+
+    ``x.aval`` reads like the :class:`jax.core.ShapedArray` it wraps (``.shape``,
+    ``.dtype``, ``==``), and ``x.aval()`` returns that ``ShapedArray`` itself, the
+    spelling of quax's ``ArrayValue.aval()``.
+    """
+
+    __slots__ = ("_aval",)
+
+    def __init__(self, aval: jax.core.ShapedArray):
+        self._aval = aval
+
+    def __call__(self) -> jax.core.ShapedArray:
+        return self._aval
+
+    def __getattr__(self, name: str) -> tp.Any:
+        return getattr(self._aval, name)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CallableAval):
+            other = other._aval
+        return bool(self._aval == other)
+
+    def __hash__(self) -> int:
+        return hash(self._aval)
+
+    def __repr__(self) -> str:
+        return repr(self._aval)
 
 
 # Structures whose aval is being discovered right now (to catch materialize reading shape).
@@ -281,7 +403,7 @@ def _aval_for(shape: tp.Sequence[int], dtype: tp.Any) -> jax.core.ShapedArray:
     return aval
 
 
-def _resolve_aval(obj: ImplicitArray) -> jax.core.ShapedArray:
+def resolve_aval(obj: ImplicitArray) -> jax.core.ShapedArray:
     """Returns the logical shape/dtype of ``obj``, computing them at most once per instance."""
     d = obj.__dict__
     cached = d.get(_AVAL_ATTR)
@@ -289,10 +411,19 @@ def _resolve_aval(obj: ImplicitArray) -> jax.core.ShapedArray:
         return cached
     shape = d.get("_jaxcore_explicit_shape")
     dtype = d.get("_jaxcore_explicit_dtype")
+    cls = type(obj)
+    own_aval = cls.own_aval
+    if own_aval is not None and (shape is None or dtype is None):
+        given = own_aval(obj)  # a quax-style ``aval()`` method of the subclass
+        shape = given.shape if shape is None else shape
+        dtype = given.dtype if dtype is None else dtype
+    computed = cls.computed_attributes
     if shape is None:
-        shape = obj.compute_shape()
+        getter = computed.get("shape")
+        shape = obj.compute_shape() if getter is None else getter.__get__(obj, cls)
     if dtype is None:
-        dtype = obj.compute_dtype()
+        getter = computed.get("dtype")
+        dtype = obj.compute_dtype() if getter is None else getter.__get__(obj, cls)
     if shape is None or dtype is None:
         found = _discover(obj)
         shape = found.shape if shape is None else shape
@@ -313,13 +444,77 @@ def adopt_aval(obj: ImplicitArray, shape: tp.Sequence[int], dtype: tp.Any) -> No
     d[_AVAL_ATTR] = _aval_for(shape, dtype)
 
 
+def _no_finish(obj: tp.Any) -> None:
+    del obj
+
+
+# Per class: what runs once an instance is built (converters, __check_init__), or _no_finish.
+_finishers: dict[type, tp.Callable[[tp.Any], None]] = {}
+
+
+def _make_finisher(cls: type) -> tp.Callable[[tp.Any], None]:
+    """The post-construction step of ``cls``: field converters, then every ``__check_init__``."""
+    converters = [
+        (f.name, f.metadata[_CONVERTER_METADATA_KEY])
+        for f in dataclasses.fields(cls)
+        if f.metadata.get(_CONVERTER_METADATA_KEY) is not None and f.name not in ("shape", "dtype")
+    ]
+    checks = [k.__dict__["__check_init__"] for k in cls.__mro__ if "__check_init__" in k.__dict__]
+    if not converters and not checks:
+        return _no_finish
+
+    def finish(obj: tp.Any) -> None:
+        if converters:
+            d = obj.__dict__
+            for name, convert in converters:
+                d[name] = convert(d[name])
+            d.pop(_AVAL_ATTR, None)  # the fields changed: shape/dtype are recomputed
+        for check in checks:
+            check(obj)
+
+    return finish
+
+
+class ImplicitArrayMeta(abc.ABCMeta):
+    """The metaclass of :class:`ImplicitArray`: finishes construction as equinox does.
+
+    After ``__init__`` (and ``__post_init__``) it applies the field converters
+    (:func:`field`, ``equinox.field(converter=)``) and then calls every
+    ``__check_init__`` defined along the MRO, subclass first. Neither runs when JAX
+    rebuilds an instance from its leaves.
+    """
+
+    def __call__(cls, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        obj = super().__call__(*args, **kwargs)
+        finish = _finishers.get(cls)
+        if finish is None:
+            finish = _finishers[cls] = _make_finisher(cls)
+        if finish is not _no_finish:
+            finish(obj)
+        return obj
+
+
+def _constant(value: tp.Any, obj: tp.Any) -> tp.Any:
+    del obj
+    return value
+
+
+def _own_aval_method(attr: tp.Any) -> tp.Callable[[tp.Any], tp.Any] | None:
+    """The function behind a subclass's own ``aval`` (method or property), else ``None``."""
+    if isinstance(attr, property):
+        return attr.fget
+    if callable(attr):
+        return tp.cast(tp.Callable[[tp.Any], tp.Any], attr)
+    return None
+
+
 @dataclasses.dataclass
-class ImplicitArray(abc.ABC):
+class ImplicitArray(metaclass=ImplicitArrayMeta):
     """Base class for array stand-ins that flow through JAX without materializing.
 
     Subclasses are dataclasses. Plain fields are pytree children (arrays); fields
-    declared with :func:`aux_field` are static metadata. A subclass implements
-    :meth:`materialize`, and registers primitive handlers with
+    declared with :func:`aux_field` (or ``field(static=True)``) are static metadata. A
+    subclass implements :meth:`materialize`, and registers primitive handlers with
     :func:`jaxcore.implicit.register`; functions wrapped with
     :func:`jaxcore.implicit.implicit` then route primitives on the array to those
     handlers, and materialize (with one warning per primitive and type) otherwise.
@@ -328,10 +523,19 @@ class ImplicitArray(abc.ABC):
     :meth:`compute_shape`/:meth:`compute_dtype`, or else from ``jax.eval_shape`` of
     :meth:`materialize`. Explicit values are static (part of the tree structure), so
     leave them out for arrays that will be ``vmap``-ed over: discovery then sees the
-    per-example children.
+    per-example children. ``dataclasses.replace`` keeps explicit values and recomputes
+    the others from the new fields. A subclass may instead define ``shape``/``dtype``
+    as properties (then they are not constructor arguments), declare them as fields
+    of its own, or define an ``aval()`` method returning a ``ShapedArray``, as quax's
+    ``ArrayValue`` does.
 
     Subclasses must be plain (non-frozen) dataclasses, and should be treated as
-    immutable: the discovered shape/dtype is cached per instance.
+    immutable: the discovered shape/dtype is cached per instance. As with equinox
+    modules, field converters (:func:`field`) and ``__check_init__`` methods run after
+    ``__init__``, and ``==`` compares two implicit arrays as values: same type, equal
+    static metadata, children equal in shape, dtype and every element (a traced
+    boolean when the children are traced). Inside an ``implicit`` function, ``==`` is
+    the element-wise JAX operation, dispatched like any other.
 
     Class keyword arguments:
         warn_on_materialize: ``False`` silences the fallback-materialization warning for
@@ -345,18 +549,30 @@ class ImplicitArray(abc.ABC):
             wrapped, so operations on them dispatch like any others.
 
     Example:
+        A low-rank matrix whose shape follows from its factors, so it is never
+        discovered by tracing ``materialize`` (handlers: :func:`jaxcore.implicit.register`):
+
         >>> @dataclasses.dataclass
-        ... class Scaled(ImplicitArray):
-        ...     value: jax.Array
-        ...     scale: float = aux_field()
+        ... class LowRank(ImplicitArray):
+        ...     left: jax.Array
+        ...     right: jax.Array
+        ...     def compute_shape(self):
+        ...         return (self.left.shape[0], self.right.shape[1])
         ...     def materialize(self):
-        ...         return self.value * self.scale
+        ...         return self.left @ self.right
+        >>> x = LowRank(jnp.ones((4, 2)), jnp.ones((2, 3)))
+        >>> x.shape, x.dtype, x.aval().shape
+        ((4, 3), dtype('float32'), (4, 3))
     """
 
     warn_on_materialize: tp.ClassVar[bool] = True
     handles_implicit_children: tp.ClassVar[bool] = False
     default_shape: tp.ClassVar[tuple[int, ...] | None] = None
     default_dtype: tp.ClassVar[tp.Any] = None
+    # Set per subclass by __init_subclass__: a quax-style aval() of its own, and the
+    # shape/dtype descriptors it computes itself.
+    own_aval: tp.ClassVar[tp.Callable[[tp.Any], tp.Any] | None] = None
+    computed_attributes: tp.ClassVar[dict[str, tp.Any]] = {}
 
     _: dataclasses.KW_ONLY
     shape: tuple[int, ...] = _AvalAttribute()  # type: ignore[assignment]
@@ -366,6 +582,29 @@ class ImplicitArray(abc.ABC):
         super().__init_subclass__(**kwargs)
         if warn_on_materialize is not None:
             cls.warn_on_materialize = bool(warn_on_materialize)
+        own = cls.__dict__
+        annotations = own.get("__annotations__", {})
+        computed = dict(cls.computed_attributes)
+        for name in ("shape", "dtype"):
+            attr = own.get(name)
+            if name in annotations:  # declared as a field again: a constructor argument
+                computed.pop(name, None)
+            elif attr is not None and not isinstance(attr, (_AvalAttribute, _ComputedAttribute)):
+                if not hasattr(type(attr), "__get__"):  # a constant, e.g. shape = (3,)
+                    value = tuple(attr) if name == "shape" else jnp.dtype(attr)
+                    attr = property(functools.partial(_constant, value))
+                computed[name] = attr
+                setattr(cls, name, _ComputedAttribute(name, attr))
+        cls.computed_attributes = computed
+        if "aval" in own:
+            cls.own_aval = _own_aval_method(own["aval"])
+        if "__eq__" not in own:
+            # Keep the inherited value equality: the dataclass decorator would otherwise
+            # generate an __eq__ comparing fields as tuples, which fails on arrays.
+            inherited = next(
+                k.__dict__["__eq__"] for k in cls.__mro__[1:] if "__eq__" in k.__dict__
+            )
+            cls.__eq__ = inherited  # type: ignore[method-assign]
         IMPLICIT_TYPES.add(cls)
         jax.tree_util.register_pytree_with_keys(
             cls,
@@ -373,6 +612,17 @@ class ImplicitArray(abc.ABC):
             functools.partial(_unflatten, cls),
             _flatten,
         )
+
+    def __eq__(self, other: object) -> tp.Any:
+        """Value equality, as equinox modules (and so quax values) define it.
+
+        Returns ``True`` when ``other`` has the same type and static metadata and its
+        children are equal in structure, shape, dtype and every element; ``False``
+        otherwise; a traced boolean scalar when some of the children are traced.
+        """
+        if not is_implicit(other):
+            return NotImplemented
+        return tree_equal(self, tp.cast(ImplicitArray, other))
 
     @abc.abstractmethod
     def materialize(self) -> jax.Array:
@@ -391,9 +641,13 @@ class ImplicitArray(abc.ABC):
         return self.default_dtype
 
     @property
-    def aval(self) -> jax.core.ShapedArray:
-        """The abstract value (shape and dtype) of the materialized array."""
-        return _resolve_aval(self)
+    def aval(self) -> CallableAval:
+        """The abstract value (shape and dtype) of the materialized array.
+
+        Reads as the ``ShapedArray`` (``x.aval.shape``, ``x.aval == other``); calling
+        it, ``x.aval()``, returns the ``ShapedArray`` itself (quax's spelling).
+        """
+        return CallableAval(resolve_aval(self))
 
     @property
     def ndim(self) -> int:
@@ -442,7 +696,7 @@ def _flatten_with_keys(obj: ImplicitArray):
 
 def _unflatten(cls: type, aux: tuple, children: tp.Iterable[tp.Any]) -> ImplicitArray:
     layout = field_layout(cls)
-    obj = object.__new__(cls)
+    obj: ImplicitArray = object.__new__(cls)
     d = obj.__dict__
     d["_jaxcore_explicit_shape"] = aux[0]
     d["_jaxcore_explicit_dtype"] = aux[1]
@@ -451,6 +705,40 @@ def _unflatten(cls: type, aux: tuple, children: tp.Iterable[tp.Any]) -> Implicit
     for name, value in zip(layout.children, children):
         d[name] = value
     return obj
+
+
+def _leaf_equal(a: tp.Any, b: tp.Any) -> tp.Any:
+    """Whether two leaves are equal: ``True``, ``False`` or a traced boolean scalar."""
+    a_array = hasattr(a, "shape") and hasattr(a, "dtype")
+    b_array = hasattr(b, "shape") and hasattr(b, "dtype")
+    if a_array != b_array:
+        return False
+    if not a_array:
+        return bool(a == b)
+    if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return False
+    if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
+        return jnp.all(a == b)
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+
+
+def tree_equal(x: ImplicitArray, y: ImplicitArray) -> tp.Any:
+    """Value equality of two implicit arrays (see :meth:`ImplicitArray.__eq__`)."""
+    if type(x) is not type(y):
+        return False
+    x_tree: tp.Any
+    x_leaves, x_tree = jax.tree_util.tree_flatten(x)
+    y_leaves, y_tree = jax.tree_util.tree_flatten(y)
+    if x_tree != y_tree:
+        return False
+    result: tp.Any = True
+    for a, b in zip(x_leaves, y_leaves):
+        equal = _leaf_equal(a, b)
+        if equal is False:
+            return False
+        if equal is not True:
+            result = equal if result is True else result & equal
+    return result
 
 
 def is_implicit(x: tp.Any) -> bool:

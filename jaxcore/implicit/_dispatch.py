@@ -23,6 +23,7 @@ types), and the cache is cleared whenever a handler is registered (which also bu
 
 from __future__ import annotations
 
+import abc
 import functools
 import inspect
 import sys
@@ -278,8 +279,13 @@ class Handler:
 
 
 _handlers: dict[jex_core.Primitive, list[Handler]] = {}
-_cache: dict[tuple[jex_core.Primitive, tuple[type, ...]], Handler | None] = {}
-MISSING = object()  # _cache.get default: None is a cached "no handler".
+# The handler (or None) resolved per (primitive, operand types): read directly by the
+# interpreter's hot path, filled by resolve(), cleared by registration and whenever
+# an ABC gains a virtual subclass (see _check_abc_registrations).
+resolved: dict[tuple[jex_core.Primitive, tuple[type, ...]], Handler | None] = {}
+MISSING = object()  # resolved.get default: None is a cached "no handler".
+# abc.get_cache_token() when `resolved` was last cleared (read by the interpreter).
+abc_token: tp.Any = abc.get_cache_token()
 
 
 def lookup_primitive(name: str) -> jex_core.Primitive:
@@ -393,8 +399,27 @@ def register_builtin(
 
 def _add(primitive: jex_core.Primitive, handler: Handler) -> None:
     _handlers.setdefault(primitive, []).append(handler)
-    _cache.clear()
+    _clear_resolutions()
     _registry_version.bump()
+
+
+def _clear_resolutions() -> None:
+    global abc_token
+    resolved.clear()
+    _default_owners.clear()
+    abc_token = abc.get_cache_token()
+
+
+def check_abc_registrations() -> None:
+    """Forgets cached resolutions if any ABC gained a virtual subclass since they were made.
+
+    Handlers match operand types with ``issubclass``, which honours
+    ``SomeABC.register(cls)``; a registration made after a resolution was cached
+    must be seen, so the caches key on :func:`abc.get_cache_token`.
+    """
+    if abc.get_cache_token() != abc_token:
+        _clear_resolutions()
+        _registry_version.bump()
 
 
 def resolve(primitive: jex_core.Primitive, operand_types: tuple[type, ...]) -> Handler | None:
@@ -404,13 +429,14 @@ def resolve(primitive: jex_core.Primitive, operand_types: tuple[type, ...]) -> H
         AmbiguousHandlerError: If several equally specific handlers of the same
             precedence match.
     """
+    check_abc_registrations()
     key = (primitive, operand_types)
     try:
-        return _cache[key]
+        return resolved[key]
     except KeyError:
         pass
     found = _resolve_uncached(primitive, operand_types)
-    _cache[key] = found
+    resolved[key] = found
     return found
 
 
@@ -438,6 +464,51 @@ def _resolve_uncached(
             f"{best}; give one of them a higher precedence"
         )
     return best[0]
+
+
+# The class whose default_handler applies, per operand types (see default_owner).
+_default_owners: dict[tuple[type, ...], type] = {}
+
+
+def default_owner(operand_types: tuple[type, ...]) -> tp.Any:
+    """The implicit-array class whose ``default_handler`` runs when no handler matches.
+
+    That is the one class among the operands' that overrides
+    :meth:`ImplicitArray.default_handler` (or, when none does, the first implicit
+    operand's, which materializes).
+
+    Raises:
+        TypeError: If operands of several classes override it with different
+            functions: which one should win is ambiguous, so neither is picked.
+    """
+    owner = _default_owners.get(operand_types)
+    if owner is not None:
+        return owner
+    base = _base.ImplicitArray.default_handler.__func__  # type: ignore[attr-defined]
+    first = None
+    overriding: dict[tp.Any, type] = {}
+    for t in operand_types:
+        if t not in _base.IMPLICIT_TYPES:
+            continue
+        first = first or t
+        handler = tp.cast(tp.Any, t).default_handler
+        fn = getattr(handler, "__func__", handler)
+        if fn is not base:
+            overriding.setdefault(fn, t)
+    if len(overriding) > 1:
+        names = ", ".join(sorted({t.__name__ for t in overriding.values()}))
+        raise TypeError(
+            f"operands of types {names} each define their own default_handler, so which "
+            "one applies to a primitive with no registered handler is ambiguous; register "
+            "a handler for these operand types"
+        )
+    owner = next(iter(overriding.values())) if overriding else first
+    if owner is None:
+        raise TypeError(f"no implicit array among operand types {operand_types}")
+    if len(_default_owners) >= 4096:
+        _default_owners.clear()
+    _default_owners[operand_types] = owner
+    return owner
 
 
 def registered_handlers(

@@ -112,10 +112,11 @@ def run(
         _jax_internals.trace_context(),
     )
     try:
-        plan = _plans.get(key, _MISSING)
+        found = _plans.get(key, _MISSING)
     except TypeError:  # unhashable metadata in an implicit array's aux data
         return None
-    if plan is _MISSING or (
+    plan = None if found is _MISSING else tp.cast("Plan | None", found)
+    if found is _MISSING or (
         plan is not None
         and plan.warnings_state is not None
         and plan.warnings_state != _warnings.warnings_state()

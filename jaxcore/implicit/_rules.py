@@ -6,9 +6,10 @@ inner jaxpr under the implicit interpreter, through the public ``jax.jit``,
 ``jax.lax.switch``, ``jax.lax.while_loop``, ``jax.lax.scan`` and ``jax.checkpoint``,
 so implicit operands stay implicit inside and handlers keep applying. Where JAX
 requires equal types (branch outputs, loop carries), an output that is implicit in one
-place and different in another is materialized, and only that output. ``scan`` inputs
-that are scanned over (``xs``) and stacked outputs (``ys``) are always materialized:
-slicing an implicit array's children along axis 0 need not slice the array it stands for.
+place and different in another is materialized, and only that output. ``scan`` slices
+implicit inputs (``xs``) and stacks implicit outputs (``ys``) leaf by leaf along axis
+0, as ``vmap`` batches them, and materializes only those for which that does not stand
+for slicing or stacking the array itself (leaves of another length, an explicit shape).
 
 The package registers the rules (:func:`install`) with a very low precedence; they
 accept any operands, so a user-registered, more specific handler for the same
@@ -103,7 +104,7 @@ def _jit_rule(primitive, *args: tp.Any, jaxpr, inline, name, **params):
 
 def _jit_rule_raw(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) -> list:
     """:func:`_jit_rule` taking the primitive's parameters as one dict (the hot path)."""
-    del primitive
+    del primitive  # reached through apply_primitive, which checked ABC registrations
     jaxpr = params["jaxpr"]
     trace = _jax_internals.current_trace()
     inline = _jax_internals.jit_inlines_when_traced(params["inline"])
@@ -155,33 +156,90 @@ def _while_rule(
 
     mask = _stable_carry_mask(step, init)
 
-    def cond(carry: list) -> tp.Any:
-        return _materialize_full(cond_fn(*cond_consts, *carry)[0])
+    def cond(carry: tp.Any) -> tp.Any:
+        pred = _materialize_full(cond_fn(*cond_consts, *carry)[0])
+        # Under vmap, JAX hands this rule a cond_jaxpr with one predicate per example
+        # (the loop runs while any holds, its body freezing the finished examples).
+        return pred if jax.numpy.ndim(pred) == 0 else jax.numpy.any(pred)
 
-    def body(carry: list) -> list:
+    def body(carry: tp.Any) -> list:
         return _apply_mask(step(carry), mask)
 
     return list(jax.lax.while_loop(cond, body, _apply_mask(init, mask)))
 
 
+def _abstract(x: tp.Any, shape_of: tp.Callable[[tuple[int, ...]], tuple[int, ...]]) -> tp.Any:
+    """``x`` with every leaf replaced by a ``ShapeDtypeStruct`` of shape ``shape_of(leaf shape)``."""
+    return jax.tree_util.tree_map(
+        lambda leaf: jax.ShapeDtypeStruct(shape_of(tuple(leaf.shape)), leaf.dtype), x
+    )
+
+
+def _leafwise_ok(x: tp.Any, rebuilt: tp.Any, shape: tuple[int, ...]) -> bool:
+    """Whether ``rebuilt`` (``x`` with its leaves sliced or stacked) stands for ``shape``/``x.dtype``."""
+    try:
+        aval = _base.resolve_aval(rebuilt)
+    except Exception:  # noqa: BLE001 - shape unknowable that way: materialize instead.
+        return False
+    return tuple(aval.shape) == shape and aval.dtype == x.dtype
+
+
+def _scannable(x: tp.Any, length: int) -> bool:
+    """Whether implicit ``x`` can be scanned over by slicing its leaves along axis 0.
+
+    That is how ``vmap`` batches an implicit array; it holds when every leaf has the
+    scanned length first and the slice stands for an array of the remaining shape
+    (not, say, for an explicit shape that slicing leaves unchanged).
+    """
+    leaves = jax.tree_util.tree_leaves(x)
+    shape = tuple(x.shape)
+    if not leaves or not shape or shape[0] != length:
+        return False
+    if any(jax.numpy.ndim(leaf) == 0 or leaf.shape[0] != length for leaf in leaves):
+        return False
+    return _leafwise_ok(x, _abstract(x, lambda s: s[1:]), shape[1:])
+
+
+def _stackable(y: tp.Any, length: int) -> bool:
+    """Whether per-iteration implicit outputs ``y`` (abstract) stack leaf by leaf into one."""
+    if not jax.tree_util.tree_leaves(y):
+        return False
+    return _leafwise_ok(y, _abstract(y, lambda s: (length, *s)), (length, *tuple(y.shape)))
+
+
 def _scan_rule(primitive, *args: tp.Any, reverse, length, jaxpr, unroll, **params):
+    """``scan`` on implicit operands: carries, scanned inputs and stacked outputs stay implicit.
+
+    Scanned implicit inputs are sliced leaf by leaf along axis 0 (as ``vmap`` batches
+    them), and implicit per-iteration outputs are stacked the same way, wherever that
+    slice or stack stands for the array's own slice or stack (see :func:`_scannable`);
+    the others are materialized. Carries are materialized only when the body changes
+    their type (see :func:`_stable_carry_mask`).
+    """
     del primitive
     num_consts, num_carry = _jax_internals.scan_operand_counts(params)
     consts = args[:num_consts]
     init = list(args[num_consts : num_consts + num_carry])
-    xs = [_materialize_full(x) for x in args[num_consts + num_carry :]]
+    xs = [
+        x if not _base.is_implicit(x) or _scannable(x, length) else _materialize_full(x)
+        for x in args[num_consts + num_carry :]
+    ]
     fn = _implicit_jaxpr_fn(jaxpr)
 
     def body(carry: list, x: list) -> tuple[list, list]:
         out = list(fn(*consts, *carry, *x))
-        return out[:num_carry], [_materialize_full(y) for y in out[num_carry:]]
+        return out[:num_carry], out[num_carry:]
 
-    x_slice = [jax.ShapeDtypeStruct(tuple(x.shape)[1:], x.dtype) for x in xs]
+    x_slice = _abstract(xs, lambda s: s[1:])
     mask = _stable_carry_mask(lambda carry, *x: body(carry, list(x))[0], init, x_slice)
+    ys_shape = jax.eval_shape(
+        lambda c, x: body(_apply_mask(c, mask), x)[1], _apply_mask(init, mask), x_slice
+    )
+    ys_mask = [_base.is_implicit(y) and not _stackable(y, length) for y in ys_shape]
 
     def masked_body(carry: list, x: list) -> tuple[list, list]:
         new_carry, ys = body(carry, x)
-        return _apply_mask(new_carry, mask), ys
+        return _apply_mask(new_carry, mask), _apply_mask(ys, ys_mask)
 
     extra = {}
     if "_split_transpose" in params:

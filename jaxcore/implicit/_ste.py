@@ -180,7 +180,7 @@ def _apply(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) -> tp.Any
     ]
     outs = _outputs(primitive, _bind(primitive, stopped, params))
     carriers = _tangent_carriers(primitive, params, stopped, sources, outs)
-    results = []
+    results: list[tp.Any] = []
     for out, carrier in zip(outs, carriers):
         if _base.is_implicit(out):
             results.append(StraightThrough(carrier, out))
@@ -257,7 +257,7 @@ def _straight_through_tangents(
             term = _outputs(primitive, _bind(primitive, ops, params))
             term = [_base.materialize_full(o) for o in term]
             total = term if total is None else [a + b for a, b in zip(total, term)]
-        return total
+        return total if total is not None else [None] * n_out
     dense = [_base.materialize_full(o) for o in operands]
     positions = [i for i, t in enumerate(tangents) if t is not None]
 

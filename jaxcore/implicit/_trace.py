@@ -26,6 +26,7 @@ JVP/transpose rules' primitives through the handlers.
 
 from __future__ import annotations
 
+import abc
 import functools
 import types
 import typing as tp
@@ -34,11 +35,13 @@ import weakref
 import jax
 import jax.extend.core as jex_core
 import numpy as np
+from jax.extend.core import primitives as _prims
 
 from jaxcore import _jax_internals
 from jaxcore.implicit import _base, _dispatch, _warnings
 
 _is_implicit = _base.is_implicit
+_abc_token = abc.get_cache_token
 _IMPLICIT_TYPES = _base.IMPLICIT_TYPES
 
 
@@ -48,7 +51,7 @@ class _ImplicitTracer(jax.core.Tracer):
     __slots__ = ("value",)
 
     def __init__(self, trace: _ImplicitTrace, value: _base.ImplicitArray):
-        super().__init__(trace, value.aval)
+        super().__init__(trace, _base.resolve_aval(value))
         self.value = value
 
     def full_lower(self) -> _ImplicitTracer:
@@ -162,20 +165,36 @@ class _ImplicitTrace(jax.core.Trace):
         return self._bind_on_parent(call_primitive, values, dict(params, subfuns=(f,)))
 
     def process_custom_jvp_call(self, primitive, fun, jvp, tracers, *, symbolic_zeros):
-        values = self._materialized_values(primitive, tracers)
-        return self._bind_on_parent(
-            primitive, values, dict(subfuns=(fun, jvp), symbolic_zeros=symbolic_zeros)
-        )
+        params = dict(subfuns=(fun, jvp), symbolic_zeros=symbolic_zeros)
+        return self._process_custom_call(primitive, tracers, params)
 
     def process_custom_vjp_call(
         self, primitive, fun, fwd, bwd, tracers, *, out_trees, symbolic_zeros
     ):
-        values = self._materialized_values(primitive, tracers)
-        return self._bind_on_parent(
-            primitive,
-            values,
-            dict(subfuns=(fun, fwd, bwd), out_trees=out_trees, symbolic_zeros=symbolic_zeros),
-        )
+        params = dict(subfuns=(fun, fwd, bwd), out_trees=out_trees, symbolic_zeros=symbolic_zeros)
+        return self._process_custom_call(primitive, tracers, params)
+
+    def _process_custom_call(self, primitive, tracers, params):
+        """A ``custom_jvp``/``custom_vjp`` function applied to implicit arrays.
+
+        The call is first staged into a one-equation jaxpr (its function traced once at
+        the dense abstract values, its rules kept), which :func:`eval_jaxpr` then runs
+        on the implicit operands (see :func:`apply_custom_call`).
+        """
+        values, found = self._values(tracers)
+        if not found:
+            return self._bind_on_parent(primitive, values, params)
+        with jex_core.set_current_trace(self.parent_trace):
+            avals = [
+                _base.resolve_aval(v) if type(v) in _IMPLICIT_TYPES else jax.typeof(v)
+                for v in values
+            ]
+            jaxpr, consts = _jax_internals.trace_to_jaxpr(
+                lambda *dense: primitive.bind(*dense, **params), avals, "jaxcore.implicit"
+            )
+            out = eval_jaxpr(jex_core.ClosedJaxpr(jaxpr, consts), values)
+        _jax_internals.forget_function_output_type(params["subfuns"])
+        return [_ImplicitTracer(self, o) if type(o) in _IMPLICIT_TYPES else o for o in out]
 
     def process_shard_map(self, primitive, fun, tracers, **params):
         values = self._materialized_values(primitive, tracers)
@@ -221,14 +240,17 @@ def apply_primitive(primitive: tp.Any, values: list[tp.Any], params: dict) -> tp
     Runs the matching handler, or the fallback (``default_handler`` of the first
     implicit operand's class, which materializes) with a one-time warning.
     """
+    if _abc_token() != _dispatch.abc_token:
+        _dispatch.check_abc_registrations()
     types_ = tuple([type(v) for v in values])
-    handler = _dispatch._cache.get((primitive, types_), _dispatch.MISSING)
+    handler = _dispatch.resolved.get((primitive, types_), _dispatch.MISSING)
     if handler is _dispatch.MISSING:
         handler = _dispatch.resolve(primitive, types_)
     if handler is None:
-        first = next(v for v in values if type(v) in _IMPLICIT_TYPES)
+        owner = _dispatch.default_owner(types_)
         warn_for(primitive, values)
-        return type(first).default_handler(primitive, *values, params=params)
+        return owner.default_handler(primitive, *values, params=params)
+    handler = tp.cast(_dispatch.Handler, handler)
     for v in values:
         if type(v) in _IMPLICIT_TYPES and _base.has_implicit_children(v):
             return call_with_nested_dispatch(handler, (primitive, values, params), {})
@@ -243,8 +265,9 @@ def eval_jaxpr(closed_jaxpr: jex_core.ClosedJaxpr, args: tp.Sequence[tp.Any]) ->
 
     The same result as ``use_implicit(jax.extend.core.jaxpr_as_fun(closed_jaxpr))``,
     without wrapping operands in tracers: equations without implicit operands are bound
-    directly, the others go through :func:`apply_primitive` (equations that carry
-    functions, such as ``custom_jvp_call``, materialize, as the trace does).
+    directly, ``custom_jvp_call``/``custom_vjp_call`` go through
+    :func:`apply_custom_call`, and the others through :func:`apply_primitive` (other
+    equations that carry functions, such as ``shard_map``, materialize their operands).
     """
     jaxpr = closed_jaxpr.jaxpr
     env: dict[tp.Any, tp.Any] = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
@@ -259,7 +282,9 @@ def eval_jaxpr(closed_jaxpr: jex_core.ClosedJaxpr, args: tp.Sequence[tp.Any]) ->
         with source_ctx, eqn_ctx:
             for v in invals:
                 if type(v) in implicit_types:
-                    if "subfuns" in bind_params:
+                    if primitive in CUSTOM_CALLS:
+                        ans = apply_custom_call(primitive, eqn.params, invals)
+                    elif "subfuns" in bind_params:
                         warn_for(primitive, invals)
                         invals = [_base.materialize_full(v) for v in invals]
                         ans = primitive.bind(*invals, **bind_params)
@@ -273,6 +298,97 @@ def eval_jaxpr(closed_jaxpr: jex_core.ClosedJaxpr, args: tp.Sequence[tp.Any]) ->
         else:
             env[eqn.outvars[0]] = ans
     return [v.val if type(v) is literal else env[v] for v in jaxpr.outvars]
+
+
+CUSTOM_CALLS = frozenset({_prims.custom_jvp_call_p, _prims.custom_vjp_call_p})
+
+
+def apply_custom_call(
+    primitive: tp.Any, eqn_params: tp.Mapping[str, tp.Any], values: tp.Sequence[tp.Any]
+) -> list[tp.Any]:
+    """A ``custom_jvp_call``/``custom_vjp_call`` equation on operands that include implicit arrays.
+
+    The function itself (``call_jaxpr``) runs under the interpreter on the implicit
+    operands, so their handlers see them, and its results may be implicit. It runs
+    as a ``custom_jvp``/``custom_vjp`` function of the operands' leaves, whose rule is:
+
+    - when every result is dense: the equation's own rule, applied at the
+      materialized operands, chained with the derivative of materializing them (so
+      ``jax.nn.relu``'s or a user's custom gradient is exactly what JAX would use);
+    - when some result is implicit: the derivative of the interpreted function
+      itself, since the custom rule gives tangents of dense results, not of the
+      leaves of an implicit one.
+
+    Args:
+        primitive: ``custom_jvp_call_p`` or ``custom_vjp_call_p``.
+        eqn_params: The equation's parameters (with ``call_jaxpr``), as in a jaxpr.
+        values: The operands.
+
+    Returns:
+        The results, one per output of ``call_jaxpr``.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(list(values))
+    call_jaxpr = eqn_params["call_jaxpr"]
+    out_avals = call_jaxpr.out_avals
+    # (output structure, whether some output is implicit), recorded by run().
+    outputs: list[tuple[tp.Any, bool]] = []
+
+    def run(*flat: tp.Any) -> list[tp.Any]:
+        outs = eval_jaxpr(call_jaxpr, jax.tree_util.tree_unflatten(treedef, list(flat)))
+        implicit_out = False
+        for out, aval in zip(outs, out_avals):
+            if type(out) in _IMPLICIT_TYPES:
+                _base.adopt_aval(out, aval.shape, aval.dtype)
+                implicit_out = True
+        out_leaves, out_tree = jax.tree_util.tree_flatten(list(outs))
+        outputs.append((out_tree, implicit_out))
+        return out_leaves
+
+    def output_info(flat: tp.Sequence[tp.Any]) -> tuple[tp.Any, bool]:
+        if not outputs:
+            jax.eval_shape(run, *flat)
+        return outputs[-1]
+
+    def dense_operands(*flat: tp.Any) -> list[tp.Any]:
+        return [
+            _base.materialize_full(v) for v in jax.tree_util.tree_unflatten(treedef, list(flat))
+        ]
+
+    def dense_call(*dense: tp.Any) -> list[tp.Any]:
+        return list(primitive.bind(*dense, **primitive.get_bind_params(eqn_params)))
+
+    if primitive is _prims.custom_jvp_call_p:
+        jvp_fn = jax.custom_jvp(run)
+
+        def jvp_rule(primals: tp.Sequence[tp.Any], tangents: tp.Sequence[tp.Any]) -> tp.Any:
+            if output_info(primals)[1]:
+                return jax.jvp(run, tuple(primals), tuple(tangents))
+            dense, dense_tangents = jax.jvp(dense_operands, tuple(primals), tuple(tangents))
+            return jax.jvp(dense_call, tuple(dense), tuple(dense_tangents))
+
+        jvp_fn.defjvp(jvp_rule)
+        out_leaves = jvp_fn(*leaves)
+    else:
+        vjp_fn = jax.custom_vjp(run)
+
+        def fwd(*flat: tp.Any) -> tuple[list[tp.Any], tuple[tp.Any, ...]]:
+            if output_info(flat)[1]:
+                outs, pullback = jax.vjp(run, *flat)
+                return outs, (pullback,)
+            dense, dense_pullback = jax.vjp(dense_operands, *flat)
+            outs, call_pullback = jax.vjp(dense_call, *dense)
+            return outs, (dense_pullback, call_pullback)
+
+        def bwd(residuals: tuple[tp.Any, ...], cotangents: tp.Any) -> tuple[tp.Any, ...]:
+            if len(residuals) == 1:
+                return tuple(residuals[0](list(cotangents)))
+            dense_pullback, call_pullback = residuals
+            return tuple(dense_pullback(list(call_pullback(list(cotangents)))))
+
+        vjp_fn.defvjp(fwd, bwd)
+        out_leaves = vjp_fn(*leaves)
+    out_tree, _ = output_info(leaves)
+    return list(jax.tree_util.tree_unflatten(out_tree, list(out_leaves)))
 
 
 def _is_tracer_of(trace: _ImplicitTrace) -> tp.Callable[[tp.Any], tp.Any]:
@@ -315,7 +431,7 @@ def _is_flat_operand(x: tp.Any) -> bool:
 
 
 def _current_implicit_trace() -> _ImplicitTrace:
-    return trace_for(_jax_internals.current_trace())
+    return trace_for(tp.cast(jax.core.Trace, _jax_internals.current_trace()))
 
 
 def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
@@ -345,7 +461,7 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
     ) or (
         not _is_implicit(fn)
         and jax.tree_util.treedef_is_leaf(fn_structure)
-        and fn_structure.num_leaves == 1
+        and fn_structure.num_leaves == 1  # type: ignore[attr-defined]
     )
 
     @functools.wraps(fn)
@@ -355,7 +471,7 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
             if not any(map(_is_implicit, args)):
                 return fn(*args)
             trace = _current_implicit_trace()
-            args = [_ImplicitTracer(trace, a) if _is_implicit(a) else a for a in args]
+            args = [_ImplicitTracer(trace, a) if _is_implicit(a) else a for a in args]  # type: ignore[assignment]
             f = fn
         else:
             leaves, treedef = jax.tree_util.tree_flatten(

@@ -133,15 +133,15 @@ def flatten_one_implicit_layer(tree: tp.Any) -> tuple[list[tp.Any], tp.Any]:
     leaves: list[tp.Any] = []
     for leaf in tree_leaves_with_implicit(tree):
         if isinstance(leaf, _base.ImplicitArray):
-            leaves.extend(
-                _tu.tree_leaves(
-                    leaf,
-                    is_leaf=lambda x, n=leaf: x is not n and isinstance(x, _base.ImplicitArray),
-                )
-            )
+            leaves.extend(_tu.tree_leaves(leaf, is_leaf=_nested_in(leaf)))
         else:
             leaves.append(leaf)
     return leaves, treedef
+
+
+def _nested_in(node: tp.Any) -> tp.Callable[[tp.Any], bool]:
+    """The ``is_leaf`` that stops at implicit arrays nested inside ``node``."""
+    return lambda x: x is not node and isinstance(x, _base.ImplicitArray)
 
 
 def implicit_depth(tree: tp.Any) -> int:

@@ -83,7 +83,11 @@ def warn_materialize(primitive: tp.Any, implicit_type: type) -> None:
     key = (str(primitive), implicit_type)
     if key in _warned:
         return
-    if not _enabled.get() or not _env_allows() or not implicit_type.warn_on_materialize:
+    if (
+        not _enabled.get()
+        or not _env_allows()
+        or not getattr(implicit_type, "warn_on_materialize", True)
+    ):
         return
     with _lock:
         if key in _warned:
