@@ -154,3 +154,25 @@ def test_errors(call, exc, message):
     _, stacked = _stacked_params()
     with pytest.raises(exc, match=re.escape(message)):
         call(stacked)
+
+
+def test_scan_aware_map_sees_each_layer_of_an_nn_stacked():
+    Block, In, Out = hax.make_axes(block=3, d_in=4, d_out=2)
+    stack = hax.nn.Stacked.init(Block, hax.nn.Linear)(
+        In, Out, key=jax.random.split(jax.random.key(0), 3)
+    )
+    seen = []
+
+    def per_layer(x):
+        if isinstance(x, hax.NamedArray):
+            seen.append(x.axes)
+            return x * 2.0
+        return x
+
+    out = hax.tree.scan_aware_map(per_layer, stack)
+    assert seen and all(Block not in axes for axes in seen)
+    assert type(out) is type(stack) and out.Block == Block
+    np.testing.assert_allclose(
+        np.asarray(out.stacked.weight.array), 2.0 * np.asarray(stack.stacked.weight.array)
+    )
+    assert out.stacked.weight.axes == stack.stacked.weight.axes

@@ -118,6 +118,30 @@ class Stacked:
         return obj
 
 
+def stack_axis(node: Any) -> Axis | None:
+    """The layer axis of a stacked node, or ``None`` for anything else.
+
+    A stacked node is this module's :class:`Stacked` (axis ``block``) or a layer stack such
+    as ``hax.nn.Stacked`` (a ``stacked`` field and an ``Axis`` named ``Block``).
+    """
+    if isinstance(node, Stacked):
+        return node.block
+    if isinstance(node, type) or not hasattr(node, "stacked"):
+        return None
+    for name in ("Block", "block"):
+        axis = getattr(node, name, None)
+        if isinstance(axis, Axis):
+            return axis
+    return None
+
+
+def _restack(node: Any, inner: Any) -> Any:
+    """``node`` with its ``stacked`` pytree replaced by ``inner``."""
+    if isinstance(node, Stacked):
+        return Stacked(inner, node.block)
+    return dataclasses.replace(node, stacked=inner)
+
+
 def _unstack_map(
     fn: Callable[..., Any],
     block: Axis,
@@ -173,7 +197,9 @@ def _unstack_map(
 def scan_aware_map(
     fn: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None
 ) -> Any:
-    """Like ``map``, but maps ``fn`` over each layer of every ``Stacked`` node.
+    """Like ``map``, but maps ``fn`` over each layer of every stacked node.
+
+    Stacked nodes are :class:`Stacked` and layer stacks such as ``hax.nn.Stacked``.
 
     Inside a ``Stacked`` node ``fn`` sees one layer's leaves (``NamedArray`` values without
     the layer axis); the results are stacked back, with the layer axis first. With no
@@ -190,17 +216,18 @@ def scan_aware_map(
     """
 
     def stop(x):
-        return isinstance(x, Stacked) or (is_leaf is not None and bool(is_leaf(x)))
+        return stack_axis(x) is not None or (is_leaf is not None and bool(is_leaf(x)))
 
     def visit(x, *others):
-        if isinstance(x, Stacked):
+        block = stack_axis(x)
+        if block is not None:
             for o in others:
-                if not isinstance(o, Stacked) or o.block != x.block:
+                if stack_axis(o) != block:
                     raise ValueError(
-                        f"scan_aware_map: Stacked over {x.block} does not line up with {o!r}"
+                        f"scan_aware_map: Stacked over {block} does not line up with {o!r}"
                     )
-            inner = _unstack_map(fn, x.block, [x.stacked, *(o.stacked for o in others)], is_leaf)
-            return Stacked(inner, x.block)
+            inner = _unstack_map(fn, block, [x.stacked, *(o.stacked for o in others)], is_leaf)
+            return _restack(x, inner)
         return fn(x, *others)
 
     return map(visit, tree, *rest, is_leaf=stop)

@@ -37,6 +37,7 @@ import numpy as np
 
 from jaxcore.named._array import NamedArray, describe_axes
 from jaxcore.named._axis import Axis, to_axes
+from jaxcore.named._tree import stack_axis
 from jaxcore.named.util import replace_fields
 
 __all__ = [
@@ -74,17 +75,6 @@ def with_prefix(prefix: str | None, key: str | int | None) -> str | None:
 
 def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic))
-
-
-def _stack_axis(node: Any) -> Axis | None:
-    """The layer axis of a stacked module (``Block`` or ``block``), or ``None``."""
-    if not hasattr(node, "stacked") or isinstance(node, type):
-        return None
-    for name in ("Block", "block"):
-        axis = getattr(node, name, None)
-        if isinstance(axis, Axis):
-            return axis
-    return None
 
 
 def _fields(node: Any) -> list[str]:
@@ -155,7 +145,7 @@ def _flatten_into(node: Any, prefix: str | None, out: StateDict) -> None:
     elif callable(getattr(node, "to_state_dict", None)) and not isinstance(node, type):
         for key, value in node.to_state_dict(prefix).items():
             _put(out, key, value)
-    elif (block := _stack_axis(node)) is not None:
+    elif (block := stack_axis(node)) is not None:
         for i in range(block.size):
             _flatten_into(_layer(node.stacked, block, i), with_prefix(prefix, i), out)
     elif isinstance(node, Mapping):
@@ -219,7 +209,7 @@ def _fill(node: Any, sd: Mapping[str, Any], prefix: str | None) -> Any:
         return _entry(sd, prefix, tuple(node.shape))
     if callable(getattr(node, "from_state_dict", None)) and not isinstance(node, type):
         return node.from_state_dict(sd, prefix)
-    if (block := _stack_axis(node)) is not None:
+    if (block := stack_axis(node)) is not None:
         return _fill_stacked(node, block, sd, prefix)
     container: Any = type(node)
     if isinstance(node, Mapping):
