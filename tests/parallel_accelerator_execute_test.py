@@ -29,8 +29,9 @@ EXIT_WAIT_TIMEOUT = 75
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
-# Tools the script (and the fake GPU tools) run; the hermetic PATH links exactly these.
-_TOOLS = ("bash", "flock", "mkfifo", "mkdir", "rm", "id", "date", "env", "sh", "cat", "stat")
+# Tools the script (and the fake GPU tools) run; the hermetic PATH links exactly these, and
+# python3 (which runs build/accelerator_slots.py) is this interpreter.
+_TOOLS = ("bash", "sh", "cat")
 
 
 @pytest.fixture
@@ -42,6 +43,7 @@ def sandbox(tmp_path):
         found = shutil.which(tool)
         assert found, f"{tool} is needed by the script under test"
         (tools / tool).symlink_to(found)
+    (tools / "python3").symlink_to(os.path.realpath(sys.executable))
     fake_bin = tmp_path / "fake_bin"
     fake_bin.mkdir()
     (tmp_path / "dev").mkdir()
@@ -901,3 +903,30 @@ def test_unopenable_lock_file_names_the_file_and_the_reason(sandbox):
         f"'{sandbox.lock_dir}/accelerator_0_slot_0.lock': Is a directory\n"
     )
     assert "ambiguous redirect" not in result.stderr
+
+
+def test_sigterm_to_the_wrapper_alone_waits_for_the_test(sandbox):
+    """The slot's record stays busy while the device may be in use; the signal becomes the
+    exit status once the test ends."""
+    env = {"JAXCORE_ACCELERATOR_COUNT": "1", "JAXCORE_TESTS_PER_ACCELERATOR": "1"}
+    wrapper = sandbox.hold("held", env)
+    wrapper.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert wrapper.poll() is None, wrapper.stderr.read()
+    sandbox.release.touch()
+    assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
+    _wait_ended(sandbox, "held")
+    after = sandbox.run("after", env=dict(env, JAXCORE_ACCELERATOR_WAIT_S="0"))
+    assert after.returncode == 0, after.stderr
+
+
+@pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK), reason="no /usr/bin/python3")
+def test_runs_without_python3_on_path(sandbox):
+    """The ci/ scripts call `--detect` with a PATH that has no python3."""
+    (sandbox.root / "tools" / "python3").unlink()
+    result = sandbox.run("t", env={"JAXCORE_ACCELERATOR_COUNT": "1"})
+    assert result.returncode == 0, result.stderr
+    detect = subprocess.run(
+        [str(SCRIPT), "--detect"], env=sandbox.env, capture_output=True, text=True, timeout=30
+    )
+    assert detect.stdout == "generic 1 default\n", detect.stderr
