@@ -22,7 +22,6 @@ How a slot is taken (balanced, first come first served per slot, no scheduler pr
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
@@ -139,7 +138,7 @@ def count_rocm(dev: str, sysfs: str) -> int:
 
 def count_tpu(dev: str) -> int:
     """TPU chips: <dev>/accel<N> (TPU v2-v4), else <dev>/vfio/<N> IOMMU groups (v5e+)."""
-    accel = sum(bool(re.fullmatch(r"accel[0-9]+", n)) for n in _listdir(dev))
+    accel = sum(n[:5] == "accel" and n[5:].isascii() and n[5:].isdigit() for n in _listdir(dev))
     return accel or sum(n.isascii() and n.isdigit() for n in _listdir(os.path.join(dev, "vfio")))
 
 
@@ -196,9 +195,10 @@ def cached_detect(lock_dir: str, platform: str, dev: str, sysfs: str) -> tuple[s
         if fresh and re.fullmatch(r"[1-9][0-9]{0,3}", count):
             return cached, int(count), source
     found = detect(platform, None, dev, sysfs)
-    # A cache that cannot be written only costs the next run a detection.
-    with contextlib.suppress(OSError, Exit):
+    try:
         _write_record(path, 1024, f"{found[0]} {found[1]} {found[2]} {now} {key}")
+    except (OSError, Exit):
+        return found  # a cache that cannot be written only costs the next run a detection
     return found
 
 
@@ -235,11 +235,12 @@ def prepare_lock_dir(path: str) -> None:
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             os.mkdir(path, 0o700)
-            os.chmod(path, 0o700, follow_symlinks=False)  # whatever the umask
-        except FileExistsError:
-            pass  # made by a concurrent run a moment ago: checked below like any other
+            os.chmod(path, 0o700)  # whatever the umask
         except OSError as e:
-            raise Exit(EXIT_LOCK_DIR, f"cannot create {where}: {e.strerror}; {fix}") from None
+            if e.errno == errno.EEXIST and os.path.lexists(path):
+                pass  # made by a concurrent run a moment ago: checked below like any other
+            else:
+                raise Exit(EXIT_LOCK_DIR, f"cannot create {where}: {e.strerror}; {fix}") from None
     try:
         info = os.lstat(path)
     except OSError as e:
@@ -523,8 +524,10 @@ class Slots:
             n = name[len(prefix) :]
             old = re.fullmatch(r"[0-9]{1,15}", n) and int(n) <= place - NODE_CLEANUP_EVERY
             if name.startswith(prefix) and old:
-                with contextlib.suppress(OSError):
+                try:
                     os.unlink(os.path.join(self.lock_dir, name))
+                except OSError:
+                    continue  # deleted by another caller
 
 
 # --- The test ------------------------------------------------------------------------------
@@ -689,9 +692,21 @@ def main(argv: list[str]) -> int:
     return code
 
 
-if __name__ == "__main__":
+def cli(argv: list[str]) -> None:
+    """Runs `main`, turning an `Exit` into its one-line message and exit status."""
+    if sys.version_info < (3, 9):  # noqa: UP036 - the system Python may predate the repo's 3.11
+        version = sys.version.split()[0]
+        print(
+            f"{PROG}: error: Python >= 3.9 is needed, {sys.executable} is {version}",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_USAGE)
     try:
-        sys.exit(main(sys.argv[1:]))
+        sys.exit(main(argv))
     except Exit as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         sys.exit(e.code)
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])

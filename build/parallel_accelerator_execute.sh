@@ -8,7 +8,7 @@
 #                                    # source = env | detected | default (nothing found)
 #
 # The work is done by accelerator_slots.py beside this script (stdlib only, Python >= 3.9),
-# run by the first of: python3 on PATH, /usr/bin/python3, /usr/local/bin/python3. It becomes
+# run by the first of /usr/bin/python3, /usr/local/bin/python3, python3 on PATH. It becomes
 # the wrapper process: it takes a slot, runs the test with only that device visible, and
 # frees the slot when the test ends. How it schedules is in its docstring.
 #
@@ -57,12 +57,13 @@ set -euo pipefail
 
 here=.
 [[ "${BASH_SOURCE[0]}" != */* ]] || here="${BASH_SOURCE[0]%/*}"
-python="$(command -v python3 || true)"
-for candidate in "$python" /usr/bin/python3 /usr/local/bin/python3; do
-  if [[ -n "$candidate" && -x "$candidate" ]]; then
-    # -I -S: stdlib only; no PYTHON* variable, user site or site-packages of the caller.
-    exec "$candidate" -I -S "$here/accelerator_slots.py" "$@"
-  fi
+# -I -S: stdlib only; no PYTHON* variable, user site or site-packages of the caller. The
+# module is imported, not run as a file, so its bytecode is cached.
+run='import sys; sys.path.insert(0, sys.argv.pop(1)); import accelerator_slots; accelerator_slots.cli(sys.argv[1:])'
+# The system's Python first: it starts fastest (a pyenv shim on PATH costs 100 ms per test).
+for candidate in /usr/bin/python3 /usr/local/bin/python3; do
+  [[ -x "$candidate" ]] && exec "$candidate" -I -S -c "$run" "$here" "$@"
 done
-echo "parallel_accelerator_execute.sh: error: no python3 on PATH, in /usr/bin or /usr/local/bin" >&2
+candidate="$(command -v python3)" && exec "$candidate" -I -S -c "$run" "$here" "$@"
+echo "parallel_accelerator_execute.sh: error: no python3 in /usr/bin, /usr/local/bin or on PATH" >&2
 exit 69

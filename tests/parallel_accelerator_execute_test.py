@@ -30,7 +30,7 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
 # Tools the script (and the fake GPU tools) run; the hermetic PATH links exactly these, and
-# python3 (which runs build/accelerator_slots.py) is this interpreter.
+# python3 (the last Python the script tries, after /usr/bin and /usr/local/bin) is this one.
 _TOOLS = ("bash", "sh", "cat")
 
 
