@@ -625,11 +625,29 @@ def run_test(exe: str, args: list[str], env: dict[str, str], slot_fd: int) -> in
     when killed by signal N). SIGTERM/SIGINT/SIGHUP to the wrapper alone wait for the test to
     end and then become the status when the test itself exited 0."""
     caught = []
+    previous = {}
     for signum, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)):
-        signal.signal(signum, lambda *_, code=code: caught.append(code))
-    os.set_inheritable(slot_fd, True)
+        previous[signum] = signal.signal(signum, lambda *_, code=code: caught.append(code))
     try:
-        pid = os.posix_spawn(exe, [exe, *args], env)
+        return _spawn_and_wait(exe, args, env, slot_fd, caught)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _spawn_and_wait(exe: str, args: list[str], env: dict[str, str], slot_fd: int, caught) -> int:
+    """`run_test` with the signal handlers in place (`caught`: the statuses they recorded)."""
+    os.set_inheritable(slot_fd, True)
+    # Python ignores SIGPIPE and SIGXFSZ; the test gets the default actions back.
+    default = (signal.SIGPIPE, signal.SIGXFSZ)
+    try:
+        try:
+            pid = os.posix_spawn(exe, [exe, *args], env, setsigdef=default)
+        except OSError as e:
+            if e.errno != errno.ENOEXEC:
+                raise
+            # No #! line: run it with sh, as bash and execvp do.
+            pid = os.posix_spawn("/bin/sh", ["/bin/sh", exe, *args], env, setsigdef=default)
     except OSError as e:
         code = EXIT_NOT_FOUND if e.errno == errno.ENOENT else EXIT_NOT_EXECUTABLE
         raise Exit(code, f"cannot execute the test '{exe}': {e.strerror}") from None

@@ -58,8 +58,9 @@ set -euo pipefail
 here=.
 [[ "${BASH_SOURCE[0]}" != */* ]] || here="${BASH_SOURCE[0]%/*}"
 # -I -S: stdlib only; no PYTHON* variable, user site or site-packages of the caller. The
-# module is imported, not run as a file, so its bytecode is cached.
-run='import sys; sys.path.insert(0, sys.argv.pop(1)); import accelerator_slots; accelerator_slots.cli(sys.argv[1:])'
+# module is imported, not run as a file, so its bytecode is cached; its directory comes last
+# on sys.path, so no file there can stand in for a standard module.
+run='import sys; sys.path.append(sys.argv.pop(1)); import accelerator_slots; accelerator_slots.cli(sys.argv[1:])'
 # The system's Python first: it starts fastest (a pyenv shim on PATH costs 100 ms per test).
 for candidate in /usr/bin/python3 /usr/local/bin/python3; do
   [[ -x "$candidate" ]] && exec "$candidate" -I -S -c "$run" "$here" "$@"

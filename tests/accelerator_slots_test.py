@@ -425,3 +425,20 @@ def test_run_test_passes_only_the_slot_descriptor_and_the_exit_status(tmp_path):
         assert slots.run_test(sys.executable, ["-c", probe], dict(os.environ), slot_fd) == 41
         kill = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
         assert slots.run_test(sys.executable, ["-c", kill], dict(os.environ), slot_fd) == 137
+
+
+def test_run_test_restores_default_signal_actions_and_runs_scripts_without_shebang(tmp_path):
+    """Python ignores SIGPIPE and SIGXFSZ; the test must not inherit that."""
+    slot_fd = slots.open_lock_file(str(tmp_path / "s.lock"))
+    script = tmp_path / "no_shebang"
+    script.write_text("exit 7\n")
+    script.chmod(0o755)
+    status = tmp_path / "status"
+    try:
+        shell = f"grep SigIgn /proc/self/status > {status}"
+        assert slots.run_test("/bin/sh", ["-c", shell], dict(os.environ), slot_fd) == 0
+        ignored = int(status.read_text().split()[1], 16)
+        assert not ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1))
+        assert slots.run_test(str(script), [], dict(os.environ), slot_fd) == 7
+    finally:
+        os.close(slot_fd)
