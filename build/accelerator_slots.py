@@ -1,11 +1,11 @@
 """The logic of build/parallel_accelerator_execute.sh: runs one test on one accelerator slot.
 
-The shell script finds a Python and runs this file (stdlib only, Python >= 3.9) with the
-test's command line; `--detect` prints "<platform> <count> <source>" instead. Settings,
+The shell script finds a Python and calls this module's `cli` (stdlib only, Python >= 3.9)
+with the test's command line; `--detect` prints "<platform> <count> <source>" instead. Settings,
 exit statuses and files are documented in the script's header.
 
 How a slot is taken (balanced, first come first served per slot, no scheduler process):
-  * `choose_slot` reads every slot's owner record and queue and joins the least-loaded slot
+  * `Slots.choose` reads every slot's owner record and queue and joins the least-loaded slot
     (`pick_slot`): a free slot on the accelerator running the fewest tests, else the busy
     slot whose test started first. Its place in that slot's queue is a node file made with
     O_EXCL, so two callers never share a place; one that loses the race looks again.

@@ -61,7 +61,8 @@ here=.
 # module is imported, not run as a file, so its bytecode is cached; its directory comes last
 # on sys.path, so no file there can stand in for a standard module.
 run='import sys; sys.path.append(sys.argv.pop(1)); import accelerator_slots; accelerator_slots.cli(sys.argv[1:])'
-# The system's Python first: it starts fastest (a pyenv shim on PATH costs 100 ms per test).
+# The system's Python first: it starts fastest (a pyenv shim on PATH is a script that costs
+# more than the whole wrapper).
 for candidate in /usr/bin/python3 /usr/local/bin/python3; do
   [[ -x "$candidate" ]] && exec "$candidate" -I -S -c "$run" "$here" "$@"
 done
