@@ -57,3 +57,25 @@ def test_concat_axis_specs():
     assert hax.concat_axis_specs(H, "c") == (H, "c")
     with pytest.raises(ValueError, match="'h' occurs in both"):
         hax.concat_axis_specs((H, W), (H,))
+
+
+def test_rearrange_for_partial_order_on_axis_names():
+    # Haliax accepts bare names and hands back the same kind of entries it was given
+    assert hax.rearrange_for_partial_order(("a", ..., "b"), ("b", "a", "c")) == ("a", "c", "b")
+    assert hax.rearrange_for_partial_order((..., "a", "b"), ("b", "a", "c")) == ("c", "a", "b")
+    assert hax.rearrange_for_partial_order(("a", ..., "b", ...), ("b", "a", "c")) == (
+        "a",
+        "b",
+        "c",
+    )
+    assert hax.rearrange_for_partial_order((...,), ()) == ()
+    mixed = hax.rearrange_for_partial_order(("y", ...), (hax.Axis("x", 2), "y"))
+    assert mixed == ("y", hax.Axis("x", 2))
+    with pytest.raises(ValueError, match="'q'"):
+        hax.rearrange_for_partial_order(("q", ...), ("a", "b"))
+    with pytest.raises(ValueError, match="occurs twice"):
+        hax.rearrange_for_partial_order(("a", "a", ...), ("a", "b"))
+    with pytest.raises(ValueError, match="names an axis twice"):
+        hax.rearrange_for_partial_order(("a", ...), ("a", "a"))
+    with pytest.raises(ValueError):
+        hax.rearrange_for_partial_order(("a", "b"), ("b", "a", "c"))

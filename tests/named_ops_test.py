@@ -428,8 +428,29 @@ def test_reduction_errors():
         hax.sum(a, "batch", where=jnp.ones((3, 4), bool))
     with pytest.raises(ValueError, match="axes \\['head'\\] that are not in the target"):
         hax.sum(a, "batch", where=hax.ones((B, E, Axis("head", 2)), dtype=bool))
-    with pytest.raises(TypeError, match="sum needs a NamedArray"):
-        hax.sum(jnp.zeros(3))
+    with pytest.raises(TypeError, match="sum needs a NamedArray or an array, got str"):
+        hax.sum("x")
+    with pytest.raises(TypeError, match="a positional array takes an integer axis, got 'batch'"):
+        hax.sum(jnp.zeros(3), "batch")
+
+
+def test_reductions_take_plain_arrays_and_pytrees_like_haliax():
+    # Haliax passes a positional array straight to jax.numpy (axis is then positional)
+    x = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(hax.sum(jnp.asarray(x), axis=1), x.sum(axis=1))
+    assert bool(hax.all(jnp.asarray(x) >= 0)) and not bool(hax.any(jnp.asarray(x) > 11))
+    assert int(hax.argmax(jnp.asarray(x))) == 11
+    np.testing.assert_array_equal(hax.cumsum(jnp.asarray(x), axis=0), np.cumsum(x, axis=0))
+    m = jnp.asarray(x) > 5
+    assert float(hax.sum(jnp.asarray(x), where=m)) == x[x > 5].sum()
+    # a pytree of NamedArrays (and arrays) is reduced leaf by leaf
+    a = hax.named(jnp.asarray(x), (B, E))
+    out = hax.sum({"w": a, "b": jnp.ones(2)})
+    assert out["w"].axes == () and float(out["w"].array) == x.sum()
+    assert float(out["b"]) == 2.0
+    per_axis = hax.mean([a, a * 2], "embed")
+    np.testing.assert_allclose(per_axis[1].array, 2 * x.mean(axis=1))
+    assert per_axis[0].axes == (B,)
 
 
 @pytest.mark.parametrize("name", ["argmax", "argmin", "nanargmax", "nanargmin"])

@@ -89,7 +89,19 @@ def test_categorical_matches_jax_and_names_its_axes():
     # extra sample axes go in front for jax; the result is laid out as asked
     ref = jax.random.categorical(KEY, logits.array, axis=1, shape=(2, 3))
     _same(hrandom.categorical(KEY, logits, V, shape=(S, B)), ref, (S, B))
-    _same(hrandom.categorical(KEY, logits, V, shape=(B, S)), ref.T, (B, S))
+    # any other order: the logits are laid out in shape's order (the category axis keeps its
+    # place after the new axes), as jax.random.categorical would draw for that layout
+    laid_out = jnp.broadcast_to(logits.array[:, None, :], (3, 2, 5))
+    ref_bs = jax.random.categorical(KEY, laid_out, axis=2, shape=(3, 2))
+    _same(hrandom.categorical(KEY, logits, V, shape=(B, S)), ref_bs, (B, S))
+    # logits without the new axis broadcast like Haliax's (a shared row per sample)
+    lh = hrandom.uniform(jax.random.key(2), (B, V))
+    raw = jnp.broadcast_to(lh.array[:, None, :], (3, 2, 5))
+    _same(
+        hrandom.categorical(KEY, lh, "V", shape=(B, S)),
+        jax.random.categorical(KEY, raw, axis=-1, shape=(3, 2)),
+        (B, S),
+    )
     with pytest.raises(ValueError, match="'V'.*cannot be in shape"):
         hrandom.categorical(KEY, logits, V, shape=(B, V))
     with pytest.raises(ValueError, match="missing or resized: \\['B'\\]"):

@@ -15,6 +15,7 @@ from jaxcore.named._axis import (
     AxisSelection,
     AxisSelector,
     AxisSpec,
+    axis_name,
     concat_axes,
     selection_items,
     to_axes,
@@ -115,22 +116,40 @@ def replace_axis(axis_spec: AxisSelection, old: AxisSelector, new: AxisSelection
 
 
 def rearrange_for_partial_order(
-    partial_order: Sequence[AxisSelector | EllipsisType], axes: AxisSpec
-) -> tuple[Axis, ...]:
+    partial_order: Sequence[AxisSelector | EllipsisType], axes: AxisSelection
+) -> tuple[AxisSelector, ...]:
     """``axes`` reordered to follow ``partial_order``, e.g. ``("batch", ..., "embed")``.
 
     Axes the order names appear in its order; the rest fill the ``...`` slots in their
     current order (several ``...`` share them out as ``rearrange`` does).
 
+    As in Haliax, ``axes`` may be names only (``("batch", "embed")``): the result then
+    holds the same entries (names stay names, ``Axis`` objects stay ``Axis``).
+
     Args:
         partial_order: Axes or names, with any number of ``...``.
-        axes: The axes to reorder.
+        axes: The axes (or axis names) to reorder.
 
     Returns:
-        The reordered axes.
+        The entries of ``axes``, reordered.
 
     Raises:
-        ValueError: if the order names an axis not in ``axes`` or names one twice, or has
-            no ``...`` and leaves some axes out.
+        ValueError: if the order names an axis not in ``axes`` or names one twice, if
+            ``axes`` names one twice, or if the order has no ``...`` and leaves some out.
     """
-    return order_for_partial_spec(partial_order, to_axes(axes))
+    if isinstance(axes, Mapping):
+        entries: tuple[AxisSelector, ...] = tuple(
+            Axis(n, s) if s is not None else n for n, s in axes.items()
+        )
+    elif isinstance(axes, (str, Axis)):
+        entries = (axes,)
+    else:
+        entries = tuple(axes)
+    originals = {axis_name(a): a for a in entries}
+    if len(originals) != len(entries):
+        raise ValueError(f"rearrange_for_partial_order: {entries!r} names an axis twice")
+    sizes = {axis_name(a): a.size for a in partial_order if isinstance(a, Axis)}
+    # names stand in as axes of the size the order gives them (or a dummy): only names matter
+    stand_ins = [a if isinstance(a, Axis) else Axis(a, sizes.get(a, 0)) for a in entries]
+    ordered = order_for_partial_spec(partial_order, stand_ins)
+    return tuple(originals[a.name] for a in ordered)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from jaxcore.named._array import NamedArray, check_named, is_scalar_like
+from jaxcore.named._array import NamedArray, is_scalar_like
 from jaxcore.named._axis import Axis, AxisSelection, AxisSelector
 from jaxcore.named._broadcast import broadcast_to
 
@@ -89,16 +90,65 @@ def _where_array(array: NamedArray, where: Any) -> Any:
     )
 
 
+def _is_named(x: Any) -> bool:
+    return isinstance(x, NamedArray)
+
+
+def _unnamed(
+    fn: Callable, name: str, array: Any, axis: Any, kwargs: dict, named: Callable[[Any], Any]
+) -> Any:
+    """Haliax's rule for a reduction given something other than a NamedArray.
+
+    A pytree holding NamedArrays (a list, dict or module) is reduced leaf by leaf (``named``
+    reduces one NamedArray leaf); a plain array or scalar goes to the ``jax.numpy`` function
+    unchanged (``axis`` is then positional), so ``hax.all(x.array == y)`` works as in Haliax.
+
+    Raises:
+        TypeError: if ``array`` is not array-like, or a plain array is given a named axis.
+    """
+    if not hasattr(array, "shape") and not isinstance(array, (bool, int, float, complex)):
+        leaves = jax.tree_util.tree_leaves(array, is_leaf=_is_named)
+        if not leaves or not all(_is_named(x) or hasattr(x, "shape") for x in leaves):
+            raise TypeError(f"{name} needs a NamedArray or an array, got {type(array).__name__}")
+        return jax.tree_util.tree_map(
+            lambda x: (
+                named(x) if _is_named(x) else _unnamed(fn, name, x, axis, dict(kwargs), named)
+            ),
+            array,
+            is_leaf=_is_named,
+        )
+    if axis is not None and not isinstance(axis, (int, tuple)):
+        raise TypeError(
+            f"{name}: a positional array takes an integer axis, got {axis!r} "
+            "(name its axes with hax.named first)"
+        )
+    return fn(array, axis=axis, **kwargs)
+
+
 def general_reduce(
     fn: Callable, name: str, array: Any, axis: AxisSelection | None, where: Any, kwargs: dict
 ) -> NamedArray:
     """The general reduction path: any selection, an optional ``where`` mask, extra kwargs.
 
+    As in Haliax, a plain (positional) array is passed to ``fn`` as is, and a pytree of
+    NamedArrays is reduced leaf by leaf.
+
     Raises:
-        TypeError: if ``array`` is not a NamedArray.
+        TypeError: if ``array`` is neither a NamedArray, an array, nor a pytree of them.
         ValueError: if a selected axis is missing.
     """
-    check_named(array, name)
+    if not isinstance(array, NamedArray):
+        extra = dict(kwargs)
+        if where is not None:
+            kwargs["where"] = where.array if isinstance(where, NamedArray) else where
+        return _unnamed(
+            fn,
+            name,
+            array,
+            axis,
+            kwargs,
+            lambda x: general_reduce(fn, name, x, axis, where, dict(extra)),
+        )
     positions, out_axes = reduce_plan(array, axis)
     if where is not None:
         kwargs["where"] = _where_array(array, where)
@@ -148,7 +198,8 @@ def arg_reduce(fn: Callable, name: str, array: Any, axis: AxisSelector | None) -
         TypeError: if ``array`` is not a NamedArray or ``axis`` is not a single axis.
         ValueError: if the axis is missing.
     """
-    check_named(array, name)
+    if not isinstance(array, NamedArray):
+        return _unnamed(fn, name, array, axis, {}, lambda x: arg_reduce(fn, name, x, axis))
     if axis is None:
         return NamedArray._new(fn(array.array, axis=None), ())
     if not isinstance(axis, (str, Axis)):
@@ -164,5 +215,8 @@ def along_axis(fn: Callable, name: str, a: Any, axis: AxisSelector, **kwargs: An
         TypeError: if ``a`` is not a NamedArray.
         ValueError: if the axis is missing.
     """
-    check_named(a, name)
+    if not isinstance(a, NamedArray):
+        return _unnamed(
+            fn, name, a, axis, kwargs, lambda x: along_axis(fn, name, x, axis, **kwargs)
+        )
     return NamedArray._new(fn(a.array, axis=a._index_of(axis), **kwargs), a.axes, a._names)

@@ -293,12 +293,16 @@ def categorical(
             f"hax.random.categorical: shape {describe_axes(axes)} must contain the logits' other axes "
             f"{describe_axes(batch)}; missing or resized: {missing}"
         )
-    # jax.random.categorical takes new (independent) axes in front of the batch axes.
+    # As Haliax: the logits get the new axes in front (so the category axis moves back by
+    # their number) and are drawn with ``shape`` as the sample shape, which gives the same
+    # numbers as ``jax.random.categorical`` on the same key and layout. The batch axes are
+    # laid out in ``shape``'s order around the category axis, so any order of ``shape`` works.
     batch_names = {a.name for a in batch}
-    front = tuple(a for a in axes if a.name not in batch_names)
-    drawn = front + batch
-    raw = jrandom.categorical(key, logits.array, axis=i, shape=_sizes(drawn))
-    return _finish(NamedArray._new(raw, drawn).rearrange(axes).array, axes)
+    ci = sum(1 for a in axes if a.name not in batch_names) + i
+    layout = axes[:ci] + (cat,) + axes[ci:]
+    full = broadcast_to(logits, layout, ensure_order=True, enforce_no_extra_axes=True)
+    raw = jrandom.categorical(key, full.array, axis=ci, shape=_sizes(axes))
+    return _finish(raw, axes)
 
 
 def choice(
