@@ -11,6 +11,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jaxcore.named as hax
+import jaxcore.tree as jtree
 
 pytestmark = pytest.mark.multiaccelerator
 
@@ -59,7 +60,15 @@ def test_pspec_for():
     assert hax.pspec_for(Hidden, mapping) == P("model")
     assert hax.pspec_for(x, {"embed": ("data", "model")}) == P(None, ("data", "model"))
     tree = {"x": x, "raw": jnp.ones(3), "n": 3}
-    assert hax.pspec_for(tree, mapping) == {"x": P("data"), "raw": None, "n": None}
+    # Haliax's rules for other leaves: unsharded arrays replicated, scalars and numbers P()
+    tree = {"x": x, "raw": jnp.ones(3), "s": jnp.ones(()), "n": 3, "name": "w"}
+    assert hax.pspec_for(tree, mapping) == {
+        "x": P("data"),
+        "raw": P(None),
+        "s": P(),
+        "n": P(),
+        "name": None,
+    }
     with hax.axis_mapping(embed="model"):
         assert hax.pspec_for(x) == P(None, "model")
     assert hax.physical_axis_name("batch", mapping) == "data"
@@ -265,3 +274,44 @@ def test_errors(mesh, call, exc, message):
     _, x = _x()
     with pytest.raises(exc, match=re.escape(message)):
         call(mesh, x)
+
+
+@jtree.dataclass
+class _PlainArrays:
+    w: jax.Array = hax.field(axis_names=("batch", "hidden"))
+    b: jax.Array = hax.field()
+    tag: str = hax.field(static=True, default="t")
+
+
+@jtree.dataclass
+class _Outer:
+    inner: _PlainArrays
+    x: hax.NamedArray
+
+
+def test_field_axis_names_shard_plain_arrays():
+    f = hax.field(axis_names=("batch",))
+    assert f.metadata["axis_names"] == ("batch",)
+    assert hax.field().metadata["axis_names"] is None
+    with pytest.raises(ValueError, match="axis_names cannot be given for a static field"):
+        hax.field(static=True, axis_names=("batch",))
+    _, x = _x()
+    mod = _Outer(_PlainArrays(jnp.ones((4, 6)), jnp.ones(6)), x)
+    mapping = {"batch": "data", "hidden": "model"}
+    specs = hax.pspec_for(mod, mapping)
+    assert type(specs) is _Outer and type(specs.inner) is _PlainArrays
+    assert specs.inner.w == P("data", "model")
+    assert specs.inner.b == P(None)
+    assert specs.inner.tag == "t"
+    assert specs.x == P("data")
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+    shardings = hax.partitioning.infer_resource_partitions(mod, mapping, mesh=mesh)
+    assert shardings.inner.w == jax.sharding.NamedSharding(mesh, P("data", "model"))
+    assert shardings.inner.b == jax.sharding.NamedSharding(mesh, P())
+
+
+def test_named_jit_lower():
+    f = hax.named_jit(lambda a, b: a @ b)
+    lowered = f.lower(jnp.zeros((2, 3)), jnp.zeros((3, 4)))
+    assert "dot" in lowered.as_text()
+    np.testing.assert_array_equal(f(jnp.ones((2, 3)), jnp.ones((3, 4))), np.full((2, 4), 3.0))

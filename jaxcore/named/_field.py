@@ -20,6 +20,8 @@ def field(
     compare: bool = True,
     metadata: Mapping[Any, Any] | None = None,
     kw_only: Any = dataclasses.MISSING,
+    axis_names: tuple[str, ...] | None = None,
+    converter: Any = None,
 ) -> Any:
     """A field of a ``jaxcore.tree.dataclass`` (or equinox) module.
 
@@ -37,13 +39,26 @@ def field(
         compare: Include the field in equality.
         metadata: Extra metadata for the field.
         kw_only: Make the field keyword-only in ``__init__``.
+        axis_names: For a field holding a plain (positional) array: the names of its
+            dimensions, stored as ``metadata["axis_names"]``. ``pspec_for`` and
+            ``infer_resource_partitions`` then shard it like a NamedArray with those axes.
+        converter: A function applied to the value at construction; passed on as
+            ``metadata["converter"]``, which equinox modules honor.
 
     Returns:
         A ``dataclasses.Field``.
 
     Raises:
-        ValueError: if both ``default`` and ``default_factory`` are given.
+        ValueError: if both ``default`` and ``default_factory`` are given, or if
+            ``axis_names`` is given for a static field (static fields are not arrays).
     """
+    if static and axis_names is not None:
+        raise ValueError("hax.field: axis_names cannot be given for a static field")
+    meta = dict(metadata or {})
+    meta["axis_names"] = tuple(axis_names) if axis_names is not None else None
+    if converter is not None:
+        meta["converter"] = converter
+    metadata = meta
     return jtree.field(
         static=static,
         default=default,

@@ -15,6 +15,7 @@ arrays, ``jax.lax.with_sharding_constraint`` under a trace for ``Auto`` mesh axe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import math
@@ -23,7 +24,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
-from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import (
+    AbstractMesh,
+    AxisType,
+    Mesh,
+    NamedSharding,
+    PartitionSpec,
+    SingleDeviceSharding,
+)
 
 from jaxcore import _jax_internals
 from jaxcore.named._array import NamedArray
@@ -153,13 +161,67 @@ def _is_axes(x: Any) -> bool:
     )
 
 
-def pspec_for(x: Any, mapping: ResourceMapping | None = None) -> Any:
+def _has_axis_name_fields(x: Any) -> bool:
+    """True for a module instance with a field declared ``hax.field(axis_names=...)``."""
+    if isinstance(x, type) or not dataclasses.is_dataclass(x):
+        return False
+    return any(f.metadata.get("axis_names") is not None for f in dataclasses.fields(x))
+
+
+def _is_spec_leaf(x: Any) -> bool:
+    return isinstance(x, NamedArray) or _has_axis_name_fields(x)
+
+
+def _map_specs(
+    tree: Any, on_leaf: Callable[[Any], Any], on_named_field: Callable[[Any, Sequence[str]], Any]
+) -> Any:
+    """Maps ``on_leaf`` over ``tree``; a plain array in a field declared with
+    ``hax.field(axis_names=...)`` goes to ``on_named_field(array, names)`` instead.
+
+    A module holding such fields is rebuilt field by field (as Haliax does for equinox
+    modules), so the result has the module's type with specs in place of its arrays.
+    """
+
+    def visit(node: Any) -> Any:
+        if not _has_axis_name_fields(node):
+            return on_leaf(node)
+        new = object.__new__(type(node))
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            names = f.metadata.get("axis_names")
+            if f.metadata.get("static", False):
+                out = value
+            elif names is not None and hasattr(value, "shape"):
+                out = on_named_field(value, names)
+            else:
+                out = jax.tree.map(visit, value, is_leaf=_is_spec_leaf)
+            object.__setattr__(new, f.name, out)  # frozen dataclasses and equinox modules
+        return new
+
+    return jax.tree.map(visit, tree, is_leaf=_is_spec_leaf)
+
+
+def pspec_for(
+    x: Any,
+    mapping: ResourceMapping | None = None,
+    preserve_existing_shardings: bool = True,
+    *,
+    resource_mapping: ResourceMapping | None = None,
+) -> Any:
     """The ``PartitionSpec`` for a ``NamedArray`` (or a tuple of axes) under ``mapping``.
 
+    In a pytree (a model), as in Haliax: each ``NamedArray`` gets the spec of its axes; a
+    plain array in a field declared ``hax.field(axis_names=(...))`` gets the spec of those
+    names; another plain array gets ``PartitionSpec()`` if it is a scalar, else
+    ``PartitionSpec(None)`` (replicated), or ``None`` (left alone) when it already has a
+    multi-device sharding and ``preserve_existing_shardings``; Python numbers get
+    ``PartitionSpec()`` and other leaves ``None``.
+
     Args:
-      x: a ``NamedArray``, an ``Axis``, a sequence of axes/names, or a pytree; in a pytree
-        each ``NamedArray`` gets its spec and other leaves get ``None`` (no constraint).
+      x: a ``NamedArray``, an ``Axis``, a sequence of axes/names, or a pytree.
       mapping: the resource mapping; defaults to the one ``axis_mapping`` installed.
+      preserve_existing_shardings: Leave plain arrays that are already sharded alone.
+      resource_mapping: Haliax's name for ``mapping``.
 
     Returns:
       A ``PartitionSpec`` (trailing unmapped axes dropped), or a pytree of them.
@@ -167,18 +229,37 @@ def pspec_for(x: Any, mapping: ResourceMapping | None = None) -> Any:
     Raises:
       ValueError: if two axes of one array map to the same mesh axis.
     """
-    resolved = _mapping_or_current(mapping)
+    resolved = _mapping_or_current(mapping if mapping is not None else resource_mapping)
     if isinstance(x, NamedArray):
         return _spec_for_axes(x.axes, resolved)
     if isinstance(x, Axis):
         return _spec_for_axes((x,), resolved)
     if _is_axes(x):
         return _spec_for_axes(x, resolved)
-    return jax.tree.map(
-        lambda leaf: _spec_for_axes(leaf.axes, resolved) if isinstance(leaf, NamedArray) else None,
-        x,
-        is_leaf=lambda leaf: isinstance(leaf, NamedArray),
-    )
+
+    def already_sharded(leaf: Any) -> bool:
+        sharding = getattr(leaf, "sharding", None)
+        return (
+            preserve_existing_shardings
+            and sharding is not None
+            and not isinstance(sharding, SingleDeviceSharding)
+        )
+
+    def leaf_spec(leaf: Any) -> Any:
+        if isinstance(leaf, NamedArray):
+            return _spec_for_axes(leaf.axes, resolved)
+        if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)):
+            if leaf.shape == ():
+                return PartitionSpec()
+            return None if already_sharded(leaf) else PartitionSpec(None)
+        if isinstance(leaf, (bool, int, float, complex)):
+            return PartitionSpec()
+        return None
+
+    def field_spec(leaf: Any, names: Sequence[str]) -> Any:
+        return None if already_sharded(leaf) else _spec_for_axes(tuple(names), resolved)
+
+    return _map_specs(x, leaf_spec, field_spec)
 
 
 def infer_resource_partitions(
@@ -189,7 +270,8 @@ def infer_resource_partitions(
 ) -> Any:
     """The ``NamedSharding`` for every array leaf of ``tree`` (to pass to ``jax.jit``/``device_put``).
 
-    A ``NamedArray`` is split by its axis names under the mapping; another array keeps its
+    A ``NamedArray`` is split by its axis names under the mapping, and so is a plain array
+    in a field declared ``hax.field(axis_names=(...))``; another array keeps its
     own ``NamedSharding`` (with ``preserve_existing_shardings``) or is replicated; other
     leaves get ``None``.
 
@@ -225,7 +307,13 @@ def infer_resource_partitions(
             return NamedSharding(use_mesh, PartitionSpec())
         return None
 
-    return jax.tree.map(partition, tree, is_leaf=lambda leaf: isinstance(leaf, NamedArray))
+    def named_field(leaf: Any, names: Sequence[str]) -> Any:
+        existing = getattr(leaf, "sharding", None)
+        if preserve_existing_shardings and isinstance(existing, NamedSharding):
+            return existing
+        return NamedSharding(use_mesh, _spec_for_axes(tuple(names), resolved))
+
+    return _map_specs(tree, partition, named_field)
 
 
 def physical_axis_name(
@@ -511,8 +599,8 @@ def named_jit(
 
     cache: dict = {}
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def prepare(args: tuple, kwargs: dict) -> tuple[Any, list]:
+        """The cached ``jax.jit`` of ``fn`` for these arguments, and its dynamic leaves."""
         compute = (
             _validated(axis_resources) if axis_resources is not None else current_axis_mapping()
         )
@@ -562,8 +650,19 @@ def named_jit(
 
             jitted = jax.jit(flat_fn, donate_argnums=donate, **jit_args)
             cache[key] = jitted
+        return jitted, dynamic
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        jitted, dynamic = prepare(args, kwargs)
         return jitted(*dynamic)
 
+    def lower(*args, **kwargs):
+        """``jax.jit(...).lower`` for these arguments (for cost analysis or the HLO text)."""
+        jitted, dynamic = prepare(args, kwargs)
+        return jitted.lower(*dynamic)
+
+    wrapper.lower = lower  # type: ignore[attr-defined]  # Haliax's named_jit(...).lower
     return wrapper
 
 
