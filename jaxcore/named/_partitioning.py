@@ -615,7 +615,7 @@ def named_jit(
         static = tuple(None if d else leaf for leaf, d in zip(leaves, dynamic_mask))
         dynamic = [leaf for leaf, d in zip(leaves, dynamic_mask) if d]
         if donate_args is None and donate_kwargs is None:
-            donate = ()
+            donate: tuple[int, ...] = ()
         else:
             flags = _donation_flags(donate_args, args, "donate_args") + _donation_flags(
                 donate_kwargs, kwargs, "donate_kwargs"
