@@ -214,3 +214,44 @@ def test_combine_masks():
         hax.nn.combine_masks_and(None, pad) is pad
         and hax.nn.combine_masks_or(causal, None) is causal
     )
+
+
+def test_alibi_bias_and_forgetful_mask():
+    heads, kpos = hax.Axis("heads", 8), hax.Axis("kpos", 5)
+    bias = hax.nn.alibi_attention_bias(heads, kpos)
+    assert bias.axes == (heads, kpos)
+    # ALiBi (Press et al.): slopes 2^(-8/n * (i+1)), times the key position
+    slopes = 2.0 ** (-8.0 / 8 * np.arange(1, 9))
+    np.testing.assert_allclose(bias.array, slopes[:, None] * np.arange(5)[None, :], rtol=1e-6)
+    # a non-power-of-two count: the 4-head slopes, then every other 8-head slope
+    six = hax.nn.alibi_attention_bias(hax.Axis("heads", 6), kpos, bias_max=8).array[:, 1]
+    want = np.concatenate(
+        [2.0 ** (-2.0 * np.arange(1, 5)), (2.0 ** (-1.0 * np.arange(1, 9)))[0::2][:2]]
+    )
+    np.testing.assert_allclose(six, want, rtol=1e-6)
+    # with the bias, later keys get more weight
+    hid = hax.Axis("hid", 4)
+    q, k = hax.ones((heads, hid)), hax.ones((kpos, heads, hid))
+    w = hax.nn.dot_product_attention_weights(hid, kpos, q, k, bias=bias)
+    assert bool((w.array[:, -1] > w.array[:, 0]).all())
+
+    key = jax.random.key(0)
+    m = hax.nn.forgetful_causal_mask(kpos, 0.6, sample_prob=False, key=key)
+    assert m.axes == (kpos,) and m.dtype == jnp.bool_ and bool(m.array[0])
+    ref = np.asarray(jax.random.bernoulli(key, 0.4, (5,))) | (np.arange(5) == 0)
+    np.testing.assert_array_equal(m.array, ref)
+    assert bool(hax.nn.forgetful_causal_mask(kpos, 0.0, key=key).array.all())
+    np.testing.assert_array_equal(
+        hax.nn.forgetful_causal_mask(kpos, 1.0, key=key).array, np.arange(5) == 0
+    )
+    assert hax.nn.forgetful_causal_mask(kpos, 0.5, key=key).axes == (kpos,)
+
+
+def test_one_hot_scalar_label_wraps_negative():
+    c = hax.Axis("c", 3)
+    np.testing.assert_array_equal(hax.nn.one_hot(jnp.array(1), c).array, [0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(hax.nn.one_hot(-1, c).array, [0.0, 0.0, 1.0])
+    with pytest.raises(TypeError, match="must be a scalar"):
+        hax.nn.one_hot(jnp.array([0, 1]), c)
+    with pytest.raises(TypeError, match="must be integers"):
+        hax.nn.one_hot(jnp.array(1.5), c)

@@ -13,6 +13,7 @@ Haliax's submodules are here under the same names: ``hax.nn.attention``, ``hax.n
 """
 
 from jaxcore.named._checkpoint import ScanCheckpointPolicy
+from jaxcore.named.nn import _activations as activations
 from jaxcore.named.nn import _attention as attention
 from jaxcore.named.nn import _conv as conv
 from jaxcore.named.nn import _mup as mup
@@ -48,12 +49,14 @@ from jaxcore.named.nn._activations import (
     swish,
 )
 from jaxcore.named.nn._attention import (
+    alibi_attention_bias,
     causal_mask,
     combine_masks_and,
     combine_masks_or,
     dot_product_attention,
     dot_product_attention_weights,
     dropout_mask,
+    forgetful_causal_mask,
     mask_to_bias,
     prefix_lm_mask,
 )
@@ -74,6 +77,8 @@ __all__ = [
     "attention",
     "binary_cross_entropy_loss",
     "BlockSeq",
+    "activations",
+    "alibi_attention_bias",
     "causal_mask",
     "celu",
     "combine_masks_and",
@@ -88,6 +93,7 @@ __all__ = [
     "Dropout",
     "dropout",
     "dropout_mask",
+    "forgetful_causal_mask",
     "elu",
     "Embedding",
     "gelu",

@@ -164,4 +164,13 @@ def one_hot(x: NamedArray | int, class_axis: Axis, *, dtype=jnp.float32) -> Name
         return NamedArray._new(
             jax.nn.one_hot(x.array, class_axis.size, dtype=dtype), x.axes + (class_axis,)
         )
-    return NamedArray._new(jax.nn.one_hot(x, class_axis.size, dtype=dtype), (class_axis,))
+    label = jnp.asarray(x)
+    if label.ndim != 0:
+        raise TypeError(
+            f"one_hot: a positional label must be a scalar (name the axes of arrays), got shape {label.shape}"
+        )
+    if not (jnp.issubdtype(label.dtype, jnp.integer) or label.dtype == jnp.bool_):
+        raise TypeError(f"one_hot: labels must be integers, got dtype {label.dtype}")
+    # A scalar label indexes like Python (as Haliax): -1 is the last class.
+    label = jnp.where(label < 0, label + class_axis.size, label)
+    return NamedArray._new(jax.nn.one_hot(label, class_axis.size, dtype=dtype), (class_axis,))

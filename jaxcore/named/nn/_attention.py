@@ -9,6 +9,10 @@ Queries and keys share the head-size axis (``Key``) by name; the attended-to axe
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 from jaxcore.named import _ops
 from jaxcore.named import random as hrandom
@@ -19,12 +23,14 @@ from jaxcore.named._dot import dot
 from jaxcore.named.nn._activations import softmax
 
 __all__ = [
+    "alibi_attention_bias",
     "causal_mask",
     "combine_masks_and",
     "combine_masks_or",
     "dot_product_attention",
     "dot_product_attention_weights",
     "dropout_mask",
+    "forgetful_causal_mask",
     "mask_to_bias",
     "prefix_lm_mask",
 ]
@@ -120,11 +126,11 @@ def dot_product_attention(
         if name in query._names:
             raise ValueError(
                 f"dot_product_attention: attended axis {name!r} is also in the query {_describe(query.axes)}; "
-                "give the key/value positions another name"
+                "the key/value position axes must be distinct from the query's (give them another name)"
             )
         if name not in key._names:
             raise ValueError(
-                f"dot_product_attention: attended axis {name!r} is not in the key {_describe(key.axes)}"
+                f"dot_product_attention: attended axis {name!r} not found in the key {_describe(key.axes)}"
             )
     weights = dot_product_attention_weights(
         Key,
@@ -190,3 +196,83 @@ def prefix_lm_mask(
 def dropout_mask(axes: AxisSpec, dropout_rate: float, *, key) -> NamedArray:
     """A keep-mask: True with probability ``1 - dropout_rate`` (``hax.random.bernoulli``)."""
     return hrandom.bernoulli(key, axes, 1 - dropout_rate)
+
+
+def _alibi_slopes(n_heads: int, bias_max: float) -> list[float]:
+    """The per-head ALiBi slopes: a geometric sequence ending at ``2 ** -bias_max``.
+
+    For a power-of-two head count ``n`` the slopes are ``r, r**2, ..., r**n`` with
+    ``r = 2 ** (-bias_max / n)`` (the ALiBi paper uses ``bias_max = 8``). Other counts take
+    the slopes of the largest power of two below, then every other slope of the next power
+    of two, as the paper's reference code does.
+    """
+
+    def geometric(n: int) -> list[float]:
+        ratio = 2.0 ** (-bias_max / n)
+        return [ratio ** (i + 1) for i in range(n)]
+
+    if n_heads & (n_heads - 1) == 0:
+        return geometric(n_heads)
+    lower = 1 << (n_heads.bit_length() - 1)
+    return geometric(lower) + geometric(2 * lower)[0::2][: n_heads - lower]
+
+
+def alibi_attention_bias(
+    Heads: Axis,  # noqa: N803 - Haliax's axis-argument naming
+    KPos: Axis,  # noqa: N803 - Haliax's axis-argument naming
+    bias_max: float = 8,
+    dtype=jnp.float32,
+) -> NamedArray:
+    """The ALiBi attention bias (Press et al., 2021): ``slope[head] * key_position``.
+
+    Added to the attention logits (``dot_product_attention(..., bias=...)``), it makes each
+    head prefer nearer keys at its own rate; softmax is shift-invariant, so the linear-in-key
+    form equals the paper's relative-distance form for each query.
+
+    Args:
+        Heads: The heads axis (one slope per head).
+        KPos: The key-position axis.
+        bias_max: The exponent of the smallest slope, ``2 ** -bias_max``.
+        dtype: The result's dtype.
+
+    Returns:
+        A NamedArray with axes ``(Heads, KPos)``.
+    """
+    slopes = jnp.asarray(_alibi_slopes(Heads.size, bias_max), dtype=jnp.float32)
+    positions = jnp.arange(KPos.size, dtype=jnp.float32)
+    return NamedArray._new((slopes[:, None] * positions[None, :]).astype(dtype), (Heads, KPos))
+
+
+def forgetful_causal_mask(
+    KPos: Axis,  # noqa: N803 - Haliax's axis-argument naming
+    mask_prob: float,
+    sample_prob: bool = True,
+    *,
+    key,
+) -> NamedArray:
+    """Forgetful causal masking (Liu et al., 2022): randomly hides key positions.
+
+    Each key position except the first is kept with probability ``1 - p``; the first stays
+    visible so that every query attends to something. Combine it with ``causal_mask``.
+
+    Args:
+        KPos: The key-position axis.
+        mask_prob: The probability ``p`` of hiding a position.
+        sample_prob: If True, ``p`` is itself drawn uniformly from ``[0, mask_prob)`` (as in
+            the paper).
+        key: A PRNG key.
+
+    Returns:
+        A boolean NamedArray with axes ``(KPos,)``: True where attention is allowed.
+    """
+    first = jnp.arange(KPos.size) == 0
+    if mask_prob == 0:
+        return NamedArray._new(jnp.ones((KPos.size,), dtype=bool), (KPos,))
+    if mask_prob == 1:
+        return NamedArray._new(first, (KPos,))
+    p: Any = mask_prob
+    if sample_prob:
+        key, sub = jax.random.split(key)
+        p = jax.random.uniform(sub, (), minval=0.0, maxval=mask_prob)
+    keep = jax.random.bernoulli(key, 1 - p, (KPos.size,))
+    return NamedArray._new(keep | first, (KPos,))
