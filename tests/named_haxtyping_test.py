@@ -76,8 +76,8 @@ def test_typecheck_checks_arguments_result_and_sizes():
 
 
 def test_annotation_errors():
-    with pytest.raises(TypeError, match=r"takes an array type and an axes spec"):
-        ht.Float["batch"]
+    with pytest.raises(TypeError, match="array type must be NamedArray"):
+        ht.Float[3, "batch"]
     with pytest.raises(TypeError, match="array type must be NamedArray"):
         ht.Float[int, "batch"]
 
@@ -98,3 +98,37 @@ def test_field_static_and_util():
     with pytest.raises(ValueError, match="both default and default_factory"):
         hax.field(default=1, default_factory=list)
     assert hax.util.is_named_array(layer.w) and not hax.util.is_named_array(layer.w.array)
+
+
+def test_annotations_are_typing_annotated_like_haliax():
+    import typing
+
+    # Haliax's short form f32["b e"] annotates a NamedArray; get_args gives (type, spec)
+    ann = ht.f32["batch embed"]
+    assert typing.get_origin(ann) is typing.Annotated
+    arr_type, spec = typing.get_args(ann)
+    assert arr_type is hax.NamedArray and spec.dtype == jnp.float32
+    assert spec.before == ("batch", "embed") and spec.after == () and not spec.subset
+    assert str(typing.get_args(ht.Float["b"])[1].dtype) == "float"
+    mid = typing.get_args(hax.NamedArray["batch ... embed"])[1]
+    assert (mid.before, mid.after, mid.subset) == (("batch",), ("embed",), True)
+    unordered = typing.get_args(hax.NamedArray[{"batch", "embed", ...}])[1]
+    assert set(unordered.before) == {"batch", "embed"} and unordered.subset
+    assert not unordered.ordered
+    # Named[...] (any dtype) equals the NamedArray[...] spec
+    assert (
+        typing.get_args(ht.Named[hax.NamedArray, "batch embed"])[1]
+        == typing.get_args(hax.NamedArray["batch", "embed"])[1]
+    )
+
+    def fn(x: ht.f32[hax.NamedArray, "batch embed"]):  # noqa: F722 - jaxtyping-style string
+        return x
+
+    hint = typing.get_type_hints(fn, include_extras=True)["x"]
+    assert typing.get_args(hint)[1].before == ("batch", "embed")
+    # matches_axes checks the dtype rule as well as the axes
+    x = hax.zeros((B, E), dtype=jnp.float32)
+    assert x.matches_axes(ht.f32["batch embed"]) and not x.matches_axes(ht.i32["batch embed"])
+    assert x.matches_axes(ht.Float[hax.NamedArray, "batch ..."])
+    assert not x.matches_axes(ht.Int[hax.NamedArray, "batch ..."])
+    assert isinstance(x, ht.f32["batch embed"]) and not isinstance(x, ht.f32["embed batch"])

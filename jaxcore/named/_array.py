@@ -271,11 +271,13 @@ class NamedArray:
         """True if this array conforms to an axes spec (see ``NamedArray[...]``).
 
         Args:
-            spec: A ``NamedArray[...]`` annotation, an ``AxesSpec``, a space-separated
+            spec: A ``NamedArray[...]`` or ``hax.haxtyping`` annotation (whose dtype rule
+                is checked too), an ``AxesSpec``, a space-separated
                 string (``"batch ... embed"``), a sequence of names (``...`` allowed) or a
                 set of names (order-free).
         """
-        return as_axes_spec(spec).matches(self._names)
+        axes_spec = as_axes_spec(spec)
+        return axes_spec.matches(self._names) and axes_spec.accepts_dtype(self.dtype)
 
     def __class_getitem__(cls, item):
         """``NamedArray["batch", "embed"]``: an annotation that records the expected axes.
@@ -399,18 +401,49 @@ NamedOrNumeric = NamedArray | int | float | complex | bool | jax.Array
 
 
 class AxesSpec:
-    """The expected axes of a ``NamedArray[...]`` annotation.
+    """The expected axes of a ``NamedArray[...]`` annotation (and, from ``hax.haxtyping``, dtype).
 
     Attributes:
         names: Expected names; ``...`` stands for any run of other axes.
         ordered: Whether the names must appear in this order.
+        rule: The dtype rule of a ``hax.haxtyping`` annotation (``f32[...]``, ``Float[...]``),
+            or ``None`` for any dtype.
     """
 
-    __slots__ = ("names", "ordered")
+    __slots__ = ("names", "ordered", "rule")
 
-    def __init__(self, names: tuple, ordered: bool):
+    def __init__(self, names: tuple, ordered: bool, rule: Any = None):
         self.names = names
         self.ordered = ordered
+        self.rule = rule
+
+    @property
+    def before(self) -> tuple[str, ...]:
+        """The names before the first ``...`` (all names when there is none), as in Haliax."""
+        i = self.names.index(Ellipsis) if Ellipsis in self.names else len(self.names)
+        return tuple(self.names[:i])
+
+    @property
+    def after(self) -> tuple[str, ...]:
+        """The names after the last ``...`` (``()`` when there is none)."""
+        if Ellipsis not in self.names:
+            return ()
+        i = len(self.names) - 1 - self.names[::-1].index(Ellipsis)
+        return tuple(self.names[i + 1 :])
+
+    @property
+    def subset(self) -> bool:
+        """Whether other axes may be present (the spec has a ``...``)."""
+        return Ellipsis in self.names
+
+    @property
+    def dtype(self) -> Any:
+        """The dtype (``f32``: ``float32``) or dtype category (``Float``: ``"float"``), or None."""
+        return None if self.rule is None else self.rule.dtype
+
+    def accepts_dtype(self, dtype: Any) -> bool:
+        """True if ``dtype`` satisfies the spec's dtype rule (always, without one)."""
+        return self.rule is None or self.rule.test(np.dtype(dtype))
 
     def matches(self, actual: tuple[str, ...]) -> bool:
         """True if axis names ``actual`` conform to this spec."""
@@ -422,14 +455,15 @@ class AxesSpec:
             return has_ellipsis or len(actual) == len(fixed)
         return _match_ordered(tuple(self.names), tuple(actual))
 
+    def _key(self) -> tuple:
+        rule = self.rule if self.rule is not None and self.rule.dtype is not None else None
+        return (self.names, self.ordered, rule)
+
     def __eq__(self, other):
-        return isinstance(other, AxesSpec) and (self.names, self.ordered) == (
-            other.names,
-            other.ordered,
-        )
+        return isinstance(other, AxesSpec) and self._key() == other._key()
 
     def __hash__(self):
-        return hash((self.names, self.ordered))
+        return hash(self._key())
 
     def __repr__(self):
         body = " ".join("..." if n is Ellipsis else n for n in self.names)
