@@ -79,3 +79,14 @@ def test_rearrange_for_partial_order_on_axis_names():
         hax.rearrange_for_partial_order(("a", ...), ("a", "a"))
     with pytest.raises(ValueError):
         hax.rearrange_for_partial_order(("a", "b"), ("b", "a", "c"))
+
+
+def test_axis_module_path():
+    # Haliax code imports the axis helpers from ``haliax.axis`` too
+    from jaxcore.named import axis as hax_axis
+
+    assert hax.axis is hax_axis
+    for name in hax_axis.__all__:
+        assert getattr(hax_axis, name) is getattr(hax, name)
+    H, W = hax.make_axes(H=2, W=3)
+    assert hax.axis.without_axes((H, W), H) == (W,)

@@ -292,3 +292,18 @@ def test_state_dict_has_one_entry_per_layer_for_stacked_and_blockseq_alike():
     _close(back["h"].stacked.lin.weight.array, m.stacked.lin.weight.array, 0)
     again = hax.state_dict.from_state_dict({"h": seq}, d)
     _close(again["h"].blocks[3].lin.bias.array, m.stacked.lin.bias.array[3], 0)
+
+
+def test_get_layer_slices_one_layer():
+    m, seq = _stack(), _stack(hax.nn.BlockSeq)
+    for i in (0, 2, -1):
+        layer = m.get_layer(i)
+        assert isinstance(layer, Block) and layer.shift == 0.25
+        assert layer.lin.weight.axes == (Hidden, E)
+        _close(layer.lin.weight.array, m.stacked.lin.weight.array[i], 0)
+        _close(layer.scale, m.stacked.scale[i], 0)
+        assert seq.get_layer(i) is seq.blocks[i]
+    with pytest.raises(IndexError, match="layer 4 of 4"):
+        m.get_layer(4)
+    with pytest.raises(IndexError, match="block -5 of 4"):
+        seq.get_layer(-5)

@@ -9,6 +9,7 @@ the positional one.
 # --- Haliax's submodules: random numbers, higher-order functions, checkpointing ---
 from jaxcore.named import (
     _methods,  # noqa: F401 - binds NamedArray's operators and methods
+    axis,
     debug,
     haxtyping,
     hof,
@@ -394,6 +395,7 @@ __all__ = [
     "get_mesh",
     "greater",
     "greater_equal",
+    "axis",
     "haxtyping",
     "hfft",
     "hof",

@@ -376,6 +376,20 @@ class Stacked(Generic[M]):
         jax.tree.map(check, self.stacked, is_leaf=_is_named)
         return tuple(_slice_tree(self.Block, i, self.stacked) for i in range(n))
 
+    def get_layer(self, index: int) -> M:
+        """Layer ``index`` as a module of its own (its slice of every stacked array).
+
+        Args:
+          index: The layer, ``0 <= index < Block.size`` (negative counts from the end).
+
+        Raises:
+          IndexError: if ``index`` is out of range.
+        """
+        n = self.Block.size
+        if not -n <= index < n:
+            raise IndexError(f"Stacked.get_layer: layer {index} of {n} ({self.Block.name!r})")
+        return _slice_tree(self.Block, index % n, self.stacked)
+
     def _state_dict_key_map(self) -> dict[str, str | None]:
         """State-dict keys skip the ``stacked`` level: ``<prefix>.<i>.<param>`` per layer."""
         return {"stacked": None}
@@ -520,6 +534,17 @@ class BlockSeq(Generic[M]):
     def unstacked(self) -> Sequence[M]:
         """The blocks."""
         return self.blocks
+
+    def get_layer(self, index: int) -> M:
+        """Block ``index`` (as ``Stacked.get_layer``).
+
+        Raises:
+          IndexError: if ``index`` is out of range.
+        """
+        n = len(self.blocks)
+        if not -n <= index < n:
+            raise IndexError(f"BlockSeq.get_layer: block {index} of {n} ({self.Block.name!r})")
+        return self.blocks[index]
 
     def _state_dict_key_map(self) -> dict[str, str | None]:
         """State-dict keys skip the ``blocks`` level: ``<prefix>.<i>.<param>`` per layer."""
