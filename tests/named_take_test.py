@@ -67,3 +67,24 @@ def test_traced_default_clamps_as_documented():
 def test_unknown_mode_is_named():
     with pytest.raises(ValueError, match="unknown mode 'nearest'"):
         hax.take(_x(), "b", 0, mode="nearest")
+
+
+def test_take_with_shared_index_axes_orders_like_haliax():
+    # per-token labels taken from logits: the array's remaining axes keep the array's order
+    V, S, N = hax.make_axes(vocab=5, seq=4, batch=3)
+    logits = hax.named(jnp.arange(60.0).reshape(3, 5, 4), (N, V, S))
+    labels = np.random.default_rng(0).integers(0, 5, (4, 3))  # (seq, batch)
+    out = hax.take(logits, V, hax.named(labels, (S, N)))
+    assert out.axes == (N, S)
+    want = np.take_along_axis(np.asarray(logits.array), labels.T[:, None, :], axis=1)[:, 0, :]
+    np.testing.assert_array_equal(out.array, want)
+    # the index's own new axes come first (top-k indices reuse the taken axis's name)
+    K = hax.Axis("vocab", 2)
+    top = np.argsort(-np.asarray(logits.array), axis=1)[:, :2, :]  # (batch, k, seq)
+    got = hax.take(logits, V, hax.named(top, (N, K, S)))
+    assert got.axes == (K, N, S)
+    ref = np.take_along_axis(np.asarray(logits.array), top, axis=1)
+    np.testing.assert_array_equal(got.array, np.moveaxis(ref, 1, 0))
+    # no shared axes: the index's axes replace the taken axis in place
+    idx = hax.named(jnp.array([0, 4]), hax.Axis("pick", 2))
+    assert hax.take(logits, V, idx).axes == (N, hax.Axis("pick", 2), S)

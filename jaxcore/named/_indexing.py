@@ -543,7 +543,7 @@ def take(
     if mode in (None, "promise_in_bounds") or (
         concrete and mode == "fill" and _in_range(raw, size)
     ):
-        return _index_fn(array, {axis: index})
+        return _take_order(_index_fn(array, {axis: index}), array, pos, index)
     raw = jnp.asarray(raw)
     if mode == "wrap":
         fixed = jnp.mod(raw, size)
@@ -554,7 +554,7 @@ def take(
     fixed_index = (
         NamedArray._new(fixed, index.axes, index._names) if isinstance(index, NamedArray) else fixed
     )
-    out = _index_fn(array, {axis: fixed_index})
+    out = _take_order(_index_fn(array, {axis: fixed_index}), array, pos, index)
     if mode != "fill":
         return out
     valid = (raw >= -size) & (raw < size)
@@ -564,6 +564,26 @@ def take(
     return NamedArray._new(
         jnp.where(valid, out.array, jnp.asarray(fill, out.dtype)), out.axes, out._names
     )
+
+
+def _take_order(out: NamedArray, array: NamedArray, pos: int, index: Any) -> NamedArray:
+    """Haliax's axis order for ``take`` with an index that shares axes with the array.
+
+    Without shared axes the index's axes replace the taken one in place. With shared axes
+    (matched elementwise, e.g. per-token labels ``(batch, seq)`` taken from logits
+    ``(batch, seq, vocab)``), the index's own new axes come first, then the array's
+    remaining axes in the array's order, whatever order the index has them in.
+    """
+    if not isinstance(index, NamedArray):
+        return out
+    remaining = array._names[:pos] + array._names[pos + 1 :]
+    if not set(index._names) & set(remaining):
+        return out
+    new = [n for n in index._names if n not in remaining]
+    order = new + list(remaining)
+    if list(out._names) == order:
+        return out
+    return out.rearrange(tuple(order))
 
 
 def _in_range(raw, size: int) -> bool:
