@@ -229,8 +229,13 @@ def test_scan_errors():
         hax.scan(lambda c, x: (c, None), hax.Axis("L", 7))(0.0, xs)
     with pytest.raises(ValueError, match="scan over 'Q': no argument has this axis"):
         hax.scan(lambda c, x: (c, None), "Q")(0.0, xs)
-    with pytest.raises(ValueError, match="leading dimension 3, expected 5"):
+    with pytest.raises(ValueError, match="argument p has leading dimension 3, expected 5"):
         hax.scan(lambda c, x, p: (c, None), L)(0.0, xs, jnp.ones(3))
+    # the error names the parameter and the path inside it (as Haliax's does)
+    with pytest.raises(ValueError, match=r"argument y has leading dimension 2"):
+        hax.scan(lambda c, x, y=None: (c, None), L)(0.0, xs, y=jnp.ones(2))
+    with pytest.raises(ValueError, match=r"argument tree\['w'\]\[1\] has leading dimension 4"):
+        hax.scan(lambda c, tree: (c, None), L)(0.0, {"w": [jnp.ones(5), jnp.ones(4)]})
     with pytest.raises(ValueError, match="Invalid checkpoint policy 'sometimes'"):
         hax.scan(lambda c, x: (c, None), L, remat="sometimes")
 

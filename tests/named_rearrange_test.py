@@ -336,3 +336,15 @@ def test_ellipsis_keeps_unnamed_axes_in_order(n, data):
     order = named[:cut] + rest + named[cut:]
     assert _names(y) == tuple(names[i] for i in order)
     np.testing.assert_array_equal(np.asarray(y.array), raw.transpose(order))
+
+
+def test_rearrange_lhs_count_errors_use_haliax_wording():
+    x = hax.ones((B, H, W, C))
+    with pytest.raises(
+        ValueError, match="Too many axes in lhs: it names 5 axes but the array has 4"
+    ):
+        hax.rearrange(x, "b h w c q -> b h w c q")
+    with pytest.raises(ValueError, match="Too few axes in lhs: it names 3 axes"):
+        hax.rearrange(x, "b h w -> b h w")
+    with pytest.raises(ValueError, match="Too many axes in lhs: it names 5 axes"):
+        hax.rearrange(x, "b h ... w c q -> b h w c q")

@@ -421,7 +421,9 @@ def _plan_einsum(
             real = resolve(lhs_name, None)
             if real not in known:
                 raise_parse_error(
-                    f"Axis {real!r} is not in any operand (axes: {tuple(known)})", equation, None
+                    f"Axis {real} not present in any operand (axes: {tuple(known)})",
+                    equation,
+                    None,
                 )
             lhs_names.add(real)
         out_real: list[str | EllipsisType] = []
@@ -432,12 +434,16 @@ def _plan_einsum(
             real = resolve(item.plain_name, item.span)
             if real not in known:
                 raise_parse_error(
-                    f"Output axis {real!r} is not in any operand (axes: {tuple(known)})",
+                    f"Output axis {real} not present in any operand (axes: {tuple(known)})",
                     equation,
                     item.span,
                 )
             if real in out_real:
-                raise_parse_error(f"Output axis {real!r} occurs twice", equation, item.span)
+                raise_parse_error(
+                    f"Output axis {real!r} occurs twice (an axis may not appear multiple times)",
+                    equation,
+                    item.span,
+                )
             out_real.append(real)
         named_out = {n for n in out_real if n is not Ellipsis}
         # Haliax's rules: "-> H W" keeps exactly the output axes ("-> ... H" keeps all).
@@ -552,7 +558,10 @@ def _plan_einsum(
 
     unused = [name for name in aliases if name not in used_aliases]
     if unused:
-        raise_parse_error(f"Aliases {unused} are not used in the equation", equation, None)
+        # Haliax's wording, ending with the names (callers match on it)
+        raise ValueError(
+            f"einsum {equation!r}: Unused aliases from kwargs: {', '.join(map(str, unused))}"
+        )
     return contracted, spec
 
 

@@ -426,7 +426,7 @@ def _bind_lhs(
             front, back = items[:cut], items[cut + 1 :]
             if len(front) + len(back) > len(axes):
                 raise_parse_error(
-                    f"The left side names {len(front) + len(back)} axes but the array has "
+                    f"Too many axes in lhs: it names {len(front) + len(back)} axes but the array has "
                     f"{len(axes)}: {tuple(names)}",
                     expr,
                     None,
@@ -435,8 +435,9 @@ def _bind_lhs(
             captures = list(front) + list(back)
         else:
             if len(items) != len(axes):
+                what = "Too many axes in lhs" if len(items) > len(axes) else "Too few axes in lhs"
                 raise_parse_error(
-                    f"The left side names {len(items)} axes but the array has {len(axes)}: "
+                    f"{what}: it names {len(items)} axes but the array has {len(axes)}: "
                     f"{tuple(names)} (use '...' to skip axes)",
                     expr,
                     None,

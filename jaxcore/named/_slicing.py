@@ -185,11 +185,12 @@ def updated_slice(
                 f"updated_slice needs a NamedArray update (or a scalar), got shape {getattr(update, 'shape', None)}"
             )
         update = NamedArray._new(jnp.asarray(update, dtype=array.dtype), ())
-    for ax in update.axes:
-        if ax.name not in array._names:
-            raise ValueError(
-                f"Update has axis {ax.name!r} which the array (axes {describe_axes(array.axes)}) does not have"
-            )
+    extra = [ax.name for ax in update.axes if ax.name not in array._names]
+    if extra:
+        raise ValueError(
+            f"Update has axes {extra} that are not in the original array with shape "
+            f"{describe_axes(array.axes)}"
+        )
     up_sizes = {ax.name: ax.size for ax in update.axes}
     target = []
     for i, ax in enumerate(array.axes):

@@ -51,6 +51,34 @@ def _flat(tree: Any) -> tuple[list[Any], Any]:
     return jax.tree.flatten(tree, is_leaf=_is_named)
 
 
+def _argument_path(f: Callable, args: tuple, kwargs: dict, leaf: int, skip: int) -> str:
+    """How an error names flattened argument leaf ``leaf``: ``"foo.my_array"``, ``"y"``.
+
+    The head is ``f``'s parameter name (its first ``skip`` parameters, e.g. the carry, are
+    not in ``args``), the rest the pytree path inside that argument (``.field``, ``[0]``).
+    Only computed for error messages.
+    """
+    paths = [
+        p for p, _ in jax.tree_util.tree_flatten_with_path((args, kwargs), is_leaf=_is_named)[0]
+    ]
+    path = paths[leaf]
+    try:
+        params = [
+            p.name
+            for p in inspect.signature(f).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ][skip:]
+    except (TypeError, ValueError):  # builtins without a signature
+        params = []
+    where, key = path[0], path[1]
+    if getattr(where, "idx", 1) == 0:  # a positional argument
+        i = key.idx
+        head = params[i] if i < len(params) else f"argument {i}"
+    else:
+        head = str(key.key)
+    return head + jax.tree_util.keystr(tuple(path[2:]))
+
+
 def _pack_out(out: Any) -> tuple[list[Any], tuple]:
     """Splits a result into the arrays JAX carries and the metadata to rebuild it."""
     leaves, treedef = _flat(out)
@@ -338,8 +366,9 @@ def scan(
     def scanned(init, *args, **kwargs):
         leaves, treedef = _flat((args, kwargs))
         xs, plan = [], []
+        where: list[int] = []  # the leaf index of each entry of xs
         length = size
-        for leaf in leaves:
+        for k, leaf in enumerate(leaves):
             if isinstance(leaf, NamedArray) and name in leaf._names and pred(leaf):
                 i = leaf._names.index(name)
                 n = leaf.axes[i].size
@@ -350,20 +379,23 @@ def scan(
                     )
                 length = n
                 xs.append(jnp.moveaxis(leaf.array, i, 0) if i else leaf.array)
+                where.append(k)
                 plan.append(("named", leaf.axes[:i] + leaf.axes[i + 1 :]))
             elif not isinstance(leaf, NamedArray) and is_jax_array_like(leaf) and pred(leaf):
                 xs.append(leaf)
+                where.append(k)
                 plan.append(("array", None))
             else:
                 plan.append(("static", leaf))
-        for x, (kind, _) in zip(xs, [p for p in plan if p[0] != "static"]):
+        for x, k, (kind, _) in zip(xs, where, [p for p in plan if p[0] != "static"]):
             if kind == "array":
                 if length is None:
                     length = x.shape[0]
                 elif x.shape[0] != length:
+                    path = _argument_path(f, args, kwargs, k, skip=1)
                     raise ValueError(
-                        f"scan over {name!r}: a plain array argument has leading dimension {x.shape[0]}, "
-                        f"expected {length}"
+                        f"scan over {name!r}: the plain array argument {path} has leading "
+                        f"dimension {x.shape[0]}, expected {length}"
                     )
         if length is None:
             raise ValueError(
