@@ -46,8 +46,10 @@ def test_tile():
     out = hax.tile(X, {"h": 2, C: 3})
     assert out.axes == (hax.Axis("h", 6), W, hax.Axis("c", 6))
     np.testing.assert_array_equal(out.array, np.tile(RAW, (2, 1, 3)))
-    with pytest.raises(ValueError, match="'q'"):
-        hax.tile(X, {"q": 2})
+    # a name the array lacks adds a leading axis of that many copies (Haliax; jnp.tile's rule)
+    added = hax.tile(X, {"q": 2, "h": 2, "r": 1})
+    assert added.axes == (hax.Axis("q", 2), hax.Axis("r", 1), hax.Axis("h", 6), W, C)
+    np.testing.assert_array_equal(added.array, np.tile(RAW, (2, 1, 2, 1, 1)))
     with pytest.raises(ValueError, match="negative"):
         hax.tile(X, {"h": -1})
 
@@ -82,6 +84,16 @@ def test_unique_and_array_api_variants():
     r = hax.unique(rows, hax.Axis("r", 2), axis="h")
     assert r.axes == (hax.Axis("r", 2), C)
     np.testing.assert_array_equal(r.array, np.unique(np.asarray(rows.array), axis=0))
+    # the shortcuts take axis= too (Haliax's signatures)
+    R = hax.Axis("r", 2)
+    np.testing.assert_array_equal(hax.unique_values(rows, R, axis="h").array, r.array)
+    rv, rc = hax.unique_counts(rows, R, axis="h")
+    np.testing.assert_array_equal(rc.array, [1, 2])
+    ri_v, ri = hax.unique_inverse(rows, R, axis="h")
+    np.testing.assert_array_equal(ri.array, [1, 1, 0])
+    va, ia, ina, ca = hax.unique_all(rows, R, axis="h")
+    np.testing.assert_array_equal(ia.array, [2, 0])
+    np.testing.assert_array_equal(ca.array, rc.array)
     with pytest.raises(TypeError, match="needs an Axis for Unique"):
         hax.unique(x, "u")
     with pytest.raises(ValueError, match="'a' is already an axis"):

@@ -94,24 +94,32 @@ def repeat(
 def tile(array: NamedArray, reps: Mapping[AxisSelector, int]) -> NamedArray:
     """Named ``jnp.tile``: repeats the whole array ``reps[axis]`` times along each axis.
 
+    As in Haliax (and as ``jnp.tile`` prepends dimensions), an axis in ``reps`` that the
+    array lacks becomes a new leading axis of size ``reps[axis]`` (new axes in ``reps``
+    order, before the array's own).
+
     Args:
         array: The NamedArray.
         reps: How many copies to lay end to end along each named axis; axes not named are
-            left as they are.
+            left as they are, new names add axes.
 
     Returns:
-        The tiled array; each axis in ``reps`` is ``reps[axis]`` times longer.
+        The tiled array; each existing axis in ``reps`` is ``reps[axis]`` times longer.
 
     Raises:
-        ValueError: if an axis in ``reps`` is missing or a count is negative.
+        ValueError: if a count is negative.
     """
     check_named(array, "tile")
     counts = [1] * array.ndim
+    new_axes: list[Axis] = []
     for key, n in reps.items():
-        pos = array._index_of(key)
+        name = key.name if isinstance(key, Axis) else key
         if int(n) < 0:
-            raise ValueError(f"tile: the count for axis {array.axes[pos].name!r} is negative: {n}")
-        counts[pos] = int(n)
-    out = jnp.tile(array.array, counts)
-    axes = tuple(Axis(a.name, a.size * c) for a, c in zip(array.axes, counts))
+            raise ValueError(f"tile: the count for axis {name!r} is negative: {n}")
+        if name in array._names:
+            counts[array._names.index(name)] = int(n)
+        else:
+            new_axes.append(Axis(name, int(n)))
+    out = jnp.tile(array.array, [a.size for a in new_axes] + counts)
+    axes = tuple(new_axes) + tuple(Axis(a.name, a.size * c) for a, c in zip(array.axes, counts))
     return NamedArray._new(out, axes)

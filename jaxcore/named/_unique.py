@@ -92,10 +92,12 @@ def unique_values(
     array: NamedArray,
     Unique: Axis,  # noqa: N803 - Haliax's name
     *,
+    axis: AxisSelector | None = None,
     fill_value: Any = None,
 ) -> NamedArray:
-    """The sorted unique values of ``array`` along ``Unique`` (see ``unique``)."""
-    out = unique(array, Unique, fill_value=fill_value)
+    """The sorted unique values of ``array`` along ``Unique`` (see ``unique``; ``axis``
+    takes unique slices along that axis instead of unique elements)."""
+    out = unique(array, Unique, axis=axis, fill_value=fill_value)
     assert isinstance(out, NamedArray)
     return out
 
@@ -104,10 +106,11 @@ def unique_counts(
     array: NamedArray,
     Unique: Axis,  # noqa: N803 - Haliax's name
     *,
+    axis: AxisSelector | None = None,
     fill_value: Any = None,
 ) -> tuple[NamedArray, NamedArray]:
     """``(values, counts)`` along ``Unique`` (see ``unique``); padded slots count 0."""
-    values, counts = unique(array, Unique, return_counts=True, fill_value=fill_value)
+    values, counts = unique(array, Unique, return_counts=True, axis=axis, fill_value=fill_value)
     return values, counts
 
 
@@ -115,10 +118,11 @@ def unique_inverse(
     array: NamedArray,
     Unique: Axis,  # noqa: N803 - Haliax's name
     *,
+    axis: AxisSelector | None = None,
     fill_value: Any = None,
 ) -> tuple[NamedArray, NamedArray]:
     """``(values, inverse)``: ``values`` along ``Unique``, ``inverse`` with ``array``'s axes."""
-    values, inverse = unique(array, Unique, return_inverse=True, fill_value=fill_value)
+    values, inverse = unique(array, Unique, return_inverse=True, axis=axis, fill_value=fill_value)
     return values, inverse
 
 
@@ -126,6 +130,7 @@ def unique_all(
     array: NamedArray,
     Unique: Axis,  # noqa: N803 - Haliax's name
     *,
+    axis: AxisSelector | None = None,
     fill_value: Any = None,
 ) -> tuple[NamedArray, NamedArray, NamedArray, NamedArray]:
     """``(values, indices, inverse, counts)`` (see ``unique``), as the Array API orders them."""
@@ -135,6 +140,7 @@ def unique_all(
         return_index=True,
         return_inverse=True,
         return_counts=True,
+        axis=axis,
         fill_value=fill_value,
     )
     return values, index, inverse, counts
