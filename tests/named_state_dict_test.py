@@ -209,3 +209,28 @@ def test_module_with_state_dict_serialization_mixin():
     sd = hsd.to_state_dict(s, prefix="s")
     np.testing.assert_allclose(sd["s.w"], np.arange(3.0) / 2)
     np.testing.assert_allclose(hsd.from_state_dict(s, sd, prefix="s").w, np.arange(3.0))
+
+
+def test_layers_have_state_dict_methods_like_haliax():
+    key = jax.random.key(3)
+    lin = hax.nn.Linear.init(hax.Axis("i", 3), hax.Axis("o", 2), key=key)
+    sd = lin.to_state_dict()
+    assert sorted(sd) == ["bias", "weight"]
+    np.testing.assert_array_equal(sd["weight"], lin.weight.array)
+    assert sorted(lin.to_state_dict("enc")) == ["enc.bias", "enc.weight"]
+    zeroed = {k: np.zeros_like(v) for k, v in sd.items()}
+    back = lin.from_state_dict(zeroed)
+    assert back.weight.axes == lin.weight.axes and not np.asarray(back.weight.array).any()
+    # a Stacked module's methods give (and read) per-layer keys
+    Layers = hax.Axis("layers", 3)
+    stack = hax.nn.Stacked.init(Layers, hax.nn.Linear)(
+        hax.Axis("i", 3), hax.Axis("o", 2), key=jax.random.split(key, 3)
+    )
+    ssd = stack.to_state_dict()
+    assert sorted(ssd) == [f"{i}.{p}" for i in range(3) for p in ("bias", "weight")]
+    ref = hax.state_dict.to_state_dict(stack)
+    assert sorted(ref) == sorted(ssd)
+    for k in ssd:
+        np.testing.assert_array_equal(ssd[k], ref[k])
+    again = stack.from_state_dict(ssd)
+    np.testing.assert_array_equal(again.stacked.weight.array, stack.stacked.weight.array)

@@ -255,6 +255,32 @@ class ModuleWithStateDictSerialization:
         return _fill_fields(self, state_dict, prefix)
 
 
+def module_to_state_dict(module: Any, prefix: str | None = None) -> StateDict:
+    """The state-dict entries of one dataclass module, walked field by field.
+
+    This is what a layer's ``to_state_dict`` method does (the ``hax.nn`` layers all have
+    one, as Haliax's do): a stacked module gives per-layer keys, another one its fields'
+    entries (renamed by its ``_state_dict_key_map``). Unlike the module-level
+    ``to_state_dict`` it never calls ``module.to_state_dict`` itself.
+    """
+    out: StateDict = {}
+    if (block := stack_axis(module)) is not None:
+        for i in range(block.size):
+            _flatten_into(_layer(module.stacked, block, i), with_prefix(prefix, i), out)
+    else:
+        _flatten_fields(module, prefix, out)
+    return out
+
+
+def module_from_state_dict(
+    module: Any, state_dict: Mapping[str, Any], prefix: str | None = None
+) -> Any:
+    """A copy of one dataclass module filled from ``state_dict`` (its ``from_state_dict``)."""
+    if (block := stack_axis(module)) is not None:
+        return _fill_stacked(module, block, state_dict, prefix)
+    return _fill_fields(module, state_dict, prefix)
+
+
 def _fill_stacked(node: Any, block: Axis, sd: Mapping[str, Any], prefix: str | None) -> Any:
     layer_template = _layer(node.stacked, block, 0)
     layers = [_fill(layer_template, sd, with_prefix(prefix, i)) for i in range(block.size)]
