@@ -90,3 +90,20 @@ def test_quantize_linear_layers_selects_targets():
     with pytest.raises(ValueError, match="exactly one"):
         hq.QuantizationConfig()
     assert dataclasses.is_dataclass(hq.QuantizationConfig(int8=True))
+
+
+def test_ops_have_haliax_init_constructors():
+    assert hq.Int8DotGeneralOp.init() == hq.Int8DotGeneralOp()
+    assert isinstance(hq.DefaultDotGeneralOp.init(), hq.DefaultDotGeneralOp)
+    assert isinstance(hq.Fp8DotGeneralOp.init(amax_history_length=16), hq.Fp8DotGeneralOp)
+    In, Out = hax.Axis("In", 8), hax.Axis("Out", 8)
+    key = jax.random.key(0)
+    plain = hax.nn.Linear.init(In, Out, key=key, init_scale=0.1)
+    int8 = hax.nn.Linear.init(
+        In, Out, key=key, dot_general=hq.Int8DotGeneralOp.init(), init_scale=0.1
+    )
+    x = hax.random.normal(jax.random.key(3), In)
+    ref = np.asarray(x.array) @ np.asarray(plain.weight.rearrange((In, Out)).array) + np.asarray(
+        plain.bias.array
+    )
+    np.testing.assert_allclose(int8(x).array, ref, atol=1e-2, rtol=5e-2)

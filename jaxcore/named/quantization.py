@@ -72,6 +72,11 @@ def _out_dtype(lhs: jax.Array, rhs: jax.Array, preferred: Any) -> Any:
 class DefaultDotGeneralOp:
     """``jax.lax.dot_general`` itself (a hashable stand-in for "not quantized")."""
 
+    @classmethod
+    def init(cls) -> DefaultDotGeneralOp:
+        """A new op (Haliax's constructor spelling: ``DefaultDotGeneralOp.init()``)."""
+        return cls()
+
     def __call__(
         self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None
     ) -> jax.Array:
@@ -138,6 +143,11 @@ class Int8DotGeneralOp:
     the int32 product is rescaled to float. Gradients are those of the float contraction.
     """
 
+    @classmethod
+    def init(cls) -> Int8DotGeneralOp:
+        """A new op (Haliax's constructor spelling: ``Int8DotGeneralOp.init()``)."""
+        return cls()
+
     def __call__(
         self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None
     ) -> jax.Array:
@@ -175,6 +185,21 @@ class Fp8DotGeneralOp:
     ``float8_e4m3fn``; in the backward pass the incoming gradient is rounded to
     ``float8_e5m2`` and the float contraction's gradients are taken through it.
     """
+
+    @classmethod
+    def init(cls, amax_history_length: int = 1024, compute_dtype: Any = None) -> Fp8DotGeneralOp:
+        """A new op (Haliax's constructor spelling).
+
+        Args:
+            amax_history_length: Accepted for Haliax's signature; unused, since this op
+                scales by the current tensor's maximum (no delayed-scaling history).
+            compute_dtype: Accepted for Haliax's signature; unused (accumulation is float32).
+
+        Returns:
+            The op.
+        """
+        del amax_history_length, compute_dtype
+        return cls()
 
     def __call__(
         self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None
