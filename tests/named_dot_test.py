@@ -264,8 +264,16 @@ def test_einsum_single_operand_jit_grad_and_lowering():
         ("h w d, e w f -> h", {}, "Axis 'D' is bound to both 'd' and 'e'"),
         ("h w d, d w h -> q", {}, "Output 'q' does not occur in any input"),
         ("h w d, d w h -> h h", {}, "Output 'h' occurs twice"),
-        ("h w, d w h -> h", {}, "Input 0 names 2 axes but array 0 has 3"),
-        ("h w d q ..., d w h -> h", {}, "Input 0 names more axes than array 0 has"),
+        (
+            "h w, d w h -> h",
+            {},
+            "Mismatched number of axes: input 0 names 2 axes but array 0 has 3",
+        ),
+        (
+            "h w d q ..., d w h -> h",
+            {},
+            "Mismatched number of axes: input 0 names more axes than array 0 has",
+        ),
         ("h ... ..., d w h -> h", {}, "Input 0 has more than one '...'"),
         ("(h w) d, d w h -> h", {}, "Parenthesized groups are not supported"),
         (
@@ -362,3 +370,15 @@ def test_einsum_error_messages_use_haliax_wording():
         hax.einsum("-> H H", a, b)
     with pytest.raises(ValueError, match="Unused aliases from kwargs: Q$"):
         hax.einsum("-> H W", a, b, Q=hax.Axis("Q", 2))
+    with pytest.raises(ValueError, match="Axis alias d not used"):
+        hax.einsum("{h w} -> h w", a, b, h=H, w=W, d=D)
+    with pytest.raises(ValueError, match="does not match number of arrays"):
+        hax.einsum("x y z -> x", a, b)
+    with pytest.raises(ValueError, match="Mismatched number of axes"):
+        hax.einsum("x y z q -> x", a)
+    with pytest.raises(ValueError, match="Mismatched number of axes"):
+        hax.einsum("x y ... a b -> x", a)
+    with pytest.raises(ValueError, match="Size mismatch"):
+        hax.einsum("-> h w", a, h=H.resize(4), w=W)
+    with pytest.raises(ValueError, match="not found in any of the input arrays"):
+        hax.einsum("-> h w", hax.ones((H,)), h=H, w=W)

@@ -385,11 +385,13 @@ def _plan_einsum(
             real = binding_name(name, aliases)
             if real not in known:
                 raise_parse_error(
-                    f"Alias {name}={value!r} names no axis of the operands", equation, item_span
+                    f"Alias {name}={value!r} names no axis of the operands (not found in any of the input arrays)",
+                    equation,
+                    item_span,
                 )
             if isinstance(value, Axis) and known[real].size != value.size:
                 raise_parse_error(
-                    f"Alias {name}={value!r} has size {value.size}, but the operands' axis "
+                    f"Size mismatch: alias {name}={value!r} has size {value.size}, but the operands' axis "
                     f"{real!r} has size {known[real].size}",
                     equation,
                     item_span,
@@ -467,7 +469,8 @@ def _plan_einsum(
     else:
         if len(inputs) != len(operands):
             raise_parse_error(
-                f"The equation has {len(inputs)} inputs but {len(operands)} arrays were given",
+                f"The equation has {len(inputs)} inputs but {len(operands)} arrays were given "
+                "(the number of inputs does not match number of arrays)",
                 equation,
                 None,
             )
@@ -494,7 +497,7 @@ def _plan_einsum(
                 front, back = items[:cut], items[cut + 1 :]
                 if len(front) + len(back) > len(axes):
                     raise_parse_error(
-                        f"Input {k} names more axes than array {k} has ({len(axes)})",
+                        f"Mismatched number of axes: input {k} names more axes than array {k} has ({len(axes)})",
                         equation,
                         None,
                     )
@@ -504,7 +507,7 @@ def _plan_einsum(
             else:
                 if len(items) != len(axes):
                     raise_parse_error(
-                        f"Input {k} names {len(items)} axes but array {k} has {len(axes)}: "
+                        f"Mismatched number of axes: input {k} names {len(items)} axes but array {k} has {len(axes)}: "
                         f"{tuple(a.name for a in axes)}",
                         equation,
                         None,
@@ -559,8 +562,10 @@ def _plan_einsum(
     unused = [name for name in aliases if name not in used_aliases]
     if unused:
         # Haliax's wording, ending with the names (callers match on it)
+        names = ", ".join(map(str, unused))
         raise ValueError(
-            f"einsum {equation!r}: Unused aliases from kwargs: {', '.join(map(str, unused))}"
+            f"einsum {equation!r}: Axis alias {names} not used in the equation. "
+            f"Unused aliases from kwargs: {names}"
         )
     return contracted, spec
 
