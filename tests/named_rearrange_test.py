@@ -344,7 +344,35 @@ def test_rearrange_lhs_count_errors_use_haliax_wording():
         ValueError, match="Too many axes in lhs: it names 5 axes but the array has 4"
     ):
         hax.rearrange(x, "b h w c q -> b h w c q")
-    with pytest.raises(ValueError, match="Too few axes in lhs: it names 3 axes"):
+    with pytest.raises(
+        ValueError, match=r"Too few axes in lhs \(Not all axes are bound\): it names 3"
+    ):
         hax.rearrange(x, "b h w -> b h w")
     with pytest.raises(ValueError, match="Too many axes in lhs: it names 5 axes"):
         hax.rearrange(x, "b h ... w c q -> b h w c q")
+
+
+@pytest.mark.parametrize(
+    ("expr", "kwargs", "phrase"),
+    [
+        ("b h w c q -> b h w c q", {}, "Too many axes in lhs"),
+        ("b h w -> b h w c q", {}, "Not all axes are bound"),
+        ("b h w c -> b h w c q", {}, "Axis q is not bound on the lhs"),
+        ("b ... h ... -> b h ...", {}, "Only one ellipsis allowed"),
+        ("b h q q -> b h q", {}, "Capture q is assigned more than once"),
+        ("b h w c -> b h w c c", {}, "is used more than once"),
+        ("b h w c -> b h w", {}, "Not all intermediate axes are used"),
+        ("b h w c ... b -> b h w c", {}, "is bound more than once"),
+        ("b h (q q) c -> b h c", {"q": 2}, "Capture q is assigned more than once"),
+        ("(x y) h w c -> h w c x y", {"x": 3, "y": 5}, "do not divide"),
+        ("(x y) h w c -> h w c x y", {"x": 3}, "do not divide"),
+        ("b ... c -> (b c) ...", {}, "must have a name"),
+        ("(b q) ... c -> b q c ...", {}, "are ambiguous"),
+        ("{(q) } -> (Z: q)", {}, "must be bound by name"),
+        ("{(Z: q) } -> Z", {}, "Could not resolve"),
+    ],
+)
+def test_rearrange_errors_carry_haliax_phrases(expr, kwargs, phrase):
+    # Haliax users match on these phrases; the duplicate-name check comes before counts
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        hax.rearrange(hax.ones((B, H, W, C)), expr, **kwargs)

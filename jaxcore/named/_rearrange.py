@@ -93,6 +93,14 @@ class Side:
         return any(item is Ellipsis for item in self.items)
 
 
+def _twice_on_left(var: str) -> str:
+    """The message for a name bound twice on the left (with Haliax's phrases)."""
+    return (
+        f"Name {var!r} is bound twice on the left "
+        f"(Capture {var} is assigned more than once: it is bound more than once)"
+    )
+
+
 def raise_parse_error(
     message: str, expression: str, span: tuple[int, int] | int | None
 ) -> NoReturn:
@@ -364,14 +372,14 @@ def _split(
         names = ", ".join(pieces[i][0] for i in unknown)
         raise_parse_error(
             f"Cannot split axis {axis.name!r} (size {axis.size}): sizes of {names} are unknown; "
-            "pass all but one as keyword bindings",
+            "pass all but one as keyword bindings (the split sizes are ambiguous)",
             expr,
             capture.span,
         )
     if unknown:
         if known == 0 or axis.size % known:
             raise_parse_error(
-                f"Axis {axis.name!r} of size {axis.size} is not divisible by {known}",
+                f"Axis {axis.name!r} of size {axis.size} is not divisible by {known} (the sizes do not divide it)",
                 expr,
                 capture.span,
             )
@@ -379,7 +387,7 @@ def _split(
         pieces[i] = (pieces[i][0], pieces[i][1], axis.size // known)
     elif known != axis.size:
         raise_parse_error(
-            f"Axis {axis.name!r} has size {axis.size} but the pieces multiply to {known}",
+            f"Axis {axis.name!r} has size {axis.size} but the pieces multiply to {known} (they do not divide it)",
             expr,
             capture.span,
         )
@@ -412,15 +420,24 @@ def _bind_lhs(
         pieces = _split(expr, axes[index], capture, bindings)
         for var, new_axis in pieces:
             if var in variables:
-                raise_parse_error(f"Name {var!r} is bound twice on the left", expr, capture.span)
+                raise_parse_error(_twice_on_left(var), expr, capture.span)
             variables[var] = new_axis
         per_axis[index] = [new_axis for _, new_axis in pieces]
 
     items = lhs.items
+    seen: set[str] = set()  # a name bound twice is reported before any count or size check
+    for item in items:
+        if isinstance(item, Capture):
+            for var in item.variables:
+                if var in seen:
+                    raise_parse_error(_twice_on_left(var), expr, item.span)
+                seen.add(var)
     if lhs.ordered:
         n_ellipsis = sum(item is Ellipsis for item in items)
         if n_ellipsis > 1:
-            raise_parse_error("At most one '...' is allowed on the left", expr, None)
+            raise_parse_error(
+                "At most one '...' is allowed on the left (Only one ellipsis allowed)", expr, None
+            )
         if n_ellipsis:
             cut = items.index(Ellipsis)
             front, back = items[:cut], items[cut + 1 :]
@@ -435,7 +452,11 @@ def _bind_lhs(
             captures = list(front) + list(back)
         else:
             if len(items) != len(axes):
-                what = "Too many axes in lhs" if len(items) > len(axes) else "Too few axes in lhs"
+                what = (
+                    "Too many axes in lhs"
+                    if len(items) > len(axes)
+                    else "Too few axes in lhs (Not all axes are bound)"
+                )
                 raise_parse_error(
                     f"{what}: it names {len(items)} axes but the array has {len(axes)}: "
                     f"{tuple(names)} (use '...' to skip axes)",
@@ -452,12 +473,14 @@ def _bind_lhs(
                 continue
             if capture.name is None:
                 raise_parse_error(
-                    "Groups in '{...}' need a name to match, e.g. (H: h1 h2)", expr, capture.span
+                    "Groups in '{...}' need a name to match, e.g. (H: h1 h2) (they must be bound by name)",
+                    expr,
+                    capture.span,
                 )
             target = binding_name(capture.name, bindings)
             if target not in names:
                 raise_parse_error(
-                    f"Axis {target!r} is not in the array (axes: {tuple(names)})",
+                    f"Axis {target!r} is not in the array (axes: {tuple(names)}; Could not resolve it)",
                     expr,
                     capture.span,
                 )
@@ -490,13 +513,18 @@ def _build_rhs(
     def take(var: str, capture: Capture) -> int:
         if var not in variables:
             raise_parse_error(
-                f"Name {var!r} on the right is not bound on the left (bound: {sorted(variables)})",
+                f"Name {var!r} on the right is not bound on the left "
+                f"(Axis {var} is not bound on the lhs; bound: {sorted(variables)})",
                 expr,
                 capture.span,
             )
         index = position[variables[var]]
         if index in used:
-            raise_parse_error(f"Name {var!r} is used twice on the right", expr, capture.span)
+            raise_parse_error(
+                f"Name {var!r} is used twice on the right (it is used more than once)",
+                expr,
+                capture.span,
+            )
         used.add(index)
         return index
 
@@ -509,7 +537,9 @@ def _build_rhs(
         else:
             if item.name is None:
                 raise_parse_error(
-                    "A merged group on the right needs a name, e.g. (E: H W C)", expr, item.span
+                    "A merged group on the right needs a name, e.g. (E: H W C) (a merged axis must have a name)",
+                    expr,
+                    item.span,
                 )
             indices = [take(member, item) for member in item.variables]
             size = math.prod(intermediate[i].size for i in indices)
@@ -536,7 +566,10 @@ def _build_rhs(
     if None not in groups and rest:
         missing = [intermediate[i].name for i in rest]
         raise_parse_error(
-            f"Axes {missing} are not on the right side (add '...' to keep them)", expr, None
+            f"Axes {missing} are not on the right side (add '...' to keep them; "
+            "Not all intermediate axes are used)",
+            expr,
+            None,
         )
     # The unnamed axes fill the '...' slots (several '...' split them as Haliax does).
     filled = (
