@@ -76,3 +76,27 @@ def test_embedding_rules():
     _close(std.unembed(x).array, x.array @ std.weight.array.T, 1e-5)
     grown = m.resize_embeddings(9, key=jax.random.key(3))
     assert grown.reparam == mup.EmbeddingMup(Embed, Vocab.resize(9))
+
+
+def test_mup_linear_state_dict_exports_effective_weight():
+    # Haliax folds the muP output scale into the exported weight (and divides it back out)
+    layer = hax.nn.Linear.init(In, Out, key=KEY, use_bias=False, reparam_cls=mup.OutputLinearMup)
+    layer = dataclasses.replace(layer, weight=hax.ones(layer.weight.axes))
+    scale = layer.reparam.active_scale
+    assert scale != 1
+    sd = layer.to_state_dict()
+    np.testing.assert_allclose(sd["weight"], np.ones((5, 6)) * scale, rtol=1e-6)
+    assert sorted(layer.to_state_dict("l")) == ["l.weight"]
+    template = hax.nn.Linear.init(
+        In, Out, key=jax.random.key(1), use_bias=False, reparam_cls=mup.OutputLinearMup
+    )
+    back = template.from_state_dict(sd)
+    np.testing.assert_allclose(back.weight.array, np.ones((5, 6)), rtol=1e-6)
+    # the exported weight computes the same outputs without muP
+    x = hax.random.normal(jax.random.key(2), (B, In))
+    plain = hax.nn.Linear.init(In, Out, key=KEY, use_bias=False)
+    plain = plain.from_state_dict(sd)
+    np.testing.assert_allclose(plain(x).array, layer(x).array, rtol=1e-5)
+    # the standard rule exports the weight unchanged
+    std = hax.nn.Linear.init(In, Out, key=KEY)
+    np.testing.assert_array_equal(std.to_state_dict()["weight"], std.weight.array)

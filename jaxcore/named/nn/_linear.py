@@ -8,7 +8,7 @@ operations are emitted inline.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -17,6 +17,7 @@ from jax import lax
 
 import jaxcore.tree as jtree
 from jaxcore.named import random as hrandom
+from jaxcore.named import state_dict
 from jaxcore.named._array import NamedArray
 from jaxcore.named._axis import Axis, AxisSpec, to_axes
 from jaxcore.named._creation import zeros
@@ -168,6 +169,29 @@ class Linear:
     def reparam(self) -> AbstractLinearReparam:
         """The parametrization rule for this layer's axes (``hax.nn.mup``)."""
         return self._reparam_cls(self.In, self.Out)
+
+    def _export_scale(self) -> Any:
+        """The muP ``active_scale`` that Haliax folds into the exported weight (1 if none)."""
+        return 1 if self._reparam_cls is LinearStandardParam else self.reparam.active_scale
+
+    def to_state_dict(self, prefix: str | None = None) -> dict[str, Any]:
+        """The layer's entries (``weight``, ``bias``); as in Haliax, a muP layer exports
+        its effective weight, ``weight * active_scale``, so the export runs without muP."""
+        out = state_dict.module_to_state_dict(self, prefix)
+        scale = self._export_scale()
+        if scale != 1:
+            key = state_dict.with_prefix(prefix, "weight") or "weight"
+            out[key] = out[key] * scale
+        return out
+
+    def from_state_dict(self, sd: Mapping[str, Any], prefix: str | None = None) -> Linear:
+        """A copy filled from ``sd``; a muP layer divides the exported weight by its
+        ``active_scale`` again (the inverse of ``to_state_dict``)."""
+        scale = self._export_scale()
+        if scale != 1:
+            key = state_dict.with_prefix(prefix, "weight") or "weight"
+            sd = {**sd, key: jnp.asarray(sd[key]) / scale}
+        return state_dict.module_from_state_dict(self, sd, prefix)
 
     @property
     def out_first(self) -> bool:
