@@ -477,3 +477,153 @@ def test_handlers_match_subclasses_and_virtual_subclasses():
     close(implicit(jnp.sin)(p), np.zeros(2))
     close(jax.jit(implicit(jnp.sin))(p), np.zeros(2))
     close(implicit(jnp.sin)(Sub(jnp.ones(2))), np.zeros(2))  # subclass of a virtual subclass
+
+
+# ------------------------------------------- batched loops, values that do not materialize
+
+
+def test_while_loop_under_vmap_freezes_each_example_once_its_predicate_fails():
+    # quax runs a vmapped loop as JAX's lowering does: while any example's predicate
+    # holds, each example's carry (here implicit, its leaves batched) frozen once its own
+    # predicate fails. Dense reference: 1 doubled until >= limit, per example.
+    def f(x, limit):
+        return jax.lax.while_loop(lambda c: (c < limit).squeeze(), lambda c: c * 2.0, x)
+
+    limits = jnp.asarray([3.0, 10.0, 40.0])
+    x = Scaled(jnp.ones((3, 1), jnp.float32), scale=1.0)
+    expected = np.array([[4.0], [16.0], [64.0]])
+    out = implicit(jax.vmap(f, in_axes=(0, 0)))(x, limits)
+    assert isinstance(out, Scaled)
+    close(out, expected)
+    close(jax.jit(implicit(jax.vmap(f, in_axes=(0, 0))))(x, limits), expected)
+    # Batched only through the limit: the carry becomes batched inside the loop.
+    one = Scaled(jnp.ones((1,), jnp.float32), scale=1.0)
+    close(implicit(jax.vmap(f, in_axes=(None, 0)))(one, limits), expected)
+
+
+@dataclasses.dataclass
+class Shifted(ImplicitArray):
+    """value + offset, with a scalar offset that broadcasting leaves as it is."""
+
+    value: jax.Array
+    offset: jax.Array
+
+    def aval(self):
+        return jax.core.ShapedArray(self.value.shape, self.value.dtype)
+
+    def materialize(self):
+        return self.value + self.offset
+
+
+@register("broadcast_in_dim")
+def _shifted_broadcast(x: Shifted, **params):
+    return Shifted(jax.lax.broadcast_in_dim_p.bind(x.value, **params), x.offset)
+
+
+@register("mul")
+def _shifted_mul(x: Shifted, y: jax.Array, **params):
+    return Shifted(x.value * y, x.offset * y)
+
+
+def test_while_loop_under_vmap_materializes_a_carry_whose_leaves_are_not_batched_first():
+    # Batching the loop broadcasts the Shifted carry through its handler, which keeps the
+    # scalar offset unbatched: that carry cannot be frozen leaf by leaf, so it is
+    # materialized (and the loop still gives the dense reference).
+    def f(x, limit):
+        return jax.lax.while_loop(lambda c: (c < limit).squeeze(), lambda c: c * 2.0, x)
+
+    limits = jnp.asarray([3.0, 10.0, 40.0])
+    x = Shifted(jnp.full((1,), 0.5, jnp.float32), jnp.float32(0.5))
+    out = implicit(jax.vmap(f, in_axes=(None, 0)))(x, limits)
+    close(out, np.array([[4.0], [16.0], [64.0]]))
+
+
+@dataclasses.dataclass
+class Opaque(ImplicitArray):
+    """A value type that refuses to materialize (as some quax value types do)."""
+
+    array: jax.Array
+
+    def aval(self):
+        return jax.core.ShapedArray(self.array.shape, self.array.dtype)
+
+    def materialize(self):
+        raise NotImplementedError("Opaque values are never materialized")
+
+
+@register("lt")
+def _opaque_lt(x: Opaque, y: jax.Array, **params):
+    return Opaque(x.array < y)
+
+
+@register("mul")
+def _opaque_mul(x: Opaque, y: jax.Array, **params):
+    return Opaque(x.array * y)
+
+
+@register("convert_element_type")
+def _opaque_convert(x: Opaque, *, new_dtype, **params):
+    return Opaque(x.array.astype(new_dtype))
+
+
+def test_a_predicate_or_index_that_cannot_materialize_is_read_through_its_one_leaf():
+    # quax reads a value used as a loop predicate through its leaves; jaxcore materializes
+    # it, and falls back to quax's reading for a type whose materialize is not
+    # implemented and whose one leaf has the predicate's shape and dtype.
+    out = implicit(lambda x: jax.lax.while_loop(lambda c: c < 10.0, lambda c: c * 2.0, x))(
+        Opaque(jnp.float32(1.0))
+    )
+    assert isinstance(out, Opaque)
+    np.testing.assert_allclose(out.array, 16.0)
+    index = implicit(lambda i, x: jax.lax.cond(i, lambda: x * 2.0, lambda: x * 3.0))(
+        Opaque(jnp.bool_(False)), jnp.float32(1.0)
+    )
+    np.testing.assert_allclose(index, 3.0)
+    # A type that cannot materialize and has no such leaf still raises its own error.
+    with pytest.raises(NotImplementedError, match="never materialized"):
+        implicit(lambda p: jax.lax.cond(p, lambda: 1.0, lambda: 2.0))(
+            OpaquePair(jnp.bool_(True), jnp.bool_(False))
+        )
+
+
+@dataclasses.dataclass
+class OpaquePair(ImplicitArray):
+    """Two boolean leaves standing for one boolean, never materialized."""
+
+    first: jax.Array
+    second: jax.Array
+
+    def aval(self):
+        return jax.core.ShapedArray((), jnp.bool_)
+
+    def materialize(self):
+        raise NotImplementedError("OpaquePair values are never materialized")
+
+
+def _to_array(x: float | list) -> jax.Array:
+    return jnp.asarray(x, jnp.float32)
+
+
+@dataclasses.dataclass
+class Converted(ImplicitArray):
+    """A value whose field converts what the constructor is given."""
+
+    array: jax.Array = ji.field(converter=_to_array)
+    tag: str = aux_field(default="t", converter=str)
+    plain: int = aux_field(default=0)
+
+    def materialize(self):
+        return self.array
+
+
+def test_init_annotates_converter_fields_with_what_the_converter_takes():
+    # As equinox does for quax's values: a runtime type checker wrapping __init__ (e.g.
+    # jaxtyping's import hook, which quax's own test suite runs under) sees the
+    # converter's input type, not the field's, for a field with a converter.
+    hints = tp.get_type_hints(Converted.__init__)
+    assert hints["array"] == (float | list)
+    assert hints["tag"] is tp.Any  # str() has no annotated parameter
+    assert hints["plain"] is int  # no converter: the field's own type
+    value = Converted([1.0, 2.0], tag=3)
+    assert isinstance(value.array, jax.Array) and value.tag == "3"
+    close(implicit(lambda v: v * 2.0)(value), np.array([2.0, 4.0]))

@@ -26,6 +26,7 @@ import abc
 import contextvars
 import dataclasses
 import functools
+import inspect
 import sys
 import typing as tp
 
@@ -492,6 +493,39 @@ class ImplicitArrayMeta(abc.ABCMeta):
         if finish is not _no_finish:
             finish(obj)
         return obj
+
+    def __setattr__(cls, name: str, value: tp.Any) -> None:
+        if name == "__init__" and "__dataclass_fields__" in cls.__dict__:
+            _annotate_converter_inputs(cls, value)
+        super().__setattr__(name, value)
+
+
+def _converter_input_annotation(converter: tp.Callable[[tp.Any], tp.Any]) -> tp.Any:
+    """The annotation of a converter's first parameter (what ``__init__`` accepts), else Any."""
+    try:
+        parameters = list(inspect.signature(converter).parameters.values())
+    except (TypeError, ValueError):
+        return tp.Any
+    if not parameters or parameters[0].annotation is inspect.Parameter.empty:
+        return tp.Any
+    return parameters[0].annotation
+
+
+def _annotate_converter_inputs(cls: type, init: tp.Any) -> None:
+    """Annotates the dataclass ``__init__`` of ``cls`` with what its converter fields accept.
+
+    A field with a converter takes the converter's input, not the field's type, so (as
+    equinox does) its ``__init__`` parameter is annotated with the converter's first
+    parameter's annotation, or ``Any``. Runtime type checkers that wrap ``__init__``
+    (jaxtyping's import hook, beartype) then check what the caller passes.
+    """
+    annotations = getattr(init, "__annotations__", None)
+    if not isinstance(annotations, dict):
+        return
+    for f in dataclasses.fields(cls):
+        converter = f.metadata.get(_CONVERTER_METADATA_KEY)
+        if converter is not None and f.name in annotations:
+            annotations[f.name] = _converter_input_annotation(converter)
 
 
 def _constant(value: tp.Any, obj: tp.Any) -> tp.Any:

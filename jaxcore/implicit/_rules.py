@@ -128,9 +128,28 @@ def _remat_rule(primitive, *args: tp.Any, jaxpr, prevent_cse, policy, **params):
     return list(jax.checkpoint(fn, prevent_cse=prevent_cse, policy=policy)(*args))
 
 
+def _dense_selector(x: tp.Any) -> tp.Any:
+    """A ``cond`` index or ``while_loop`` predicate as a dense array.
+
+    An implicit one is materialized. A type that refuses to materialize (its
+    ``materialize`` raises ``NotImplementedError``, as some quax value types do) but
+    holds exactly one leaf of the selector's own shape and dtype is read through that
+    leaf, which is how quax reads a value used as a predicate.
+    """
+    if not _base.is_implicit(x):
+        return x
+    try:
+        return _materialize_full(x)
+    except NotImplementedError:
+        leaves = jax.tree_util.tree_leaves(x)
+        if len(leaves) != 1 or _base.leaf_signature(leaves[0]) != (tuple(x.shape), x.dtype):
+            raise
+        return leaves[0]
+
+
 def _cond_rule(primitive, index: tp.Any, *operands: tp.Any, branches, **params):
     del primitive, params
-    index = _materialize_full(index)
+    index = _dense_selector(index)
     fns = [_implicit_jaxpr_fn(branch) for branch in branches]
     shapes = [jax.eval_shape(fn, *operands) for fn in fns]
     mask = [
@@ -141,9 +160,35 @@ def _cond_rule(primitive, index: tp.Any, *operands: tp.Any, branches, **params):
     return list(jax.lax.switch(index, fns, *operands))
 
 
+def _freezable(x: tp.Any, batch: tuple[int, ...]) -> bool:
+    """Whether every leaf of carry ``x`` has the predicate's batch dimensions first."""
+    k = len(batch)
+    return all(tuple(jax.numpy.shape(leaf))[:k] == batch for leaf in jax.tree_util.tree_leaves(x))
+
+
+def _freeze(pred: tp.Any, new: tp.Any, old: tp.Any) -> tp.Any:
+    """``new`` where the batched predicate holds, ``old`` elsewhere, leaf by leaf."""
+    pred = jax.numpy.asarray(pred)
+
+    def select(n: tp.Any, o: tp.Any) -> tp.Any:
+        shape = jax.numpy.shape(n)
+        p = jax.numpy.reshape(pred, pred.shape + (1,) * (len(shape) - pred.ndim))
+        return jax.lax.select(jax.numpy.broadcast_to(p, shape), n, o)
+
+    return jax.tree_util.tree_map(select, new, old)
+
+
 def _while_rule(
     primitive, *args: tp.Any, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **params
 ):
+    """``while_loop`` on implicit operands: carries stay implicit unless the body changes them.
+
+    Under ``vmap`` JAX hands this rule a loop whose predicate has one element per
+    example: the loop then runs while any holds, and each example's carry is frozen
+    once its own predicate fails, as JAX's own lowering does (leaf by leaf for an
+    implicit carry, whose leaves carry the batch dimensions first; a carry whose
+    leaves do not is materialized).
+    """
     del primitive, params
     cond_consts = args[:cond_nconsts]
     body_consts = args[cond_nconsts : cond_nconsts + body_nconsts]
@@ -154,16 +199,25 @@ def _while_rule(
     def step(carry: list) -> list:
         return list(body_fn(*body_consts, *carry))
 
+    def predicate(carry: tp.Any) -> tp.Any:
+        return _dense_selector(cond_fn(*cond_consts, *carry)[0])
+
     mask = _stable_carry_mask(step, init)
+    batch = tuple(jax.eval_shape(predicate, _apply_mask(init, mask)).shape)
+    if batch:
+        mask = [
+            m or (_base.is_implicit(c) and not _freezable(c, batch)) for m, c in zip(mask, init)
+        ]
 
     def cond(carry: tp.Any) -> tp.Any:
-        pred = _materialize_full(cond_fn(*cond_consts, *carry)[0])
-        # Under vmap, JAX hands this rule a cond_jaxpr with one predicate per example
-        # (the loop runs while any holds, its body freezing the finished examples).
-        return pred if jax.numpy.ndim(pred) == 0 else jax.numpy.any(pred)
+        pred = predicate(carry)
+        return jax.numpy.any(pred) if batch else pred
 
     def body(carry: tp.Any) -> list:
-        return _apply_mask(step(carry), mask)
+        new = _apply_mask(step(carry), mask)
+        if not batch:
+            return new
+        return _freeze(predicate(carry), new, carry)
 
     return list(jax.lax.while_loop(cond, body, _apply_mask(init, mask)))
 
