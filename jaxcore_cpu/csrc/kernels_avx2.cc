@@ -2,8 +2,9 @@
 //
 // GEMV for M <= 2 walks the weight in bands of a few stored rows, 32 columns at a time, with
 // the sums in registers: int8 widens eight stored bytes per vector (vpmovsxbd) and converts;
-// both 4-bit formats look their nibbles up in a 16-entry float code book (NF4's, or int4's
-// v - 8) with in-lane byte shuffles (Nf4Decode32). Larger M, the ragged columns and the GEMM
+// int4 widens eight bytes (vpmovzxbd) and splits their two nibbles by mask and shift; NF4
+// looks its nibbles up in its 16-entry float code book with in-lane byte shuffles
+// (Nf4Decode32). Larger M, the ragged columns and the GEMM
 // panels decode eight columns at a time: int4 converts each nibble, and NF4 looks it up with
 // two vpermps and a blend on bit 3.
 #include <immintrin.h>
@@ -75,8 +76,6 @@ inline Nf4Planes LoadCodePlanes(const float codes[16]) {
 
 inline Nf4Planes LoadNf4Planes() { return LoadCodePlanes(kNf4Code); }
 
-// int4's unscaled values v - 8, as a code book for the byte-plane decoder.
-constexpr float kInt4Code[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
 // idx: 32 nibble indices (one per byte, columns 0..31). out[] holds their codes in the
 // unpacking's order: out[0] = columns 0-3 | 16-19, out[1] = 4-7 | 20-23,
@@ -215,7 +214,28 @@ inline void GemvBandChunk(const GemvSegment& s, const Nf4Planes& planes, int64_t
     }
     if (r < sr1) int8_row(r, q, 0);
   }
-  for (int64_t r = sr0; kFmt != Format::kInt8 && r < sr1; ++r, q += s.ldq) {  // 4-bit
+  // int4: each 8 bytes widen straight from memory to int32 lanes in column order, both
+  // nibbles of them (rows 2r and 2r + 1) split by mask and shift: one shuffle-port op per 16
+  // weights, where the code-book decoder below needs six.
+  for (int64_t r = sr0; kFmt == Format::kInt4 && r < sr1; ++r, q += s.ldq) {
+    const __m256i nibble = _mm256_set1_epi32(0x0F);
+    const __m256i zero_point = _mm256_set1_epi32(8);
+    __m256 even[4], odd[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256i raw = Load8Bytes(q + 8 * j, false);
+      even[j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(raw, nibble), zero_point));
+      odd[j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(raw, 4), zero_point));
+    }
+    for (int mi = 0; mi < M; ++mi) {
+      const __m256 xe = _mm256_broadcast_ss(s.x + mi * s.ldx + 2 * r);
+      const __m256 xo = _mm256_broadcast_ss(s.x + mi * s.ldx + 2 * r + 1);
+      for (int j = 0; j < 4; ++j) {
+        sum[0][mi][j] = _mm256_fmadd_ps(xe, even[j], sum[0][mi][j]);
+        sum[kSets - 1][mi][j] = _mm256_fmadd_ps(xo, odd[j], sum[kSets - 1][mi][j]);
+      }
+    }
+  }
+  for (int64_t r = sr0; kFmt == Format::kNf4 && r < sr1; ++r, q += s.ldq) {  // NF4
     const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
     const __m256i mask = _mm256_set1_epi8(0x0F);
     __m256 even[4], odd[4];
@@ -235,10 +255,10 @@ inline void GemvBandChunk(const GemvSegment& s, const Nf4Planes& planes, int64_t
     for (int j = 0; j < 4; ++j) {
       total[j] = kSets == 2 ? _mm256_add_ps(sum[0][mi][j], sum[1][mi][j]) : sum[0][mi][j];
     }
-    if (kFmt == Format::kInt8) {
-      for (int j = 0; j < 4; ++j) v[j] = total[j];
-    } else {
+    if (kFmt == Format::kNf4) {
       ToColumnOrder(total, v);  // the byte-plane decoder's order
+    } else {
+      for (int j = 0; j < 4; ++j) v[j] = total[j];
     }
     float* a = s.acc + mi * s.ldacc + c;
     for (int j = 0; j < 4; ++j) {
@@ -250,14 +270,14 @@ inline void GemvBandChunk(const GemvSegment& s, const Nf4Planes& planes, int64_t
 // The segment's columns [0, 32 * floor(cols / 32)) for M <= 2 into acc, in bands of
 // kGemvBand stored rows: each band walks the columns 32 at a time with its sums in registers,
 // so the band's rows are read as concurrent streams and acc is touched once per band and
-// chunk. Both 4-bit formats decode through the byte-plane code book (int4's codes are
-// v - 8). Returns the columns done.
+// chunk. int8 and int4 widen their codes to int32 and convert; NF4 decodes through the
+// byte-plane code book. Returns the columns done.
 constexpr int64_t kGemvBand = 8;
 
 template <Format kFmt, int M>
 int64_t GemvBands(const GemvSegment& s) {
   constexpr int kPerRow = kFmt == Format::kInt8 ? 1 : 2;
-  const Nf4Planes planes = LoadCodePlanes(kFmt == Format::kNf4 ? kNf4Code : kInt4Code);
+  const Nf4Planes planes = LoadNf4Planes();  // read by NF4 only
   const int64_t wide_cols = s.cols / 32 * 32;
   const int64_t seg0 = s.r0 / kPerRow, seg1 = s.r1 / kPerRow;  // stored rows
   if (seg0 >= seg1) {
