@@ -232,7 +232,7 @@ save_host_files() {
   saving=1
 }
 
-# shellcheck disable=SC2329  # reached through cleanup, the EXIT trap
+# shellcheck disable=SC2317,SC2329  # reached through cleanup, the EXIT trap (0.9 calls it SC2317)
 restore_host_files() {
   local name
   while IFS= read -r name; do
@@ -246,7 +246,7 @@ restore_host_files() {
   done <"${saved_dir}.list"
 }
 
-# shellcheck disable=SC2329  # the EXIT trap
+# shellcheck disable=SC2317,SC2329  # the EXIT trap (0.9 calls it SC2317)
 cleanup() {
   if ((saving)); then
     restore_host_files || note "could not restore the host's .jaxcore_configure.bazelrc / bazel-* links; rerun build/build.py setup"
