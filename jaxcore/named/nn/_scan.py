@@ -116,6 +116,16 @@ def _check_block(owner: str, block: Any) -> Axis:
     return block
 
 
+def _coerce_checkpointing(layers: Any) -> None:
+    """Turns a frozen layer stack's ``gradient_checkpointing`` spec into its policy."""
+    if not isinstance(layers.gradient_checkpointing, ScanCheckpointPolicy):
+        object.__setattr__(
+            layers,
+            "gradient_checkpointing",
+            ScanCheckpointPolicy._mk(layers.gradient_checkpointing),
+        )
+
+
 def _init_fn(owner: str, mod: Any) -> Callable[..., Any]:
     init = getattr(mod, "init", None)
     if callable(init):
@@ -210,12 +220,7 @@ class Stacked(Generic[M]):
 
     def __post_init__(self):
         _check_block("Stacked", self.Block)
-        if not isinstance(self.gradient_checkpointing, ScanCheckpointPolicy):
-            object.__setattr__(
-                self,
-                "gradient_checkpointing",
-                ScanCheckpointPolicy._mk(self.gradient_checkpointing),
-            )
+        _coerce_checkpointing(self)
 
     @classmethod
     def init(
@@ -421,12 +426,7 @@ class BlockSeq(Generic[M]):
         object.__setattr__(self, "blocks", tuple(self.blocks))
         if len(self.blocks) != self.Block.size:
             raise ValueError(f"BlockSeq: {len(self.blocks)} blocks for the layer axis {self.Block}")
-        if not isinstance(self.gradient_checkpointing, ScanCheckpointPolicy):
-            object.__setattr__(
-                self,
-                "gradient_checkpointing",
-                ScanCheckpointPolicy._mk(self.gradient_checkpointing),
-            )
+        _coerce_checkpointing(self)
 
     @classmethod
     def init(
