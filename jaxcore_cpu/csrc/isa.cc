@@ -11,7 +11,13 @@ Isa Detect() {
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
   // libgcc's checks include the OS saving the YMM state (XGETBV), not only the CPUID bits.
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vnni")) {
+    return Isa::kAvx512;
+  }
+  if (avx2) return Isa::kAvx2;
 #endif
   return Isa::kPortable;
 }

@@ -116,19 +116,49 @@ struct Q8Segment {
   int64_t ldy;
 };
 
+// One whole split-K task of the int8-activation product, for the kernels that keep their
+// sums across scale blocks (q8_task): rows [r0, r1) of K (multiples of kQ8Group, any number
+// of scale blocks) and columns [n0, n0 + cols), for rows [0, m) of `x`.
+//   y[mi][c] = sum over the task's groups of the group's scaled integer dot product
+// (y is overwritten, not accumulated).
+struct Q8Task {
+  Format fmt;
+  int64_t m;
+  Q8Activations x;      // in the layout the same table's q8_quantize writes
+  const uint8_t* q;
+  int64_t ldq;
+  int64_t r0, r1;
+  int64_t n0, cols;
+  const float* scale;   // (K / block_size, N), indexed by absolute block and column
+  int64_t lds;
+  int64_t block_size;
+  float* acc;           // scratch: Q8TaskAccFloats(m, cols) floats, 64-byte aligned
+  float* y;             // y[mi][c] at y[mi * ldy + c]
+  int64_t ldy;
+};
+
+// Floats of scratch a q8_task call needs: m rows of the columns rounded up to 64, padded.
+inline int64_t Q8TaskAccFloats(int64_t m, int64_t cols) { return m * ((cols + 63) / 64 * 64 + 16); }
+
 struct KernelTable {
   void (*gemv_segment)(const GemvSegment&);
   void (*decode_panel)(const DecodePanel&);
   MicroKernel microkernel;
   // Quantizes one activation row of length k (a multiple of kQ8Group) into the
-  // group-major layout of Q8Activations with `rows` rows (q, d, sum point at its row).
-  void (*q8_quantize)(const float* x, int64_t k, int64_t rows, int8_t* q, float* d, int32_t* sum);
+  // group-major layout of Q8Activations with `rows` rows (q, d, sum point at its row). A
+  // table may order the codes inside a group for its own kernels (by weight format).
+  void (*q8_quantize)(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
+                      int32_t* sum);
   void (*q8_segment)(const Q8Segment&);
+  // Optional: the whole task at once (then q8_segment is not used by the planner).
+  void (*q8_task)(const Q8Task&) = nullptr;
+  // Largest M the int8-activation path takes with this table; larger M runs in float32.
+  int64_t q8_max_m = kInt8MaxM;
 };
 
 // The portable int8-activation pieces; the SIMD tables reuse them for ragged edges.
-void Q8QuantizePortable(const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
-                        int32_t* sum);
+void Q8QuantizePortable(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q,
+                        float* d, int32_t* sum);
 void Q8SegmentPortable(const Q8Segment& s);
 // Columns [c0, c1) of a segment, element by element.
 void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1);
@@ -139,6 +169,9 @@ const KernelTable& PortableKernels();
 #if defined(__x86_64__) || defined(_M_X64)
 const KernelTable& Avx2Kernels();
 void Q8SegmentAvx2(const Q8Segment& s);
+// AVX-512 (F, BW, VL, DQ) with VNNI: the AVX2 float32 kernels plus int8-activation kernels
+// built on vpdpbusd, taking every M.
+const KernelTable& Avx512Kernels();
 #endif
 
 }  // namespace internal

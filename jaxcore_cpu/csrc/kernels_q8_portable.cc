@@ -23,7 +23,7 @@ inline int32_t WeightCode(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, 
 
 }  // namespace
 
-void Q8QuantizePortable(const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
+void Q8QuantizePortable(Format, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
                         int32_t* sum) {
   for (int64_t g = 0; g < k / kQ8Group; ++g) {
     const float* xg = x + g * kQ8Group;

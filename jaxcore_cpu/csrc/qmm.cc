@@ -34,6 +34,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 const KernelTable& Kernels() {
 #if defined(__x86_64__) || defined(_M_X64)
+  if (ActiveIsa() >= Isa::kAvx512) return internal::Avx512Kernels();
   if (ActiveIsa() >= Isa::kAvx2) return internal::Avx2Kernels();
 #endif
   return internal::PortableKernels();
@@ -59,7 +60,7 @@ inline uint16_t F32ToBf16(float f) {
 // Path::kGemv doubles as the int8-activation path: both split K into ranges that sum
 // into per-range partial results.
 bool UsesInt8(const Problem& p) {
-  return p.precision == Precision::kInt8 && p.m <= kInt8MaxM &&
+  return p.precision == Precision::kInt8 && p.m <= Kernels().q8_max_m &&
          p.block_size % internal::kQ8Group == 0;
 }
 
@@ -77,7 +78,13 @@ int64_t SplitRows(const Problem& p) {
 // Columns per split-K task: each activation row's partial sums of a task stay in L1.
 int64_t SplitCols(const Problem& p) {
   if (!UsesInt8(p)) return std::min(p.n, kGemvCols);
-  return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 32)));
+  return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 64)));
+}
+
+// Floats of per-worker scratch the split-K path's kernels use.
+int64_t AccFloats(const Problem& p) {
+  const int64_t rows = SplitRows(p), ncols = SplitCols(p);
+  return std::max(rows * (ncols + kAccPad), internal::Q8TaskAccFloats(rows, ncols));
 }
 
 // How the split-K path divides one pass: column chunks times K ranges. Each K range sums
@@ -139,7 +146,7 @@ Buffers Layout(const Problem& p, Path path, int workers, void* base, size_t* byt
     if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
     const int64_t rows = SplitRows(p);
     b.partial = carve.Take<float>(SplitOf(p, workers).k_tasks * rows * p.n);
-    b.acc = carve.Take<float>(workers * rows * (SplitCols(p) + kAccPad));
+    b.acc = carve.Take<float>(workers * RoundUp(AccFloats(p), kAlign / sizeof(float)));
     if (UsesInt8(p)) {
       b.xq = carve.Take<int8_t>(p.m * p.k);
       b.xd = carve.Take<float>(p.m * p.k / internal::kQ8Group);
@@ -173,6 +180,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
   const int64_t col_tasks = split.col_tasks;
   const int64_t k_len = split.k_len;
   const int64_t plane = rows * p.n;
+  const int64_t acc_floats = RoundUp(AccFloats(p), kAlign / sizeof(float));
 
   runner.Parallel(col_tasks * split.k_tasks, [&](int64_t task, int worker) {
     const int64_t n0 = (task % col_tasks) * ncols;
@@ -181,6 +189,26 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     const int64_t k0 = kt_index * k_len;
     const int64_t k1 = std::min(p.k, k0 + k_len);
     float* partial = b.partial + kt_index * plane;
+    if (int8 && kt.q8_task) {
+      internal::Q8Task t;
+      t.fmt = p.fmt;
+      t.m = rows;
+      t.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m};
+      t.q = static_cast<const uint8_t*>(p.qvalue);
+      t.ldq = p.n;
+      t.r0 = k0;
+      t.r1 = k1;
+      t.n0 = n0;
+      t.cols = cols;
+      t.scale = p.scale;
+      t.lds = p.n;
+      t.block_size = p.block_size;
+      t.acc = b.acc + worker * acc_floats;
+      t.y = partial + n0;
+      t.ldy = p.n;
+      kt.q8_task(t);
+      return;
+    }
     for (int64_t mi = 0; mi < rows; ++mi) {
       std::memset(partial + mi * p.n + n0, 0, sizeof(float) * cols);
     }
@@ -193,7 +221,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     s.ldq = p.n;
     s.n0 = n0;
     s.cols = cols;
-    s.acc = b.acc + worker * rows * (ncols + kAccPad);
+    s.acc = b.acc + worker * acc_floats;
     s.ldacc = ncols;
     s.y = partial + n0;
     s.ldy = p.n;
@@ -371,7 +399,7 @@ void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
   }
   if (UsesInt8(p)) {
     runner.Parallel(p.m, [&](int64_t mi, int) {
-      kt.q8_quantize(x + mi * p.k, p.k, p.m, b.xq + mi * internal::kQ8Group, b.xd + mi,
+      kt.q8_quantize(p.fmt, x + mi * p.k, p.k, p.m, b.xq + mi * internal::kQ8Group, b.xd + mi,
                      b.xsum + mi);
     });
   }

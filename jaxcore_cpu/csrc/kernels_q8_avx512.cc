@@ -1,0 +1,255 @@
+// AVX-512 VNNI int8-activation kernel (Precision::kInt8), compiled with -mavx512{f,bw,vl,dq}
+// -mavx512vnni and only called after the run-time cpuid check.
+//
+// vpdpbusd multiplies four unsigned weight bytes by four signed activation bytes and adds
+// the four products to an int32 lane in one instruction (AVX2 needs vpmaddubsw, vpmaddwd
+// and vpaddd for the same work, and must split the signs off int8 weights). Every format is
+// fed as unsigned bytes u with a zero point z, so W = s * (u - z) and
+//   sum_k x[k] * W[k, n] = d * s[n] * (sum_k xq[k] * u[k, n] - z * sum_k xq[k]),
+// where the last term is known per activation group (Q8Activations::sum) and starts the
+// group's int32 sums:
+//   int8: u = q + 128 (q ^ 0x80), z = 128;  int4: u = v, z = 8;
+//   nf4:  u = kNf4Int8[v] + 128 (one in-lane byte shuffle), z = 128, and a further 1/127.
+//
+// Decoding: four stored rows of 64 columns (one cache line each) are transposed bytewise
+// with two rounds of in-lane unpacks into four vectors whose int32 lanes hold a column's four
+// bytes: vector j holds columns {16 L + 4 j + i} (L = 128-bit lane, i = int32 lane in it).
+// For int8 those are four consecutive rows of K. For the nibble-packed formats a byte holds
+// rows 2i and 2i + 1, so the low nibbles give rows {0, 2, 4, 6} of eight and the high ones
+// rows {1, 3, 5, 7}: q8_quantize writes each group's activation codes in that order (per
+// eight rows: 0 2 4 6 1 3 5 7), so both halves meet their activations as one broadcast
+// int32. Sums stay in the decoder's column order; the scales are transposed to it per group
+// and the result back to column order once per task (a 4 x 4 transpose of 128-bit lanes).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+namespace {
+
+constexpr int kChunk = 64;  // columns per decoded chunk: one cache line of each stored row
+// Stored rows one sweep over the columns reads at a time for small M: memory serves a few
+// concurrent row streams faster than the 16 or 32 of a whole group, and small M leaves the
+// kernel bound by memory, not by arithmetic.
+constexpr int kNarrowRows = 8;
+constexpr int64_t kNarrowMaxM = 4;
+constexpr int64_t kPrefetchAhead = 512;
+
+// 4 x 4 transpose of the 128-bit lanes of v[0..3] (its own inverse): lane L of v[j] goes
+// to lane j of v[L]. Maps column order to the decoder's order and back.
+inline void TransposeLanes(__m512 v[4]) {
+  const __m512 a0 = _mm512_shuffle_f32x4(v[0], v[1], 0x44);
+  const __m512 a1 = _mm512_shuffle_f32x4(v[0], v[1], 0xEE);
+  const __m512 a2 = _mm512_shuffle_f32x4(v[2], v[3], 0x44);
+  const __m512 a3 = _mm512_shuffle_f32x4(v[2], v[3], 0xEE);
+  v[0] = _mm512_shuffle_f32x4(a0, a2, 0x88);
+  v[1] = _mm512_shuffle_f32x4(a0, a2, 0xDD);
+  v[2] = _mm512_shuffle_f32x4(a1, a3, 0x88);
+  v[3] = _mm512_shuffle_f32x4(a1, a3, 0xDD);
+}
+
+// The first `cols` (<= 64) bytes of a row; the rest read as zero and are never touched.
+inline __m512i LoadRow(const uint8_t* p, __mmask64 mask) { return _mm512_maskz_loadu_epi8(mask, p); }
+
+inline __mmask16 LaneMask(int64_t valid) {
+  return valid >= 16 ? static_cast<__mmask16>(0xFFFF)
+         : valid <= 0 ? static_cast<__mmask16>(0)
+                      : static_cast<__mmask16>((1u << valid) - 1u);
+}
+
+// Bytewise transpose of four stored rows: out[j] int32 lane (L, i) = the four rows' bytes of
+// column 16 L + 4 j + i.
+inline void Transpose4(__m512i r0, __m512i r1, __m512i r2, __m512i r3, __m512i out[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi8(r0, r1), t1 = _mm512_unpackhi_epi8(r0, r1);
+  const __m512i t2 = _mm512_unpacklo_epi8(r2, r3), t3 = _mm512_unpackhi_epi8(r2, r3);
+  out[0] = _mm512_unpacklo_epi16(t0, t2);
+  out[1] = _mm512_unpackhi_epi16(t0, t2);
+  out[2] = _mm512_unpacklo_epi16(t1, t3);
+  out[3] = _mm512_unpackhi_epi16(t1, t3);
+}
+
+// Decodes kRows stored rows (a multiple of 4) of one 64-column chunk into unsigned codes:
+// w[qd][j] is quad qd (int8: rows 4 qd..4 qd+3; 4-bit: set qd / 2, low nibbles for even qd,
+// high for odd) of column subset j.
+template <Format kFmt, int kRows>
+inline void DecodeChunk(const uint8_t* rows, int64_t ldq, __mmask64 mask, __m512i (*w)[4]) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  alignas(16) uint8_t book[16];
+  for (int i = 0; i < 16; ++i) book[i] = static_cast<uint8_t>(kNf4Int8[i] + 128);
+  const __m512i nf4 = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(book)));
+  for (int set = 0; set < kRows / 4; ++set) {
+    const uint8_t* p = rows + 4 * set * ldq;
+    __m512i t[4];
+    Transpose4(LoadRow(p, mask), LoadRow(p + ldq, mask), LoadRow(p + 2 * ldq, mask),
+               LoadRow(p + 3 * ldq, mask), t);
+    for (int j = 0; j < 4; ++j) {
+      if (kFmt == Format::kInt8) {
+        w[set][j] = _mm512_xor_si512(t[j], flip);
+      } else {
+        __m512i lo = _mm512_and_si512(t[j], nibble);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), nibble);
+        if (kFmt == Format::kNf4) {
+          lo = _mm512_shuffle_epi8(nf4, lo);
+          hi = _mm512_shuffle_epi8(nf4, hi);
+        }
+        w[2 * set][j] = lo;
+        w[2 * set + 1][j] = hi;
+      }
+    }
+  }
+}
+
+inline __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+
+// acc[r][j] += scale'[j] * d[r] * (int32 dot of kR activation rows with kQuads decoded quads),
+// the dot starting at -zero * xsum where `first` (the group's first band).
+template <Format kFmt, int kR, int kQuads>
+inline void DotRows(const Q8Task& t, int64_t g, int64_t mi, int xoff, bool first,
+                    const __m512i (*w)[4], const __m512 sc[4], float* acc, int64_t lda) {
+  constexpr int32_t kZero = kFmt == Format::kInt4 ? 8 : 128;
+  __m512i dot[kR][4];
+  for (int r = 0; r < kR; ++r) {
+    const int64_t at = g * t.x.rows + mi + r;
+    const __m512i start = _mm512_set1_epi32(first ? -kZero * t.x.sum[at] : 0);
+    for (int j = 0; j < 4; ++j) dot[r][j] = start;
+  }
+  const int8_t* xq[kR];
+  for (int r = 0; r < kR; ++r) xq[r] = t.x.q + (g * t.x.rows + mi + r) * kQ8Group + xoff;
+#pragma GCC unroll 8
+  for (int qd = 0; qd < kQuads; ++qd) {
+    __m512i xb[kR];
+    for (int r = 0; r < kR; ++r) xb[r] = Broadcast4(xq[r] + 4 * qd);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i wv = _mm512_load_si512(&w[qd][j]);
+      for (int r = 0; r < kR; ++r) dot[r][j] = _mm512_dpbusd_epi32(dot[r][j], wv, xb[r]);
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    const __m512 d = _mm512_set1_ps(t.x.d[g * t.x.rows + mi + r]);
+    float* row = acc + (mi + r) * lda;
+    for (int j = 0; j < 4; ++j) {
+      const __m512 a = _mm512_load_ps(row + 16 * j);
+      _mm512_store_ps(row + 16 * j,
+                      _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][j]), _mm512_mul_ps(sc[j], d), a));
+    }
+  }
+}
+
+// kRows: stored rows per sweep over the columns (a divisor of the group's stored rows).
+template <Format kFmt, int kRows>
+void Q8TaskT(const Q8Task& t) {
+  constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+  static_assert(kStoredRows % kRows == 0 && kRows % 4 == 0, "bands of whole 4-row sets");
+  constexpr int kBands = kStoredRows / kRows;
+  constexpr int kQuads = kFmt == Format::kInt8 ? kRows / 4 : kRows / 2;
+  const int64_t chunks = (t.cols + kChunk - 1) / kChunk;
+  const int64_t lda = chunks * kChunk + 16;  // padded: rows 4 KiB apart would share L1 sets
+  for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + chunks * kChunk, 0.0f);
+  const float unit = kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f;
+  alignas(64) __m512i w[kQuads][4];
+  for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
+    const int64_t g = g0 / kQ8Group;
+    const float* srow = t.scale + (g0 / t.block_size) * t.lds + t.n0;
+    const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
+    for (int band = 0; band < kBands; ++band) {
+      const uint8_t* rows = group + band * kRows * t.ldq;
+      for (int64_t ci = 0; ci < chunks; ++ci) {
+        const int64_t c = ci * kChunk;
+        const int64_t valid = std::min<int64_t>(kChunk, t.cols - c);
+        const __mmask64 mask = valid == kChunk ? ~__mmask64{0} : (__mmask64{1} << valid) - 1;
+        for (int r = 0; r < kRows; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(rows + r * t.ldq + c + kPrefetchAhead),
+                       _MM_HINT_T1);
+        }
+        DecodeChunk<kFmt, kRows>(rows + c, t.ldq, mask, w);
+        __m512 sc[4];
+        for (int j = 0; j < 4; ++j) {
+          sc[j] = _mm512_mul_ps(_mm512_maskz_loadu_ps(LaneMask(valid - 16 * j), srow + c + 16 * j),
+                                _mm512_set1_ps(unit));
+        }
+        TransposeLanes(sc);
+        float* acc = t.acc + c;
+        const int xoff = 4 * kQuads * band;
+        int64_t mi = 0;
+        for (; mi + 4 <= t.m; mi += 4) DotRows<kFmt, 4, kQuads>(t, g, mi, xoff, band == 0, w, sc, acc, lda);
+        for (; mi < t.m; ++mi) DotRows<kFmt, 1, kQuads>(t, g, mi, xoff, band == 0, w, sc, acc, lda);
+      }
+    }
+  }
+  // Back to column order, into y.
+  for (int64_t mi = 0; mi < t.m; ++mi) {
+    for (int64_t c = 0; c < t.cols; c += kChunk) {
+      const float* acc = t.acc + mi * lda + c;
+      __m512 v[4] = {_mm512_load_ps(acc), _mm512_load_ps(acc + 16), _mm512_load_ps(acc + 32),
+                     _mm512_load_ps(acc + 48)};
+      TransposeLanes(v);
+      float* y = t.y + mi * t.ldy + c;
+      for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(y + 16 * j, LaneMask(t.cols - c - 16 * j), v[j]);
+    }
+  }
+}
+
+void Q8TaskAvx512(const Q8Task& t) {
+  const bool narrow = t.m <= kNarrowMaxM;
+  switch (t.fmt) {
+    case Format::kInt8:
+      return narrow ? Q8TaskT<Format::kInt8, kNarrowRows>(t) : Q8TaskT<Format::kInt8, kQ8Group>(t);
+    case Format::kInt4:
+      return narrow ? Q8TaskT<Format::kInt4, kNarrowRows>(t)
+                    : Q8TaskT<Format::kInt4, kQ8Group / 2>(t);
+    case Format::kNf4:
+      return narrow ? Q8TaskT<Format::kNf4, kNarrowRows>(t)
+                    : Q8TaskT<Format::kNf4, kQ8Group / 2>(t);
+  }
+}
+
+// Q8QuantizePortable's arithmetic, 32 values at a time: the same amax, the same 127 / amax
+// and round-to-nearest-even, so the codes are identical. For the nibble-packed formats each
+// eight codes are stored in the order 0 2 4 6 1 3 5 7 (see the file comment).
+void Q8QuantizeAvx512(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
+                      int32_t* sum) {
+  const __m256i order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const bool permute = fmt != Format::kInt8;
+  for (int64_t g = 0; g < k / kQ8Group; ++g) {
+    const float* xg = x + g * kQ8Group;
+    const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float dg = amax / 127.0f;
+    const float inv = dg > 0.0f ? 127.0f / amax : 0.0f;
+    const __m512 s = _mm512_set1_ps(inv);
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, s));
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, s));
+    __m256i codes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(i0)),
+                                            _mm512_cvtepi32_epi8(i1), 1);
+    if (permute) codes = _mm256_shuffle_epi8(codes, order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * rows * kQ8Group), codes);
+    d[g * rows] = dg;
+    sum[g * rows] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+  }
+}
+
+}  // namespace
+
+const KernelTable& Avx512Kernels() {
+  static const KernelTable table = [] {
+    KernelTable t = Avx2Kernels();
+    t.q8_quantize = Q8QuantizeAvx512;
+    t.q8_task = Q8TaskAvx512;
+    t.q8_max_m = int64_t{1} << 40;  // every M: integer products outrun float32 FMAs
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace internal
+}  // namespace jaxcore_cpu
