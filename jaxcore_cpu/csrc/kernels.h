@@ -4,6 +4,7 @@
 #ifndef JAXCORE_CPU_CSRC_KERNELS_H_
 #define JAXCORE_CPU_CSRC_KERNELS_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "qmm.h"
@@ -137,8 +138,24 @@ struct Q8Task {
   int64_t ldy;
 };
 
-// Floats of scratch a q8_task call needs: m rows of the columns rounded up to 64, padded.
-inline int64_t Q8TaskAccFloats(int64_t m, int64_t cols) { return m * ((cols + 63) / 64 * 64 + 16); }
+// A q8_task kernel takes its columns in blocks this wide (a multiple of 64), each over the
+// task's whole K range: m rows of a block's float sums stay within ~32 KiB (L1), while the
+// task's rows of K stay in the TLB from one block to the next.
+inline int64_t Q8TaskBlockCols(int64_t m, int64_t cols) {
+  const int64_t fit = (8192 / (m > 0 ? m : 1) + 63) / 64 * 64;
+  return std::min((cols + 63) / 64 * 64, std::max<int64_t>(64, fit));
+}
+
+// Floats of scratch a q8_task call needs: m rows of a column block, padded, then two groups'
+// decoded codes for the block (512 floats' worth per group and 64 columns).
+inline int64_t Q8TaskAccFloats(int64_t m, int64_t cols) {
+  const int64_t span = Q8TaskBlockCols(m, cols);
+  return m * (span + 16) + span * 16;
+}
+
+// Largest M for which the planner gives a q8_task kernel whole rows of the weight (tasks
+// split K only); larger M splits the columns too, so the per-task partial sums stay small.
+constexpr int64_t kQ8TaskFullWidthMaxM = 16;
 
 struct KernelTable {
   void (*gemv_segment)(const GemvSegment&);

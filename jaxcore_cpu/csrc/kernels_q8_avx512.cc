@@ -72,34 +72,61 @@ inline void Transpose4(__m512i r0, __m512i r1, __m512i r2, __m512i r3, __m512i o
   out[3] = _mm512_unpackhi_epi16(t1, t3);
 }
 
-// Decodes kRows stored rows (a multiple of 4) of one 64-column chunk into unsigned codes:
-// w[qd][j] is quad qd (int8: rows 4 qd..4 qd+3; 4-bit: set qd / 2, low nibbles for even qd,
-// high for odd) of column subset j.
-template <Format kFmt, int kRows>
-inline void DecodeChunk(const uint8_t* rows, int64_t ldq, __mmask64 mask, __m512i (*w)[4]) {
+// Decodes one set of four stored rows of one 64-column chunk into unsigned codes: int8
+// gives one quad per column subset (w[0][j]), the nibble-packed formats two (w[0][j]: low
+// nibbles, w[1][j]: high).
+template <Format kFmt>
+inline void DecodeSet(const uint8_t* p, int64_t ldq, __mmask64 mask, __m512i (*w)[4]) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  alignas(16) uint8_t book[16];
-  for (int i = 0; i < 16; ++i) book[i] = static_cast<uint8_t>(kNf4Int8[i] + 128);
-  const __m512i nf4 = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(book)));
-  for (int set = 0; set < kRows / 4; ++set) {
-    const uint8_t* p = rows + 4 * set * ldq;
-    __m512i t[4];
-    Transpose4(LoadRow(p, mask), LoadRow(p + ldq, mask), LoadRow(p + 2 * ldq, mask),
-               LoadRow(p + 3 * ldq, mask), t);
-    for (int j = 0; j < 4; ++j) {
-      if (kFmt == Format::kInt8) {
-        w[set][j] = _mm512_xor_si512(t[j], flip);
-      } else {
-        __m512i lo = _mm512_and_si512(t[j], nibble);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), nibble);
-        if (kFmt == Format::kNf4) {
-          lo = _mm512_shuffle_epi8(nf4, lo);
-          hi = _mm512_shuffle_epi8(nf4, hi);
-        }
-        w[2 * set][j] = lo;
-        w[2 * set + 1][j] = hi;
+  __m512i t[4];
+  Transpose4(LoadRow(p, mask), LoadRow(p + ldq, mask), LoadRow(p + 2 * ldq, mask),
+             LoadRow(p + 3 * ldq, mask), t);
+  for (int j = 0; j < 4; ++j) {
+    if (kFmt == Format::kInt8) {
+      w[0][j] = _mm512_xor_si512(t[j], flip);
+    } else {
+      __m512i lo = _mm512_and_si512(t[j], nibble);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), nibble);
+      if (kFmt == Format::kNf4) {
+        alignas(16) static const uint8_t kBook[16] = {
+            1,   40,  61,  78,  92,  105, 116, 128,  // kNf4Int8[v] + 128
+            138, 148, 159, 171, 184, 199, 220, 255};
+        const __m512i nf4 =
+            _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kBook)));
+        lo = _mm512_shuffle_epi8(nf4, lo);
+        hi = _mm512_shuffle_epi8(nf4, hi);
       }
+      w[0][j] = lo;
+      w[1][j] = hi;
+    }
+  }
+}
+
+inline __mmask64 ChunkMask(int64_t valid) {
+  return valid >= kChunk ? ~__mmask64{0} : (__mmask64{1} << valid) - 1;
+}
+
+// The scales of a chunk's `valid` columns in the decoder's order (NF4's 1/127 folded in).
+template <Format kFmt>
+inline void ChunkScales(const float* scale, int64_t valid, __m512 sc[4]) {
+  const __m512 unit = _mm512_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = _mm512_mul_ps(_mm512_maskz_loadu_ps(LaneMask(valid - 16 * j), scale + 16 * j), unit);
+  }
+  TransposeLanes(sc);
+}
+
+// The block's sums (decoder order, rows lda floats apart) back to column order, into y.
+inline void StoreColumns(const Q8Task& t, int64_t lda) {
+  for (int64_t mi = 0; mi < t.m; ++mi) {
+    for (int64_t c = 0; c < t.cols; c += kChunk) {
+      const float* acc = t.acc + mi * lda + c;
+      __m512 v[4] = {_mm512_load_ps(acc), _mm512_load_ps(acc + 16), _mm512_load_ps(acc + 32),
+                     _mm512_load_ps(acc + 48)};
+      TransposeLanes(v);
+      float* y = t.y + mi * t.ldy + c;
+      for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(y + 16 * j, LaneMask(t.cols - c - 16 * j), v[j]);
     }
   }
 }
@@ -144,18 +171,21 @@ inline void DotRows(const Q8Task& t, int64_t g, int64_t mi, int xoff, bool first
   }
 }
 
-// kRows: stored rows per sweep over the columns (a divisor of the group's stored rows).
+// Rows of a small-M block: kRows stored rows (a divisor of the group's stored rows) are read
+// across the columns at a time, each chunk decoded just before its products.
 template <Format kFmt, int kRows>
-void Q8TaskT(const Q8Task& t) {
+void Q8TaskNarrow(const Q8Task& t) {
   constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
   static_assert(kStoredRows % kRows == 0 && kRows % 4 == 0, "bands of whole 4-row sets");
   constexpr int kBands = kStoredRows / kRows;
-  constexpr int kQuads = kFmt == Format::kInt8 ? kRows / 4 : kRows / 2;
+  constexpr int kPerSet = kFmt == Format::kInt8 ? 1 : 2;  // quads per set of four rows
+  constexpr int kQuads = kRows / 4 * kPerSet;
   const int64_t chunks = (t.cols + kChunk - 1) / kChunk;
-  const int64_t lda = chunks * kChunk + 16;  // padded: rows 4 KiB apart would share L1 sets
-  for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + chunks * kChunk, 0.0f);
-  const float unit = kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f;
+  const int64_t span = chunks * kChunk;
+  const int64_t lda = span + 16;  // padded: rows 4 KiB apart would share L1 sets
+  for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + span, 0.0f);
   alignas(64) __m512i w[kQuads][4];
+  const uint8_t* end = t.q + (kFmt == Format::kInt8 ? t.r1 : t.r1 >> 1) * t.ldq;
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
     const float* srow = t.scale + (g0 / t.block_size) * t.lds + t.n0;
@@ -165,18 +195,20 @@ void Q8TaskT(const Q8Task& t) {
       for (int64_t ci = 0; ci < chunks; ++ci) {
         const int64_t c = ci * kChunk;
         const int64_t valid = std::min<int64_t>(kChunk, t.cols - c);
-        const __mmask64 mask = valid == kChunk ? ~__mmask64{0} : (__mmask64{1} << valid) - 1;
-        for (int r = 0; r < kRows; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(rows + r * t.ldq + c + kPrefetchAhead),
-                       _MM_HINT_T1);
+        // Into L2, kPrefetchAhead bytes further along the order the block reads its rows in
+        // (columns, then the next band).
+        const int64_t ahead = c + kPrefetchAhead;
+        const uint8_t* next = rows + (ahead / span) * kRows * t.ldq + ahead % span;
+        if (next < end) {
+          for (int r = 0; r < kRows; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(next + r * t.ldq), _MM_HINT_T1);
+          }
         }
-        DecodeChunk<kFmt, kRows>(rows + c, t.ldq, mask, w);
+        for (int set = 0; set < kRows / 4; ++set) {
+          DecodeSet<kFmt>(rows + 4 * set * t.ldq + c, t.ldq, ChunkMask(valid), &w[kPerSet * set]);
+        }
         __m512 sc[4];
-        for (int j = 0; j < 4; ++j) {
-          sc[j] = _mm512_mul_ps(_mm512_maskz_loadu_ps(LaneMask(valid - 16 * j), srow + c + 16 * j),
-                                _mm512_set1_ps(unit));
-        }
-        TransposeLanes(sc);
+        ChunkScales<kFmt>(srow + c, valid, sc);
         float* acc = t.acc + c;
         const int xoff = 4 * kQuads * band;
         int64_t mi = 0;
@@ -185,30 +217,139 @@ void Q8TaskT(const Q8Task& t) {
       }
     }
   }
-  // Back to column order, into y.
-  for (int64_t mi = 0; mi < t.m; ++mi) {
-    for (int64_t c = 0; c < t.cols; c += kChunk) {
-      const float* acc = t.acc + mi * lda + c;
-      __m512 v[4] = {_mm512_load_ps(acc), _mm512_load_ps(acc + 16), _mm512_load_ps(acc + 32),
-                     _mm512_load_ps(acc + 48)};
-      TransposeLanes(v);
-      float* y = t.y + mi * t.ldy + c;
-      for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(y + 16 * j, LaneMask(t.cols - c - 16 * j), v[j]);
+  StoreColumns(t, lda);
+}
+
+// acc[r] += scale' * sum over kG consecutive groups (from g) of d[r][group] * (the group's
+// int32 dot of row r with its decoded quads w[gi]): the groups' float sums stay in registers
+// and meet the accumulators once, which halves the float work per group when kG = 2.
+template <Format kFmt, int kR, int kG>
+inline void DotRowsGroups(const Q8Task& t, int64_t g, int64_t mi,
+                          const __m512i (*const w[kG])[4], const __m512 sc[4], float* acc,
+                          int64_t lda) {
+  constexpr int32_t kZero = kFmt == Format::kInt4 ? 8 : 128;
+  constexpr int kQuads = 8;
+  __m512 f[kR][4];
+  for (int gi = 0; gi < kG; ++gi) {
+    const int64_t at = (g + gi) * t.x.rows + mi;
+    __m512i dot[kR][4];
+    const int8_t* xq[kR];
+    for (int r = 0; r < kR; ++r) {
+      const __m512i start = _mm512_set1_epi32(-kZero * t.x.sum[at + r]);
+      for (int j = 0; j < 4; ++j) dot[r][j] = start;
+      xq[r] = t.x.q + (at + r) * kQ8Group;
+    }
+#pragma GCC unroll 8
+    for (int qd = 0; qd < kQuads; ++qd) {
+      __m512i xb[kR];
+      for (int r = 0; r < kR; ++r) xb[r] = Broadcast4(xq[r] + 4 * qd);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i wv = _mm512_load_si512(&w[gi][qd][j]);
+        for (int r = 0; r < kR; ++r) dot[r][j] = _mm512_dpbusd_epi32(dot[r][j], wv, xb[r]);
+      }
+    }
+    for (int r = 0; r < kR; ++r) {
+      const __m512 d = _mm512_set1_ps(t.x.d[at + r]);
+      for (int j = 0; j < 4; ++j) {
+        const __m512 v = _mm512_cvtepi32_ps(dot[r][j]);
+        f[r][j] = gi == 0 ? _mm512_mul_ps(v, d) : _mm512_fmadd_ps(v, d, f[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    float* row = acc + (mi + r) * lda;
+    for (int j = 0; j < 4; ++j) {
+      _mm512_store_ps(row + 16 * j, _mm512_fmadd_ps(f[r][j], sc[j], _mm512_load_ps(row + 16 * j)));
     }
   }
 }
 
-void Q8TaskAvx512(const Q8Task& t) {
+template <Format kFmt, int kG>
+inline void DotAllRows(const Q8Task& t, int64_t g, const __m512i (*const w[kG])[4],
+                       const __m512 sc[4], float* acc, int64_t lda) {
+  int64_t mi = 0;
+  for (; mi + 3 <= t.m; mi += 3) DotRowsGroups<kFmt, 3, kG>(t, g, mi, w, sc, acc, lda);
+  for (; mi < t.m; ++mi) DotRowsGroups<kFmt, 1, kG>(t, g, mi, w, sc, acc, lda);
+}
+
+// A larger-M block: one or two whole groups (two where they share a scale block) are decoded
+// for all the block's columns into the scratch, set of four rows by set, then their products
+// are taken chunk by chunk. Reading one set of four rows across the columns keeps only four
+// lines of an L1 set in flight, where a chunk-by-chunk decode of a whole group would pull 16
+// or 32 lines of one set (rows a page apart) through L1 at once.
+template <Format kFmt>
+void Q8TaskWide(const Q8Task& t) {
+  constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+  constexpr int kPerSet = kFmt == Format::kInt8 ? 1 : 2;
+  const int64_t chunks = (t.cols + kChunk - 1) / kChunk;
+  const int64_t span = chunks * kChunk;
+  const int64_t lda = span + 16;
+  for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + span, 0.0f);
+  // decoded[gi][ci][quad][subset], after the sums in the scratch.
+  __m512i(*decoded)[8][4] = reinterpret_cast<__m512i(*)[8][4]>(t.acc + t.m * lda);
+  const uint8_t* end = t.q + (kFmt == Format::kInt8 ? t.r1 : t.r1 >> 1) * t.ldq;
+  for (int64_t g0 = t.r0; g0 < t.r1;) {
+    const int kg = g0 + 2 * kQ8Group <= t.r1 &&
+                           g0 / t.block_size == (g0 + kQ8Group) / t.block_size ? 2 : 1;
+    const float* srow = t.scale + (g0 / t.block_size) * t.lds + t.n0;
+    const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
+    for (int gi = 0; gi < kg; ++gi) {
+      for (int set = 0; set < kStoredRows / 4; ++set) {
+        const uint8_t* p = group + (gi * kStoredRows + 4 * set) * t.ldq;
+        for (int64_t ci = 0; ci < chunks; ++ci) {
+          const int64_t c = ci * kChunk;
+          DecodeSet<kFmt>(p + c, t.ldq, ChunkMask(std::min<int64_t>(kChunk, t.cols - c)),
+                          &decoded[gi * chunks + ci][kPerSet * set]);
+        }
+      }
+    }
+    const uint8_t* next = group + kg * kStoredRows * t.ldq;
+    for (int64_t ci = 0; ci < chunks; ++ci) {
+      const int64_t c = ci * kChunk;
+      // Into L2, spread over the products so the misses queue a few at a time: this chunk
+      // of the rows read next.
+      if (next + c < end) {
+        for (int r = 0; r < kg * kStoredRows; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + r * t.ldq + c), _MM_HINT_T1);
+        }
+      }
+      __m512 sc[4];
+      ChunkScales<kFmt>(srow + c, std::min<int64_t>(kChunk, t.cols - c), sc);
+      float* acc = t.acc + c;
+      const int64_t g = g0 / kQ8Group;
+      if (kg == 2) {
+        const __m512i(*const w[2])[4] = {decoded[ci], decoded[chunks + ci]};
+        DotAllRows<kFmt, 2>(t, g, w, sc, acc, lda);
+      } else {
+        const __m512i(*const w[1])[4] = {decoded[ci]};
+        DotAllRows<kFmt, 1>(t, g, w, sc, acc, lda);
+      }
+    }
+    g0 += kg * kQ8Group;
+  }
+  StoreColumns(t, lda);
+}
+
+void Q8TaskBlock(const Q8Task& t) {
   const bool narrow = t.m <= kNarrowMaxM;
   switch (t.fmt) {
     case Format::kInt8:
-      return narrow ? Q8TaskT<Format::kInt8, kNarrowRows>(t) : Q8TaskT<Format::kInt8, kQ8Group>(t);
+      return narrow ? Q8TaskNarrow<Format::kInt8, kNarrowRows>(t) : Q8TaskWide<Format::kInt8>(t);
     case Format::kInt4:
-      return narrow ? Q8TaskT<Format::kInt4, kNarrowRows>(t)
-                    : Q8TaskT<Format::kInt4, kQ8Group / 2>(t);
+      return narrow ? Q8TaskNarrow<Format::kInt4, kNarrowRows>(t) : Q8TaskWide<Format::kInt4>(t);
     case Format::kNf4:
-      return narrow ? Q8TaskT<Format::kNf4, kNarrowRows>(t)
-                    : Q8TaskT<Format::kNf4, kQ8Group / 2>(t);
+      return narrow ? Q8TaskNarrow<Format::kNf4, kNarrowRows>(t) : Q8TaskWide<Format::kNf4>(t);
+  }
+}
+
+void Q8TaskAvx512(const Q8Task& t) {
+  const int64_t block = Q8TaskBlockCols(t.m, t.cols);
+  for (int64_t c = 0; c < t.cols; c += block) {
+    Q8Task b = t;
+    b.n0 = t.n0 + c;
+    b.cols = std::min(block, t.cols - c);
+    b.y = t.y + c;
+    Q8TaskBlock(b);
   }
 }
 

@@ -78,6 +78,7 @@ int64_t SplitRows(const Problem& p) {
 // Columns per split-K task: each activation row's partial sums of a task stay in L1.
 int64_t SplitCols(const Problem& p) {
   if (!UsesInt8(p)) return std::min(p.n, kGemvCols);
+  if (Kernels().q8_task && p.m <= internal::kQ8TaskFullWidthMaxM) return p.n;
   return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 64)));
 }
 
