@@ -542,7 +542,9 @@ def assert_int8_close(got, x, w64, what):
 def test_int8_precision_is_close_and_not_float32(case):
     make, _ = CASES[case]
     rng = np.random.default_rng(23)
-    for (m, n), k in [((1, 130), 192), ((5, 65), 128), ((17, 33), 192), ((33, 2100), 64)]:
+    # M = 16 and 5 with N = 1800: whole-row tasks over several column blocks (AVX-512).
+    sizes = [((1, 130), 192), ((5, 1800), 128), ((16, 1800), 256), ((17, 33), 192)]
+    for (m, n), k in sizes + [((33, 2100), 64)]:
         w = make(rng, k, n)
         x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
         exact = jaxcore_cpu.quantized_matmul(
@@ -577,13 +579,28 @@ def test_int8_precision_falls_back_to_float32_where_blocks_do_not_fit():
             for p in ("float32", "int8")
         ]
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(got[1]))
-    w = CASES["int4-b64"][0](rng, 128, 33)  # M > 64 also stays float32
-    x = jnp.asarray(rng.standard_normal((65, 128)), jnp.float32)
-    got = [
-        jaxcore_cpu.quantized_matmul(x, w.qvalue, w.scale, fmt="int4", block_size=64, precision=p)
-        for p in ("float32", "int8")
-    ]
-    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(got[1]))
+
+
+@pytest.mark.parametrize("case", ["int8-channel", "int4-b64", "nf4-b64"])
+def test_int8_precision_above_m64_only_with_avx512(case):
+    # AVX2 and the portable kernels take int8 activations up to M = 64 and run float32
+    # beyond; the AVX-512 VNNI kernels take every M.
+    rng = np.random.default_rng(37)
+    w = CASES[case][0](rng, 128, 70)
+    x = jnp.asarray(rng.standard_normal((70, 128)), jnp.float32)
+    for isa in ISAS:
+        with jaxcore_cpu.set_isa(isa):
+            exact = jaxcore_cpu.quantized_matmul(
+                x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size
+            )
+            got = jaxcore_cpu.quantized_matmul(
+                x, w.qvalue, w.scale, fmt=w.fmt, block_size=w.block_size, precision="int8"
+            )
+        if isa == "avx512":
+            assert_int8_close(got, x, w.dense, f"{case} avx512 m=70")
+            assert np.abs(as64(exact) - as64(got)).max() > 0, case  # the int8 path ran
+        else:
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(exact), err_msg=isa)
 
 
 def test_set_precision_swaps_the_registered_kernel(native_cpu_kernel):

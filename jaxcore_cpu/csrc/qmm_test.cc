@@ -170,6 +170,9 @@ const Case kCases[] = {
     {3, 256, 130, false, 64, 64}, {33, 520, 63, false, 8, 8},  {5, 64, 1, false, 32, 32},
     // Blocks that are multiples of 32, where Precision::kInt8 takes its own kernels.
     {16, 512, 100, false, 128, 64}, {2, 1024, 70, true, 0, 0},  {64, 96, 33, false, 96, 32},
+    // AVX-512 int8 activations: several column blocks (M = 5 and 16), M > 64, a pair of
+    // groups then a lone one in each 96-row block.
+    {5, 128, 1800, false, 64, 64},  {16, 288, 700, false, 96, 32}, {70, 192, 65, false, 96, 64},
 };
 
 struct Operands {
@@ -499,29 +502,36 @@ Problem F32Problem(const Operands& o, float* out, Precision precision) {
 }
 
 // Precision::kInt8 sums integers exactly, so every instruction set must agree with the
-// portable kernels to float32 rounding: a stricter check than the int8 tolerance.
+// portable kernels to float32 rounding: a stricter check than the int8 tolerance. The cases
+// cover narrow (M <= 4) and wide blocks, ragged columns and M = 64 (the most every table
+// takes in int8).
 void CheckInt8AcrossIsas() {
   std::mt19937 rng(7);
   const Isa best = DetectIsa();
-  const Case c = {9, 256, 200, false, 64, 64};
-  for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
-    const Operands o = MakeOperands(fmt, c, false, rng);
-    std::vector<float> out[2];
-    for (int i = 0; i < 2; ++i) {
-      SetIsa(i == 0 ? Isa::kPortable : best);
-      out[i].assign(o.m * o.n, 0.0f);
-      const Problem p = F32Problem(o, out[i].data(), Precision::kInt8);
+  const Case cases[] = {{9, 256, 200, false, 64, 64}, {3, 192, 130, true, 0, 0},
+                        {64, 128, 77, false, 32, 64}};
+  for (const Case& c : cases) {
+    for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+      const Operands o = MakeOperands(fmt, c, false, rng);
+      std::vector<float> ref(o.m * o.n, 0.0f);
+      SetIsa(Isa::kPortable);
       SerialRunner serial;
-      Run(p, Path::kAuto, serial);
-    }
-    double scale = 1e-30;
-    for (float v : out[0]) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-    for (int64_t i = 0; i < o.m * o.n; ++i) {
-      if (std::fabs(out[0][i] - out[1][i]) > 1e-6 * scale) {
-        Fail(std::string("int8 activations: ") + FormatName(fmt) + " " + IsaName(best) +
-             " differs from portable at " + std::to_string(i) + ": " + std::to_string(out[1][i]) +
-             " vs " + std::to_string(out[0][i]));
-        break;
+      Run(F32Problem(o, ref.data(), Precision::kInt8), Path::kAuto, serial);
+      double scale = 1e-30;
+      for (float v : ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+      for (int isa = 1; isa <= static_cast<int>(best); ++isa) {
+        SetIsa(static_cast<Isa>(isa));
+        std::vector<float> out(o.m * o.n, 0.0f);
+        Run(F32Problem(o, out.data(), Precision::kInt8), Path::kAuto, serial);
+        for (int64_t i = 0; i < o.m * o.n; ++i) {
+          if (std::fabs(ref[i] - out[i]) > 1e-6 * scale) {
+            Fail(std::string("int8 activations: ") + FormatName(fmt) + " " +
+                 IsaName(static_cast<Isa>(isa)) + " m=" + std::to_string(o.m) +
+                 " differs from portable at " + std::to_string(i) + ": " +
+                 std::to_string(out[i]) + " vs " + std::to_string(ref[i]));
+            break;
+          }
+        }
       }
     }
   }
