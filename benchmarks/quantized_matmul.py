@@ -139,6 +139,12 @@ def main():
         help="CPU: keep one core busy with another process while timing, to "
         "see how each contender copes with a core it cannot have",
     )
+    parser.add_argument(
+        "--isa",
+        default=None,
+        help="CPU: pin the native kernels to this instruction set (portable, avx2, avx512; "
+        "default: the best the CPU has), e.g. to compare AVX2 and AVX-512 on one machine",
+    )
     plot_tables.add_plot_option(parser)
     args = parser.parse_args()
     plot_tables.check_plot_option(parser, args)
@@ -396,6 +402,8 @@ def _cpu_main(args):
     rotate = int((args.rotate_mb or max(128, 4 * (l3 or 0) / 2**20)) * 2**20)
     model, flags = _cpu_model()
     native, why_not = _native()
+    if native is not None and args.isa:
+        native.set_isa(args.isa)  # raises, naming the choices, where the CPU lacks it
     info = jaxcore.plugins.info()
     print(
         f"machine: {model}; {os.cpu_count()} logical CPUs; {', '.join(flags) or 'no AVX2'}; "

@@ -38,7 +38,9 @@ TARGET_NAME = "jaxcore_cpu_quantized_matmul"
 """The XLA FFI custom-call target the kernels are registered as."""
 
 ISAS: tuple[str, ...] = ("portable", "avx2", "avx512")
-"""Instruction sets the kernels are compiled for, least capable first."""
+"""Instruction sets the kernels are compiled for, least capable first. ``avx512`` needs
+AVX-512 F/BW/VL/DQ and VNNI (Ice Lake and later Intel server cores, AMD Zen 4 and later); its
+table is the AVX2 one with int8-activation kernels built on ``vpdpbusd``."""
 
 BUILD_HINT = "bazel build //jaxcore_cpu:libjaxcore_cpu_kernels.so"
 

@@ -37,8 +37,10 @@ accumulation, equal to ``x @ dequantize(W)`` up to float32 rounding. ``int8`` qu
 activation row to int8 in groups of 32 along K and sums integer products, as llama.cpp's
 CPU kernels do: roughly twice the arithmetic rate where the weights are 4-bit, at a
 relative error of about 1e-3 (worst seen 5e-3 of ``sum |x| |w|``; NF4 codes also round
-to the int8 grid). It applies to weights whose ``block_size`` is a multiple of 32 and to
-M <= 64; other calls run in ``float32``.
+to the int8 grid). It applies to weights whose ``block_size`` is a multiple of 32, and to
+M <= 64 with the AVX2 and portable kernels or to every M with the AVX-512 VNNI ones (which
+multiply 64 byte pairs per instruction, several times the float32 FMA rate); other calls run
+in ``float32``.
 """
 
 _FORMAT_CODES = {"int8": 0, "int4": 1, "nf4": 2}

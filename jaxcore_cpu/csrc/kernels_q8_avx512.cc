@@ -131,6 +131,7 @@ inline void StoreColumns(const Q8Task& t, int64_t lda) {
   }
 }
 
+// Four signed activation bytes broadcast to every int32 lane.
 inline __m512i Broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));

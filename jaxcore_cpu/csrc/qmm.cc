@@ -40,6 +40,16 @@ const KernelTable& Kernels() {
   return internal::PortableKernels();
 }
 
+// Every table SetIsa() could make Kernels() return on this CPU.
+std::vector<const KernelTable*> AvailableKernels() {
+  std::vector<const KernelTable*> tables = {&internal::PortableKernels()};
+#if defined(__x86_64__) || defined(_M_X64)
+  if (DetectIsa() >= Isa::kAvx2) tables.push_back(&internal::Avx2Kernels());
+  if (DetectIsa() >= Isa::kAvx512) tables.push_back(&internal::Avx512Kernels());
+#endif
+  return tables;
+}
+
 inline float Bf16ToF32(uint16_t v) {
   const uint32_t bits = static_cast<uint32_t>(v) << 16;
   float f;
@@ -59,32 +69,34 @@ inline uint16_t F32ToBf16(float f) {
 
 // Path::kGemv doubles as the int8-activation path: both split K into ranges that sum
 // into per-range partial results.
-bool UsesInt8(const Problem& p) {
-  return p.precision == Precision::kInt8 && p.m <= Kernels().q8_max_m &&
+// The planners take the kernel table they plan for: Run() reads the active one once, and
+// WorkspaceBytes() sizes for every table the CPU could switch to (SetIsa) in between.
+bool UsesInt8(const KernelTable& kt, const Problem& p) {
+  return p.precision == Precision::kInt8 && p.m <= kt.q8_max_m &&
          p.block_size % internal::kQ8Group == 0;
 }
 
-Path Resolve(const Problem& p, Path path) {
-  if (UsesInt8(p)) return Path::kGemv;
+Path Resolve(const KernelTable& kt, const Problem& p, Path path) {
+  if (UsesInt8(kt, p)) return Path::kGemv;
   if (path != Path::kAuto) return path;
   return p.m <= internal::kGemvMaxM ? Path::kGemv : Path::kGemm;
 }
 
 // Activation rows one pass of the split-K path handles.
-int64_t SplitRows(const Problem& p) {
-  return UsesInt8(p) ? p.m : std::min<int64_t>(p.m, internal::kGemvMaxM);
+int64_t SplitRows(const KernelTable& kt, const Problem& p) {
+  return UsesInt8(kt, p) ? p.m : std::min<int64_t>(p.m, internal::kGemvMaxM);
 }
 
 // Columns per split-K task: each activation row's partial sums of a task stay in L1.
-int64_t SplitCols(const Problem& p) {
-  if (!UsesInt8(p)) return std::min(p.n, kGemvCols);
-  if (Kernels().q8_task && p.m <= internal::kQ8TaskFullWidthMaxM) return p.n;
+int64_t SplitCols(const KernelTable& kt, const Problem& p) {
+  if (!UsesInt8(kt, p)) return std::min(p.n, kGemvCols);
+  if (kt.q8_task && p.m <= internal::kQ8TaskFullWidthMaxM) return p.n;
   return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 64)));
 }
 
 // Floats of per-worker scratch the split-K path's kernels use.
-int64_t AccFloats(const Problem& p) {
-  const int64_t rows = SplitRows(p), ncols = SplitCols(p);
+int64_t AccFloats(const KernelTable& kt, const Problem& p) {
+  const int64_t rows = SplitRows(kt, p), ncols = SplitCols(kt, p);
   return std::max(rows * (ncols + kAccPad), internal::Q8TaskAccFloats(rows, ncols));
 }
 
@@ -98,11 +110,11 @@ struct GemvSplit {
   int64_t k_tasks;
 };
 
-GemvSplit SplitOf(const Problem& p, int workers) {
+GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   GemvSplit s;
-  s.ncols = SplitCols(p);
+  s.ncols = SplitCols(kt, p);
   s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
-  const int64_t step = UsesInt8(p) ? internal::kQ8Group : kGemvRowStep;
+  const int64_t step = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;
   const int64_t wanted = CeilDiv(kTasksPerWorker * workers, std::max<int64_t>(s.col_tasks, 1));
   const int64_t k_tasks = std::max<int64_t>(1, std::min(wanted, CeilDiv(p.k, 4 * step)));
   s.k_len = std::max(step, RoundUp(CeilDiv(p.k, k_tasks), step));
@@ -140,15 +152,16 @@ struct Buffers {
   int32_t* xsum = nullptr;
 };
 
-Buffers Layout(const Problem& p, Path path, int workers, void* base, size_t* bytes) {
+Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, void* base,
+               size_t* bytes) {
   Carver carve(base);
   Buffers b;
   if (path == Path::kGemv) {
     if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
-    const int64_t rows = SplitRows(p);
-    b.partial = carve.Take<float>(SplitOf(p, workers).k_tasks * rows * p.n);
-    b.acc = carve.Take<float>(workers * RoundUp(AccFloats(p), kAlign / sizeof(float)));
-    if (UsesInt8(p)) {
+    const int64_t rows = SplitRows(kt, p);
+    b.partial = carve.Take<float>(SplitOf(kt, p, workers).k_tasks * rows * p.n);
+    b.acc = carve.Take<float>(workers * RoundUp(AccFloats(kt, p), kAlign / sizeof(float)));
+    if (UsesInt8(kt, p)) {
       b.xq = carve.Take<int8_t>(p.m * p.k);
       b.xd = carve.Take<float>(p.m * p.k / internal::kQ8Group);
       b.xsum = carve.Take<int32_t>(p.m * p.k / internal::kQ8Group);
@@ -175,13 +188,13 @@ void Store(DType dtype, void* out, int64_t index, float v) {
 void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const Buffers& b,
              Runner& runner, const KernelTable& kt) {
   const int workers = runner.max_workers();
-  const bool int8 = UsesInt8(p);
-  const GemvSplit split = SplitOf(p, workers);
+  const bool int8 = UsesInt8(kt, p);
+  const GemvSplit split = SplitOf(kt, p, workers);
   const int64_t ncols = split.ncols;
   const int64_t col_tasks = split.col_tasks;
   const int64_t k_len = split.k_len;
   const int64_t plane = rows * p.n;
-  const int64_t acc_floats = RoundUp(AccFloats(p), kAlign / sizeof(float));
+  const int64_t acc_floats = RoundUp(AccFloats(kt, p), kAlign / sizeof(float));
 
   runner.Parallel(col_tasks * split.k_tasks, [&](int64_t task, int worker) {
     const int64_t n0 = (task % col_tasks) * ncols;
@@ -377,15 +390,19 @@ std::string Validate(const Problem& p) {
 
 size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
   size_t bytes = 0;
-  Layout(p, Resolve(p, path), std::max(1, max_workers), nullptr, &bytes);
+  for (const KernelTable* kt : AvailableKernels()) {
+    size_t table_bytes = 0;
+    Layout(*kt, p, Resolve(*kt, p, path), std::max(1, max_workers), nullptr, &table_bytes);
+    bytes = std::max(bytes, table_bytes);
+  }
   return bytes;
 }
 
 void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
   if (p.m == 0 || p.n == 0) return;
-  path = Resolve(p, path);
   const KernelTable& kt = Kernels();
-  const Buffers b = Layout(p, path, std::max(1, runner.max_workers()), workspace, nullptr);
+  path = Resolve(kt, p, path);
+  const Buffers b = Layout(kt, p, path, std::max(1, runner.max_workers()), workspace, nullptr);
   if (path == Path::kGemm) {
     RunGemm(p, b, runner, kt);
     return;
@@ -398,13 +415,13 @@ void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
     });
     x = b.x32;
   }
-  if (UsesInt8(p)) {
+  if (UsesInt8(kt, p)) {
     runner.Parallel(p.m, [&](int64_t mi, int) {
       kt.q8_quantize(p.fmt, x + mi * p.k, p.k, p.m, b.xq + mi * internal::kQ8Group, b.xd + mi,
                      b.xsum + mi);
     });
   }
-  const int64_t rows = SplitRows(p);
+  const int64_t rows = SplitRows(kt, p);
   for (int64_t m0 = 0; m0 < p.m; m0 += rows) {
     RunGemv(p, x, m0, std::min<int64_t>(rows, p.m - m0), b, runner, kt);
   }

@@ -25,10 +25,12 @@ enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
 // weights, as the dequantize-then-dot reference). kInt8 quantizes each activation row to
 // int8 in groups of 32 along K and sums integer products, as llama.cpp does: about twice
 // the arithmetic rate, at a relative error of a few 1e-3 (NF4 codes also round to int8).
-// It applies where block_size is a multiple of 32 and M <= kInt8MaxM; elsewhere kFloat32.
+// It applies where block_size is a multiple of 32 and, with the AVX2 and portable kernels,
+// M <= kInt8MaxM (AVX-512 VNNI takes every M); elsewhere kFloat32.
 enum class Precision : int32_t { kFloat32 = 0, kInt8 = 1 };
 constexpr int64_t kInt8MaxM = 64;
-// Instruction sets the kernels are compiled for, best last.
+// Instruction sets the kernels are compiled for, best last. kAvx512 needs AVX-512 F, BW, VL,
+// DQ and VNNI.
 enum class Isa : int32_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
 // One quantized matmul. All arrays are dense row-major; the caller owns them.
@@ -78,7 +80,8 @@ Isa ActiveIsa();
 bool SetIsa(Isa isa);
 const char* IsaName(Isa isa);
 
-// Bytes of scratch Run() needs for this problem, path and worker count.
+// Bytes of scratch Run() needs for this problem, path and worker count, whichever instruction
+// set is active when it runs (SetIsa() may change it in between).
 size_t WorkspaceBytes(const Problem& p, Path path, int max_workers);
 
 // Computes the product. `path` kAuto chooses by M. `workspace` must hold

@@ -584,6 +584,32 @@ void CheckScheduleIndependence() {
   }
 }
 
+// WorkspaceBytes() must cover whichever instruction set Run() finds active: a caller sizes
+// the workspace first, and SetIsa() may switch tables (whose int8 plans differ) before the
+// run. Each run writes into exactly the bytes asked for (AddressSanitizer watches the end).
+void CheckWorkspaceCoversEveryIsa() {
+  std::mt19937 rng(13);
+  const Isa best = DetectIsa();
+  // M = 70 runs int8 only with AVX-512 and float32 GEMM (larger scratch) elsewhere.
+  for (const Case& c : {Case{70, 192, 1100, false, 64, 64}, Case{16, 256, 300, false, 64, 64}}) {
+    const Operands o = MakeOperands(Format::kInt4, c, false, rng);
+    std::vector<float> out(o.m * o.n, 0.0f);
+    const Problem p = F32Problem(o, out.data(), Precision::kInt8);
+    ShuffledRunner threads(4, 3);  // every worker's scratch gets used
+    for (int sized = 0; sized <= static_cast<int>(best); ++sized) {
+      SetIsa(static_cast<Isa>(sized));
+      const size_t bytes = WorkspaceBytes(p, Path::kAuto, threads.max_workers());
+      for (int ran = 0; ran <= static_cast<int>(best); ++ran) {
+        SetIsa(static_cast<Isa>(ran));
+        void* ws = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+        Run(p, Path::kAuto, threads, ws);
+        std::free(ws);
+      }
+    }
+  }
+  SetIsa(best);
+}
+
 }  // namespace
 }  // namespace jaxcore_cpu
 
@@ -591,6 +617,7 @@ int main() {
   using namespace jaxcore_cpu;
   CheckInt8AcrossIsas();
   CheckScheduleIndependence();
+  CheckWorkspaceCoversEveryIsa();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   CheckIsaControls();
   CheckValidate();
