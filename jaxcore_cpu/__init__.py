@@ -40,11 +40,12 @@ from ._library import (
     library_path,
     set_isa,
 )
-from ._matmul import PATHS, PRECISIONS, quantized_matmul
+from ._matmul import PATHS, PRECISIONS, quantized_matmul, quantized_matmul_dq
 from ._precision import PRECISION_ENV_VAR, PrecisionSetting, precision, set_precision
 
 __all__ = [
     "DIST_NAME",
+    "DQ_IMPLS",
     "ENV_VAR",
     "IMPLS",
     "ISAS",
@@ -63,6 +64,7 @@ __all__ = [
     "library_path",
     "precision",
     "quantized_matmul",
+    "quantized_matmul_dq",
     "set_isa",
     "set_precision",
 ]
@@ -74,7 +76,14 @@ DIST_NAME: str | None = _build_config.DIST_NAME
 IMPLS = {"cpu": _matmul.IMPLS_BY_PRECISION[precision()]}
 """The implementation registered for each platform served."""
 
+DQ_IMPLS = {"cpu": _matmul.DQ_IMPLS_BY_PRECISION[precision()]}
+"""The implementation of ``jaxcore.kernels``' double-quant kernel (NF4 with compressed
+scales, ``plugin_api.DQ_KERNEL_NAME``) registered for each platform served."""
+
 _register = _plugin_api.plugin_initializer(__name__, PLATFORMS, IMPLS)
+_register_dq = _plugin_api.plugin_initializer(
+    __name__, PLATFORMS, DQ_IMPLS, kernel_name=_plugin_api.DQ_KERNEL_NAME
+)
 
 
 def initialize(platforms: Sequence[str] | None = None) -> None:
@@ -99,6 +108,7 @@ def initialize(platforms: Sequence[str] | None = None) -> None:
             raise _plugins.PluginUnavailable(str(e)) from e
         raise
     _register(platforms)
+    _register_dq(platforms)
 
 
 def describe() -> str:

@@ -35,6 +35,8 @@ ENV_VAR = "JAXCORE_CPU_KERNELS_LIB"
 """Environment variable naming the library to load instead of the bundled one."""
 
 TARGET_NAME = "jaxcore_cpu_quantized_matmul"
+DQ_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq"
+"""The FFI target taking NF4's double-quantized scales (codes, group scales, offset)."""
 """The XLA FFI custom-call target the kernels are registered as."""
 
 ISAS: tuple[str, ...] = ("portable", "avx2", "avx512")
@@ -45,6 +47,7 @@ table is the AVX2 one with int8-activation kernels built on ``vpdpbusd``."""
 BUILD_HINT = "bazel build //jaxcore_cpu:libjaxcore_cpu_kernels.so"
 
 _HANDLER = "JaxcoreCpuQuantizedMatmul"
+_DQ_HANDLER = "JaxcoreCpuQuantizedMatmulDq"
 _HELPERS = ("JaxcoreCpuIsa", "JaxcoreCpuDetectedIsa", "JaxcoreCpuSetIsa")
 
 _lock = threading.Lock()
@@ -164,7 +167,7 @@ def load() -> ctypes.CDLL:
             lib = ctypes.CDLL(path)
         except OSError as e:
             raise RuntimeError(f"cannot load {path}: {e}") from e
-        missing = [s for s in (_HANDLER, *_HELPERS) if not hasattr(lib, s)]
+        missing = [s for s in (_HANDLER, _DQ_HANDLER, *_HELPERS) if not hasattr(lib, s)]
         if missing:
             raise RuntimeError(
                 f"{path} does not export {missing}; it is not a jaxcore CPU kernel library "
@@ -175,9 +178,10 @@ def load() -> ctypes.CDLL:
             fn.restype, fn.argtypes = ctypes.c_char_p, []
         lib.JaxcoreCpuSetIsa.restype = ctypes.c_int
         lib.JaxcoreCpuSetIsa.argtypes = [ctypes.c_char_p]
-        jax.ffi.register_ffi_target(
-            TARGET_NAME, jax.ffi.pycapsule(getattr(lib, _HANDLER)), platform="cpu"
-        )
+        for target, handler in ((TARGET_NAME, _HANDLER), (DQ_TARGET_NAME, _DQ_HANDLER)):
+            jax.ffi.register_ffi_target(
+                target, jax.ffi.pycapsule(getattr(lib, handler)), platform="cpu"
+            )
         _loaded = (lib, path)
         return lib
 

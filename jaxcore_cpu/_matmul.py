@@ -9,7 +9,9 @@ custom call that only this library provides.
 
 The kernels read float32 or bfloat16 activations, the stored codes exactly as
 ``jaxcore.kernels`` lays them out, and float32 block scales, and write float32 or
-bfloat16; other dtypes are converted around the call.
+bfloat16; other dtypes are converted around the call. :func:`quantized_matmul_dq` (a second
+FFI target) takes NF4's double-quantized scales as stored (int8 codes, group scales, offset)
+and expands them inside the call, so no float32 copy is written by XLA on every call.
 """
 
 from __future__ import annotations
@@ -77,6 +79,136 @@ _bind = _plugin_api.platform_primitive(
     ("cpu",),
     fallback_for_export=True,
 )
+
+
+def _ffi_kernel_dq(
+    x, qvalue, codes, group_scale, offset, *, platform, fmt, block_size, out_dtype, path, precision
+):
+    del platform  # only lowered for cpu
+    call = jax.ffi.ffi_call(
+        _library.DQ_TARGET_NAME, jax.ShapeDtypeStruct((x.shape[0], qvalue.shape[1]), out_dtype)
+    )
+    return call(
+        x,
+        qvalue,
+        codes,
+        group_scale,
+        offset,
+        fmt=np.int32(_FORMAT_CODES[fmt]),
+        block_size=np.int64(block_size),
+        path=np.int32(PATHS[path]),
+        precision=np.int32(PRECISIONS[precision]),
+        dq_group=np.int64(_plugin_api.DQ_GROUP_SIZE),
+    )
+
+
+def _reference_dq(x, qvalue, codes, group_scale, offset, **static):
+    scale = _plugin_api.expand_dq_scales(codes, group_scale, offset)
+    return _reference(x, qvalue, scale, **static)
+
+
+_bind_dq = _plugin_api.platform_primitive(
+    "jaxcore_cpu_quantized_matmul_dq",
+    _ffi_kernel_dq,
+    _reference_dq,
+    ("cpu",),
+    fallback_for_export=True,
+)
+
+
+def _check_dq_scales(codes, group_scale, offset) -> None:
+    if codes.ndim != 2 or codes.dtype != np.int8:
+        raise TypeError(
+            f"double-quant scale codes must be a 2-D int8 array, got {codes.dtype} {codes.shape}"
+        )
+    groups = -(-codes.size // _plugin_api.DQ_GROUP_SIZE)
+    if group_scale.shape != (groups,) or not jnp.issubdtype(group_scale.dtype, jnp.floating):
+        raise ValueError(
+            f"group_scale must be a floating ({groups},) array (one per "
+            f"{_plugin_api.DQ_GROUP_SIZE} codes of {codes.shape}), got "
+            f"{group_scale.dtype} {group_scale.shape}"
+        )
+    if np.size(offset) != 1 or not jnp.issubdtype(jnp.result_type(offset), jnp.floating):
+        raise ValueError(f"offset must be one floating value, got shape {np.shape(offset)}")
+
+
+def quantized_matmul_dq(
+    x2d: jax.Array,
+    qvalue: jax.Array,
+    codes: jax.Array,
+    group_scale: jax.Array,
+    offset: jax.Array,
+    *,
+    fmt: str = "nf4",
+    block_size: int,
+    out_dtype=None,
+    path: str = "auto",
+    precision: str = "float32",
+) -> jax.Array:
+    """:func:`quantized_matmul` with NF4's double-quantized block scales as stored.
+
+    ``scale = min(codes * group_scale[i // 256] + offset, float32 max)`` over the flat index
+    ``i`` of ``codes`` (``jaxcore.quant.ArrayNF4.quantize(..., double_quant=True)``'s
+    ``scale``, ``scale_group_scale`` and ``scale_offset``); the kernel expands them into its
+    own workspace, where XLA would write a float32 copy on every call.
+
+    Args:
+      x2d, qvalue, fmt, block_size, out_dtype, path, precision: as :func:`quantized_matmul`.
+      codes: int8 (K // block_size, N) scale codes.
+      group_scale: floating (ceil(codes.size / 256),) group scales (read as float32).
+      offset: one floating value (read as float32).
+
+    Returns:
+      (M, N) array of ``out_dtype``.
+
+    Raises:
+      ValueError, TypeError: operands that break the layout, named.
+    """
+    if path not in PATHS:
+        raise ValueError(f"unknown kernel path {path!r}; expected one of {tuple(PATHS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; expected one of {tuple(PRECISIONS)}")
+    _check_dq_scales(codes, group_scale, offset)
+    spec = jax.ShapeDtypeStruct(codes.shape, jnp.float32)  # the expanded scales' layout
+    problem = _plugin_api.check_problem(x2d, qvalue, spec, fmt=fmt, block_size=block_size)
+    out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x2d.dtype)
+    _library.load()
+    if 0 in (problem.m, problem.n, problem.k):
+        return jnp.zeros((problem.m, problem.n), out_dtype)
+    return _call_dq(
+        x2d,
+        qvalue,
+        codes,
+        jnp.asarray(group_scale, jnp.float32),
+        jnp.reshape(jnp.asarray(offset, jnp.float32), ()),
+        fmt=fmt,
+        block_size=int(block_size),
+        out_dtype=np.dtype(out_dtype),
+        path=path,
+        precision=precision,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "block_size", "out_dtype", "path", "precision"))
+def _call_dq(
+    x2d, qvalue, codes, group_scale, offset, *, fmt, block_size, out_dtype, path, precision
+):
+    if x2d.dtype not in _NATIVE_DTYPES:
+        x2d = x2d.astype(jnp.float32)
+    native_out = out_dtype if out_dtype in _NATIVE_DTYPES else np.dtype(jnp.float32)
+    out = _bind_dq(
+        x2d,
+        qvalue,
+        codes,
+        group_scale,
+        offset,
+        fmt=fmt,
+        block_size=block_size,
+        out_dtype=native_out,
+        path=path,
+        precision=precision,
+    )
+    return out.astype(out_dtype)
 
 
 def quantized_matmul(
@@ -189,5 +321,34 @@ IMPLS_BY_PRECISION: dict[str, Callable[..., jax.Array]] = {
 }
 """One registry implementation per precision. Each is a distinct function, so a trace made
 with one is never replayed for another (jaxcore keys its trace caches on the registry)."""
+
+
+def _make_dq_impl(precision: str) -> Callable[..., jax.Array]:
+    def impl(x2d, qvalue, codes, group_scale, offset, *, fmt: str, block_size: int, out_dtype):
+        return quantized_matmul_dq(
+            x2d,
+            qvalue,
+            codes,
+            group_scale,
+            offset,
+            fmt=fmt,
+            block_size=block_size,
+            out_dtype=out_dtype,
+            precision=precision,
+        )
+
+    impl.__name__ = impl.__qualname__ = f"quantized_matmul_dq_impl_{precision}"
+    impl.__doc__ = f"""Kernel ``{_plugin_api.DQ_KERNEL_NAME}`` for ``"cpu"``, ``precision="{precision}"``.
+
+    ``impl(x2d, qvalue, codes, group_scale, offset, *, fmt, block_size, out_dtype) -> (M, N)``:
+    :func:`quantized_matmul_dq` with ``path="auto"``.
+    """
+    return impl
+
+
+DQ_IMPLS_BY_PRECISION: dict[str, Callable[..., jax.Array]] = {
+    name: _make_dq_impl(name) for name in PRECISIONS
+}
+"""The double-quant kernel's registry implementation per precision (as IMPLS_BY_PRECISION)."""
 
 quantized_matmul_impl = IMPLS_BY_PRECISION["float32"]

@@ -13,13 +13,14 @@ import os
 
 from jaxcore import kernels as _kernels
 
-from ._matmul import IMPLS_BY_PRECISION, PRECISIONS
+from ._matmul import DQ_IMPLS_BY_PRECISION, IMPLS_BY_PRECISION, PRECISIONS
 from ._setting import Setting
 
 PRECISION_ENV_VAR = "JAXCORE_CPU_PRECISION"
 """Environment variable with the initial precision (``float32`` or ``int8``)."""
 
 _KERNEL = "quantized_matmul"
+_DQ_KERNEL = "quantized_matmul_dq"
 
 
 def _initial() -> str:
@@ -46,14 +47,15 @@ class PrecisionSetting(Setting):
 def _apply(name: str) -> None:
     global _current
     _current = name
-    # Swap the registered implementation only where this plugin's is the one registered.
-    registered = _kernels.registered_kernels(_KERNEL).get("cpu")
-    if (
-        registered is not None
-        and registered in IMPLS_BY_PRECISION.values()
-        and registered is not IMPLS_BY_PRECISION[name]
-    ):
-        _kernels.register_kernel(_KERNEL, "cpu", IMPLS_BY_PRECISION[name])
+    # Swap the registered implementations only where this plugin's are the ones registered.
+    for kernel, impls in ((_KERNEL, IMPLS_BY_PRECISION), (_DQ_KERNEL, DQ_IMPLS_BY_PRECISION)):
+        registered = _kernels.registered_kernels(kernel).get("cpu")
+        if (
+            registered is not None
+            and registered in impls.values()
+            and registered is not impls[name]
+        ):
+            _kernels.register_kernel(kernel, "cpu", impls[name])
 
 
 def set_precision(name: str) -> PrecisionSetting:

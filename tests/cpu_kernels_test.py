@@ -288,15 +288,18 @@ def native_cpu_kernel(monkeypatch):
     """The native kernel serves CPU (whatever JAXCORE_PLUGINS said); accelerator kernels
     are taken out so that jit traces one branch; the registry is restored afterwards."""
     monkeypatch.delenv(kernels.INTERPRET_ENV_VAR, raising=False)
-    saved = kernels.registered_kernels("quantized_matmul")
-    for platform in saved:
-        kernels.unregister_kernel("quantized_matmul", platform)
+    names = ("quantized_matmul", "quantized_matmul_dq")
+    saved = {name: kernels.registered_kernels(name) for name in names}
+    for name, impls in saved.items():
+        for platform in impls:
+            kernels.unregister_kernel(name, platform)
     jaxcore_cpu.initialize()
     yield
-    for platform in kernels.registered_kernels("quantized_matmul"):
-        kernels.unregister_kernel("quantized_matmul", platform)
-    for platform, impl in saved.items():
-        kernels.register_kernel("quantized_matmul", platform, impl)
+    for name, impls in saved.items():
+        for platform in kernels.registered_kernels(name):
+            kernels.unregister_kernel(name, platform)
+        for platform, impl in impls.items():
+            kernels.register_kernel(name, platform, impl)
 
 
 def quantized_arrays(w):
@@ -339,7 +342,9 @@ def test_registry_path_and_matmul_operator(native_cpu_kernel, x_name):
     for name, q in quantized_arrays(w).items():
         dense = dense_of(q)
         lowered = jax.jit(kernels.quantized_matmul).lower(x, q).as_text()
-        assert re.search(rf"custom_call @{TARGET}\b", lowered), name  # the native kernel runs
+        # The native kernel runs; double-quantized scales go to its own target, compressed.
+        target = f"{TARGET}_dq" if name == "nf4-dq" else TARGET
+        assert re.search(rf"custom_call @{target}\b", lowered), name
         got = jax.jit(kernels.quantized_matmul)(x, q)
         assert got.dtype == x.dtype
         assert_matches(np.asarray(got).reshape(15, 65), x.reshape(15, 192), dense, x.dtype, name)

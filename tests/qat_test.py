@@ -152,9 +152,11 @@ def test_forward_pass_runs_the_kernel_and_forms_no_dense_weight(fmt):
     uses = lambda x, q: jax.nn.relu(x @ q) + (q.T @ x.T).T + jnp.einsum("mk,kn->mn", x, q)
     forward = lambda w, x: implicit(uses)(x, ste(quantize)(w))
     jaxpr = jax.make_jaxpr(forward)(w, x).jaxpr
-    assert "quantized_matmul" in {eqn.primitive.name for eqn in jaxpr.eqns} | {
+    names = {eqn.primitive.name for eqn in jaxpr.eqns} | {
         eqn.primitive.name for e in jaxpr.eqns for sub in _sub_jaxprs(e) for eqn in sub.eqns
     }
+    # (quantized_matmul_dq: double-quantized scales, where a kernel reads them compressed)
+    assert {"quantized_matmul", "quantized_matmul_dq"} & names
     assert _dequantized(jaxpr, set())[0] == [], "the forward pass dequantized the weight"
     # The check has teeth: ste of the materialized weight dequantizes it.
     through_dense = ste(lambda v: quantize(v).materialize())

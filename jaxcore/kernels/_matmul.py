@@ -25,9 +25,14 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from jaxcore import _jax_internals
-from jaxcore.kernels import _batching, _formats, _interpret, _reference, _registry
+from jaxcore.kernels import _batching, _dq_scales, _formats, _interpret, _reference, _registry
 
 KERNEL_NAME = "quantized_matmul"
+DQ_KERNEL_NAME = "quantized_matmul_dq"
+"""Kernels of ``x @ W`` that read NF4's double-quantized scales as stored:
+``impl(x2d, qvalue, codes, group_scale, offset, *, fmt, block_size, out_dtype) -> (M, N)``
+(layout: ``jaxcore.kernels._dq_scales``). Platforms without one expand the scales and run
+their ``quantized_matmul`` kernel."""
 
 
 class _Config(NamedTuple):
@@ -42,6 +47,7 @@ class _Config(NamedTuple):
     out_dtype: np.dtype
     impls: tuple[tuple[str, Callable], ...]
     interpret_on: str | None
+    dq_impls: tuple[tuple[str, Callable], ...] = ()
 
     def returning(self, dtype) -> _Config:
         return self._replace(out_dtype=np.dtype(dtype))
@@ -59,6 +65,21 @@ def _dispatch(x2d, qvalue, scale, cfg: _Config):
         branches["cpu"] = functools.partial(impls[cfg.interpret_on], interpret=True, **static)
     default = functools.partial(_reference.reference_quantized_matmul, **static)
     return jax.lax.platform_dependent(x2d, qvalue, scale, default=default, **branches)
+
+
+def _dispatch_dq(x2d, qvalue, codes, group_scale, offset, cfg: _Config):
+    """`_dispatch` for double-quantized scales: the registered DQ_KERNEL_NAME kernels read
+    them as stored; every other platform expands them and takes `_dispatch`."""
+    static: dict[str, Any] = dict(fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype)
+    branches = {platform: functools.partial(impl, **static) for platform, impl in cfg.dq_impls}
+
+    def expanded(x2d, qvalue, codes, group_scale, offset):
+        scale = _dq_scales.expand_scales(codes, group_scale, offset)
+        return _dispatch(x2d, qvalue, scale, cfg)
+
+    return jax.lax.platform_dependent(
+        x2d, qvalue, codes, group_scale, offset, default=expanded, **branches
+    )
 
 
 def _scale_gradient(a2d, b2d, qvalue, scale_aval, cfg: _Config):
@@ -83,22 +104,30 @@ def _transposed_reference(x2d, qvalue, scale, cfg: _Config):
 # without forming the dense weight.
 _matmul_p = Primitive("quantized_matmul")
 _matmul_t_p = Primitive("quantized_matmul_transposed")
-_FORWARD = {_matmul_p: _dispatch, _matmul_t_p: _transposed_reference}
+# x2d @ W with NF4's double-quantized scales (codes, group scales, offset) as operands, so a
+# kernel that decodes them itself never sees an expanded float32 copy. Linear in x2d; its
+# JVP in the group scales and offset is the plain product with the expanded tangent.
+_matmul_dq_p = Primitive("quantized_matmul_dq")
+_FORWARD: dict[Primitive, Callable[..., Any]] = {
+    _matmul_p: _dispatch,
+    _matmul_t_p: _transposed_reference,
+    _matmul_dq_p: _dispatch_dq,
+}
 _OTHER = {_matmul_p: _matmul_t_p, _matmul_t_p: _matmul_p}
 
 
-def _abstract_eval(prim, x2d, qvalue, scale, *, cfg: _Config):
+def _abstract_eval(prim, x2d, qvalue, *scales, cfg: _Config):
     columns = (
-        qvalue.shape[1] if prim is _matmul_p else _formats.logical_rows(cfg.fmt, qvalue.shape[0])
+        _formats.logical_rows(cfg.fmt, qvalue.shape[0]) if prim is _matmul_t_p else qvalue.shape[1]
     )
     # The result varies over shard_map's manual axes like the operands do (all 2-D, so
     # the base's sharding carries over): the activations' usually, the weight's when only
     # the weight varies.
-    base = next((a for a in (x2d, qvalue, scale) if not _manual_axes_empty(a)), x2d)
+    base = next((a for a in (x2d, qvalue, *scales) if not _manual_axes_empty(a)), x2d)
     out = base.update(shape=(x2d.shape[0], columns), dtype=cfg.out_dtype, weak_type=False)
     # Kernels run in interpret mode call back into Python (an ordered effect): declared,
     # so that jit threads the effect's token through the product.
-    operands = tuple((tuple(a.shape), a.dtype) for a in (x2d, qvalue, scale))
+    operands = tuple((tuple(a.shape), a.dtype) for a in (x2d, qvalue, *scales))
     jaxpr = _forward_jaxpr(prim, cfg, operands, _jax_internals.lowering_context_key())
     return out, jaxpr.effects
 
@@ -122,16 +151,14 @@ def _forward_jaxpr(
     """
     del context
     specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in operands]
-    return jax.make_jaxpr(lambda x2d, qvalue, scale: _FORWARD[prim](x2d, qvalue, scale, cfg))(
-        *specs
-    )
+    return jax.make_jaxpr(lambda *args: _FORWARD[prim](*args, cfg))(*specs)
 
 
-def _lower(prim, ctx, x2d, qvalue, scale, *, cfg: _Config):
+def _lower(prim, ctx, *args, cfg: _Config):
     operands = tuple((tuple(a.shape), a.dtype) for a in ctx.avals_in)
     jaxpr = _forward_jaxpr(prim, cfg, operands, _jax_internals.lowering_context_key())
     fn = jex_core.jaxpr_as_fun(jaxpr)
-    return mlir.lower_fun(fn, multiple_results=True)(ctx, x2d, qvalue, scale)
+    return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
 
 
 @functools.lru_cache(maxsize=256)
@@ -167,19 +194,80 @@ def _transpose(prim, ct, x2d, qvalue, scale, *, cfg: _Config):
     return None, None, None
 
 
-for _prim in (_matmul_p, _matmul_t_p):
+def _zeros_if_zero(tangent, primal):
+    return (
+        jnp.zeros(jnp.shape(primal), jnp.result_type(primal))
+        if type(tangent) is ad.Zero
+        else tangent
+    )
+
+
+def _jvp_dq(primals, tangents, *, cfg: _Config):
+    x2d, qvalue, codes, group_scale, offset = primals
+    dx, _, _, dgroup, doffset = tangents
+    out = _matmul_dq_p.bind(*primals, cfg=cfg)
+    terms = []
+    if type(dx) is not ad.Zero:
+        terms.append(_matmul_dq_p.bind(dx, qvalue, codes, group_scale, offset, cfg=cfg))
+    if type(dgroup) is not ad.Zero or type(doffset) is not ad.Zero:
+        scale, dscale = jax.jvp(
+            functools.partial(_dq_scales.expand_scales, codes),
+            (group_scale, offset),
+            (_zeros_if_zero(dgroup, group_scale), _zeros_if_zero(doffset, offset)),
+        )
+        terms.append(_matmul_p.bind(x2d, qvalue, dscale, cfg=cfg))
+    if not terms:
+        return out, ad.Zero(jax.typeof(out).to_tangent_aval())
+    return out, functools.reduce(jnp.add, terms)
+
+
+def _transpose_dq(ct, x2d, qvalue, codes, group_scale, offset, *, cfg: _Config):
+    # The JVP above is linear in x2d only through this primitive; the scales' part goes
+    # through _matmul_p, whose transpose gives their gradient.
+    if type(ct) is ad.Zero or not ad.is_undefined_primal(x2d):
+        return None, None, None, None, None
+    scale = _dq_scales.expand_scales(codes, group_scale, offset)
+    dx = _matmul_t_p.bind(ct, qvalue, scale, cfg=cfg.returning(x2d.aval.dtype))
+    return dx, None, None, None, None
+
+
+for _prim in (_matmul_p, _matmul_t_p, _matmul_dq_p):
     _prim.def_effectful_abstract_eval(functools.partial(_abstract_eval, _prim))
     _prim.def_impl(lambda *args, _prim=_prim, cfg: _eager(_prim, cfg)(*args))
     mlir.register_lowering(_prim, functools.partial(_lower, _prim))
+    batching.primitive_batchers[_prim] = _batching.matmul_batch_rule(_prim.bind)
+for _prim in (_matmul_p, _matmul_t_p):
     ad.primitive_jvps[_prim] = functools.partial(_jvp, _prim)
     ad.primitive_transposes[_prim] = functools.partial(_transpose, _prim)
-    batching.primitive_batchers[_prim] = _batching.matmul_batch_rule(_prim.bind)
+ad.primitive_jvps[_matmul_dq_p] = _jvp_dq
+ad.primitive_transposes[_matmul_dq_p] = _transpose_dq
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4))
 def _run(x2d, qvalue, scale, cfg: _Config, transposed: bool):
     # A jit boundary: eager calls compile once per configuration and shape, not every time.
     return (_matmul_t_p if transposed else _matmul_p).bind(x2d, qvalue, scale, cfg=cfg)
+
+
+@functools.partial(jax.jit, static_argnums=(5,))
+def _run_dq(x2d, qvalue, codes, group_scale, offset, cfg: _Config):
+    return _matmul_dq_p.bind(x2d, qvalue, codes, group_scale, offset, cfg=cfg)
+
+
+def _double_quant_parts(q):
+    """(codes, group_scale, offset) of a weight with double-quantized 2-D scales, else None."""
+    if not getattr(q, "double_quant", False):
+        return None
+    parts = (q.scale, q.scale_group_scale, q.scale_offset)
+    codes, group_scale, offset = (jnp.asarray(a) for a in parts)
+    if (
+        codes.ndim != 2
+        or codes.dtype != jnp.int8
+        or group_scale.shape != (_dq_scales.group_count(codes.shape),)
+        or jnp.size(offset) != 1
+    ):
+        return None  # not the layout the dq kernels read: expand as before
+    return codes, group_scale.astype(jnp.float32), jnp.reshape(offset, ()).astype(jnp.float32)
 
 
 def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int, tuple[int, int]]:
@@ -191,7 +279,10 @@ def _stored(q) -> tuple[str, int, jax.Array, jax.Array, int, tuple[int, int]]:
             f"fmt, block_size, qvalue and block_scales()); {type(q).__name__} lacks {missing}"
         )
     fmt, block_size, qvalue = q.fmt, q.block_size, q.qvalue
-    scale = q.block_scales()
+    # Double-quantized scales are only expanded where the product needs them (`_apply`);
+    # their shape and dtype suffice for the checks.
+    dq = getattr(q, "double_quant", False)
+    scale = jax.eval_shape(q.block_scales) if dq else q.block_scales()
     k_n = _formats.check_layout(fmt, qvalue, scale, block_size)
     axis = getattr(q, "axis", 0)
     if axis not in (0, 1):
@@ -245,8 +336,18 @@ def _apply(x, q, preferred_element_type, transposed: bool):
     impls = _registry.registered_kernels(KERNEL_NAME)
     interpret_on = _interpret.interpret_platform(KERNEL_NAME, impls)
     cfg = _Config(fmt, int(block_size), out_dtype, tuple(impls.items()), interpret_on)
-    x2d, qvalue, scale = _vary_alike(x2d, qvalue, scale)
-    out = _run(x2d, qvalue, scale, cfg, transposed != (axis == 1))
+    stored_product = transposed == (axis == 1)
+    dq_impls = _registry.registered_kernels(DQ_KERNEL_NAME)
+    dq = _double_quant_parts(q) if stored_product and dq_impls and interpret_on is None else None
+    if dq is not None:
+        cfg = cfg._replace(dq_impls=tuple(dq_impls.items()))
+        x2d, qvalue, *dq = _vary_alike(x2d, qvalue, *dq)
+        out = _run_dq(x2d, qvalue, *dq, cfg)
+    else:
+        if isinstance(scale, jax.ShapeDtypeStruct):  # double-quantized: expand now
+            scale = q.block_scales()
+        x2d, qvalue, scale = _vary_alike(x2d, qvalue, scale)
+        out = _run(x2d, qvalue, scale, cfg, not stored_product)
     return out.reshape(*lead, out.shape[-1])
 
 

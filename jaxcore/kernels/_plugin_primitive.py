@@ -34,13 +34,14 @@ def platform_primitive(
     *,
     fallback_for_export: bool = False,
 ) -> Callable[..., jax.Array]:
-    """Makes ``bind(x, qvalue, scale, **static) -> (M, N)`` for a quantized-matmul kernel.
+    """Makes ``bind(x, qvalue, *scales, **static) -> (M, N)`` for a quantized-matmul kernel.
 
     Args:
       name: the primitive's name (shows in jaxprs).
-      kernel: ``kernel(x, qvalue, scale, *, platform, **static)``; lowered for each of
-        ``platforms`` with that platform's name.
-      fallback: ``fallback(x, qvalue, scale, **static)``; lowered for every other
+      kernel: ``kernel(x, qvalue, *scales, platform, **static)``; lowered for each of
+        ``platforms`` with that platform's name. ``scales`` is the float32 scale array, or
+        (for a kernel of NF4 with double-quantized scales) the codes, group scales and offset.
+      fallback: ``fallback(x, qvalue, *scales, **static)``; lowered for every other
         platform. Same result as ``kernel``.
       platforms: the platforms the kernel lowers for.
       fallback_for_export: lower ``fallback`` on every platform when the program is
@@ -52,7 +53,7 @@ def platform_primitive(
     """
     prim = Primitive(name)
 
-    def abstract_eval(x, qvalue, scale, *, out_dtype, **static):
+    def abstract_eval(x, qvalue, *scales, out_dtype, **static):
         return jax.core.ShapedArray((x.shape[0], qvalue.shape[1]), out_dtype)
 
     def impl(*args, **static):  # eager use: compile for the current backend

@@ -20,6 +20,11 @@ Kernel building blocks:
   * :func:`xla_quantized_matmul`: the dequantize-then-dot path for calls no fused kernel
     serves.
 
+Double-quantized scales (NF4's QLoRA layout):
+  * :data:`DQ_KERNEL_NAME`, :data:`DQ_GROUP_SIZE`, :func:`expand_dq_scales`: the kernel
+    name a plugin registers to read the compressed scales itself, their group size and the
+    reference expansion.
+
 Registration:
   * :func:`quantized_matmul_impls`: the per-platform ``jaxcore.kernels`` entry points,
     binding a primitive that lowers the kernel only for the plugin's platforms
@@ -30,6 +35,9 @@ Nothing here imports Pallas; plugins import it inside their kernels, at first tr
 ``import jaxcore`` stays cheap.
 """
 
+from jaxcore.kernels._dq_scales import GROUP_SIZE as DQ_GROUP_SIZE
+from jaxcore.kernels._dq_scales import expand_scales as expand_dq_scales
+from jaxcore.kernels._matmul import DQ_KERNEL_NAME
 from jaxcore.kernels._plugin_checks import (
     KERNEL_DTYPES,
     Problem,
@@ -48,11 +56,14 @@ from jaxcore.kernels._plugin_registration import plugin_initializer, quantized_m
 from jaxcore.kernels._plugin_tiles import TileOverrides
 
 __all__ = [
+    "DQ_GROUP_SIZE",
+    "DQ_KERNEL_NAME",
     "KERNEL_DTYPES",
     "Problem",
     "TileOverrides",
     "check_problem",
     "codebook_lookup",
+    "expand_dq_scales",
     "nf4_code",
     "nibbles",
     "platform_primitive",

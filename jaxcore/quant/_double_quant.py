@@ -3,7 +3,8 @@
 The float32 absmax costs 32 / block_size bits per weight (0.5 bit at block 64). Storing it
 as int8 codes of ``absmax - offset`` (the offset is the mean absmax, centring the values) with
 one float32 scale per group of `GROUP_SIZE` consecutive blocks brings that to about
-8 / block_size + 32 / (block_size * GROUP_SIZE) bits.
+8 / block_size + 32 / (block_size * GROUP_SIZE) bits. The layout, and its inverse
+`expand_scales`, live in `jaxcore.kernels._dq_scales`, which kernels read.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-GROUP_SIZE = 256
+from jaxcore.kernels._dq_scales import GROUP_SIZE, expand_scales
+
+__all__ = ["GROUP_SIZE", "compress_scales", "expand_scales"]
 
 
 def _group_index(count: int) -> jax.Array:
@@ -48,18 +51,3 @@ def compress_scales(absmax: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]
     safe = jnp.where((group_scale == 0) | poisoned, jnp.float32(1), group_scale)
     codes = jnp.clip(jnp.round(centred / safe[group]), -127, 127).astype(jnp.int8)
     return codes.reshape(absmax.shape), group_scale, offset
-
-
-@jax.jit
-def expand_scales(codes: jax.Array, group_scale: jax.Array, offset: jax.Array) -> jax.Array:
-    """Inverse of `compress_scales`: float32 block scales shaped like ``codes``."""
-    flat = codes.reshape(-1).astype(jnp.float32)
-    # Whole groups as rows times their scale: a broadcast, where indexing the scale of
-    # every entry would be a gather (about 10x slower on CPU, and it runs every call).
-    count = flat.size
-    groups = group_scale.shape[0]
-    padded = jnp.pad(flat, (0, groups * GROUP_SIZE - count)).reshape(groups, GROUP_SIZE)
-    values = (padded * group_scale[:, None] + offset).reshape(-1)[:count]
-    # A finite absmax is at most float32's max; rounding must not turn it into inf (NaN stays).
-    values = jnp.minimum(values, jnp.finfo(jnp.float32).max)
-    return values.reshape(codes.shape)

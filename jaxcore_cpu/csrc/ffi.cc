@@ -1,4 +1,5 @@
-// The XLA FFI handler `JaxcoreCpuQuantizedMatmul` and the C entry points the Python
+// The XLA FFI handlers `JaxcoreCpuQuantizedMatmul` (float32 scales) and
+// `JaxcoreCpuQuantizedMatmulDq` (double-quantized scales) and the C entry points the Python
 // package loads with ctypes. Operand checks here turn bad input into an FFI error (a
 // Python exception naming the problem), never an out-of-bounds read.
 #include <algorithm>
@@ -130,15 +131,18 @@ ffi::Error ReadAttr(const ffi::Dictionary& attrs, const char* name, const T* fal
   return ffi::Error::Success();
 }
 
-ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
-                ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
+// Checks the operands both handlers share (x, qvalue, the result, the attributes) and fills
+// every field of *p but the scales. The scales' expected shape is (K / block_size, N).
+ffi::Error Common(ffi::AnyBuffer x, ffi::AnyBuffer qvalue, ffi::AnyBuffer::Dimensions out_dims,
+                  ffi::DataType ot, void* out, const ffi::Dictionary& attrs, Problem* p,
+                  Path* path) {
   // fmt and block_size are required; path (0 = auto) and precision (0 = float32) optional.
-  int32_t fmt = 0, path = 0, precision = 0;
+  int32_t fmt = 0, path_code = 0, precision = 0;
   int64_t block_size = 0;
   const int32_t zero = 0;
   for (ffi::Error err : {ReadAttr<int32_t>(attrs, "fmt", nullptr, &fmt),
                          ReadAttr<int64_t>(attrs, "block_size", nullptr, &block_size),
-                         ReadAttr<int32_t>(attrs, "path", &zero, &path),
+                         ReadAttr<int32_t>(attrs, "path", &zero, &path_code),
                          ReadAttr<int32_t>(attrs, "precision", &zero, &precision)}) {
     if (err.failure()) return err;
   }
@@ -148,23 +152,19 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
   if (fmt < 0 || fmt > 2) {
     return Invalid("unknown fmt " + std::to_string(fmt) + " (0=int8, 1=int4, 2=nf4)");
   }
-  if (path < 0 || path > 2) {
-    return Invalid("unknown path " + std::to_string(path) + " (0=auto, 1=gemv, 2=gemm)");
+  if (path_code < 0 || path_code > 2) {
+    return Invalid("unknown path " + std::to_string(path_code) + " (0=auto, 1=gemv, 2=gemm)");
   }
   const Format format = static_cast<Format>(fmt);
   const char* fmt_name = fmt == 0 ? "int8" : fmt == 1 ? "int4" : "nf4";
-  if (x.dimensions().size() != 2 || qvalue.dimensions().size() != 2 ||
-      scale.dimensions().size() != 2 || out->dimensions().size() != 2) {
-    return Invalid("x, qvalue, scale and the result must all be 2-D; got x " +
-                   Shape(x.dimensions()) + ", qvalue " + Shape(qvalue.dimensions()) +
-                   ", scale " + Shape(scale.dimensions()) + ", result " +
-                   Shape(out->dimensions()));
+  if (x.dimensions().size() != 2 || qvalue.dimensions().size() != 2 || out_dims.size() != 2) {
+    return Invalid("x, qvalue and the result must all be 2-D; got x " + Shape(x.dimensions()) +
+                   ", qvalue " + Shape(qvalue.dimensions()) + ", result " + Shape(out_dims));
   }
   const auto xt = x.element_type();
   if (xt != ffi::DataType::F32 && xt != ffi::DataType::BF16) {
     return Invalid("x must be float32 or bfloat16");
   }
-  const auto ot = out->element_type();
   if (ot != ffi::DataType::F32 && ot != ffi::DataType::BF16) {
     return Invalid("the result must be float32 or bfloat16");
   }
@@ -173,8 +173,6 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
     return Invalid(std::string(fmt_name) + " qvalue must be " +
                    (format == Format::kInt8 ? "int8" : "uint8 (two 4-bit codes per byte)"));
   }
-  if (scale.element_type() != ffi::DataType::F32) return Invalid("scale must be float32");
-
   const int64_t m = x.dimensions()[0], k = x.dimensions()[1];
   const int64_t rows = qvalue.dimensions()[0], n = qvalue.dimensions()[1];
   const int64_t per_row = format == Format::kInt8 ? 1 : 2;
@@ -187,42 +185,97 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
     return Invalid("block_size=" + std::to_string(block_size) +
                    " must be a positive divisor of K=" + std::to_string(k));
   }
-  if (scale.dimensions()[0] != k / block_size || scale.dimensions()[1] != n) {
-    return Invalid("scale must have shape (K // block_size, N) = (" +
-                   std::to_string(k / block_size) + ", " + std::to_string(n) + "), got " +
-                   Shape(scale.dimensions()));
-  }
-  if (out->dimensions()[0] != m || out->dimensions()[1] != n) {
+  if (out_dims[0] != m || out_dims[1] != n) {
     return Invalid("the result must have shape (M, N) = (" + std::to_string(m) + ", " +
-                   std::to_string(n) + "), got " + Shape(out->dimensions()));
+                   std::to_string(n) + "), got " + Shape(out_dims));
   }
+  p->fmt = format;
+  p->m = m;
+  p->k = k;
+  p->n = n;
+  p->block_size = block_size;
+  p->x = x.untyped_data();
+  p->x_dtype = xt == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
+  p->qvalue = qvalue.untyped_data();
+  p->out = out;
+  p->out_dtype = ot == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
+  p->precision = static_cast<Precision>(precision);
+  *path = static_cast<Path>(path_code);
+  return ffi::Error::Success();
+}
 
-  Problem p;
-  p.fmt = format;
-  p.m = m;
-  p.k = k;
-  p.n = n;
-  p.block_size = block_size;
-  p.x = x.untyped_data();
-  p.x_dtype = xt == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
-  p.qvalue = qvalue.untyped_data();
-  p.scale = static_cast<const float*>(scale.untyped_data());
-  p.out = out->untyped_data();
-  p.out_dtype = ot == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
-  p.precision = static_cast<Precision>(precision);
+// `name`'s shape must be (K / block_size, N).
+ffi::Error CheckScaleShape(const Problem& p, const char* name, ffi::AnyBuffer::Dimensions dims) {
+  if (dims.size() != 2 || dims[0] != p.k / p.block_size || dims[1] != p.n) {
+    return Invalid(std::string(name) + " must have shape (K // block_size, N) = (" +
+                   std::to_string(p.k / p.block_size) + ", " + std::to_string(p.n) + "), got " +
+                   Shape(dims));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error Execute(ffi::ThreadPool& pool, const Problem& p, Path path) {
   if (std::string err = Validate(p); !err.empty()) return Invalid(err);
-  if (m == 0 || n == 0) return ffi::Error::Success();
-
+  if (p.m == 0 || p.n == 0) return ffi::Error::Success();
   PoolRunner runner(&pool);
-  const Path chosen = static_cast<Path>(path);
   // Grow-only per-thread workspace: after the first call of a shape, no allocation.
   thread_local std::vector<char> storage;
-  const size_t bytes = WorkspaceBytes(p, chosen, runner.max_workers()) + 64;
+  const size_t bytes = WorkspaceBytes(p, path, runner.max_workers()) + 64;
   if (storage.size() < bytes) storage.resize(bytes);
   char* base = storage.data();
   base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
-  Run(p, chosen, runner, base);
+  Run(p, path, runner, base);
   return ffi::Error::Success();
+}
+
+ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
+                ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
+  Problem p;
+  Path path;
+  if (ffi::Error err = Common(x, qvalue, out->dimensions(), out->element_type(),
+                              out->untyped_data(), attrs, &p, &path);
+      err.failure()) {
+    return err;
+  }
+  if (ffi::Error err = CheckScaleShape(p, "scale", scale.dimensions()); err.failure()) return err;
+  if (scale.element_type() != ffi::DataType::F32) return Invalid("scale must be float32");
+  p.scale = static_cast<const float*>(scale.untyped_data());
+  return Execute(pool, p, path);
+}
+
+// NF4 with double-quantized scales: int8 codes (K / block_size, N), float32 group scales
+// (one per `dq_group` consecutive codes, row-major) and a float32 offset.
+ffi::Error ImplDq(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
+                  ffi::AnyBuffer codes, ffi::AnyBuffer group_scale, ffi::AnyBuffer offset,
+                  ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
+  Problem p;
+  Path path;
+  if (ffi::Error err = Common(x, qvalue, out->dimensions(), out->element_type(),
+                              out->untyped_data(), attrs, &p, &path);
+      err.failure()) {
+    return err;
+  }
+  int64_t dq_group = 0;
+  if (ffi::Error err = ReadAttr<int64_t>(attrs, "dq_group", nullptr, &dq_group); err.failure()) {
+    return err;
+  }
+  if (ffi::Error err = CheckScaleShape(p, "scale codes", codes.dimensions()); err.failure()) {
+    return err;
+  }
+  if (codes.element_type() != ffi::DataType::S8) return Invalid("scale codes must be int8");
+  if (group_scale.element_type() != ffi::DataType::F32 || group_scale.dimensions().size() != 1) {
+    return Invalid("group_scale must be a 1-D float32 array, got shape " +
+                   Shape(group_scale.dimensions()));
+  }
+  if (offset.element_type() != ffi::DataType::F32 || offset.element_count() != 1) {
+    return Invalid("the scale offset must be one float32, got shape " + Shape(offset.dimensions()));
+  }
+  p.scale_codes = static_cast<const int8_t*>(codes.untyped_data());
+  p.group_scale = static_cast<const float*>(group_scale.untyped_data());
+  p.group_count = group_scale.dimensions()[0];
+  p.dq_group = dq_group;
+  p.scale_offset = *static_cast<const float*>(offset.untyped_data());
+  return Execute(pool, p, path);
 }
 
 }  // namespace
@@ -238,6 +291,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcoreCpuQuantizedMatmul, jaxcore_cpu::Impl,
                                   .Arg<ffi::AnyBuffer>()  // x (M, K)
                                   .Arg<ffi::AnyBuffer>()  // qvalue
                                   .Arg<ffi::AnyBuffer>()  // scale (K / block_size, N)
+                                  .Ret<ffi::AnyBuffer>()  // (M, N)
+                                  .Attrs<ffi::Dictionary>());
+
+extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* JaxcoreCpuQuantizedMatmulDq(
+    XLA_FFI_CallFrame* call_frame);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcoreCpuQuantizedMatmulDq, jaxcore_cpu::ImplDq,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x (M, K)
+                                  .Arg<ffi::AnyBuffer>()  // qvalue
+                                  .Arg<ffi::AnyBuffer>()  // scale codes (K / block_size, N)
+                                  .Arg<ffi::AnyBuffer>()  // group scales
+                                  .Arg<ffi::AnyBuffer>()  // offset ()
                                   .Ret<ffi::AnyBuffer>()  // (M, N)
                                   .Attrs<ffi::Dictionary>());
 

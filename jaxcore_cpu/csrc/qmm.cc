@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -382,13 +383,56 @@ std::string Validate(const Problem& p) {
     err << "block_size=" << p.block_size << " must divide K=" << p.k;
   } else if (packed && p.block_size % 2) {
     err << "4-bit formats need an even block_size, got " << p.block_size;
-  } else if (p.m * p.n > 0 && (!p.out || (p.k > 0 && (!p.x || !p.qvalue || !p.scale)))) {
+  } else if (p.scale_codes && p.dq_group <= 0) {
+    err << "the double-quant group size must be positive, got " << p.dq_group;
+  } else if (p.scale_codes &&
+             p.group_count != CeilDiv(p.k / p.block_size * p.n, p.dq_group)) {
+    err << "double-quant group_scale must hold ceil(K / block_size * N / " << p.dq_group
+        << ") = " << CeilDiv(p.k / p.block_size * p.n, p.dq_group) << " entries, got "
+        << p.group_count;
+  } else if (p.m * p.n > 0 &&
+             (!p.out || (p.k > 0 && (!p.x || !p.qvalue ||
+                                     (p.scale_codes ? !p.group_scale : !p.scale))))) {
     err << "null data pointer for a non-empty operand";
   }
   return err.str();
 }
 
+namespace {
+
+// Bytes of the expanded double-quant scales at the front of the workspace (0 without).
+size_t DqScaleBytes(const Problem& p) {
+  if (!p.scale_codes || p.block_size <= 0) return 0;
+  return static_cast<size_t>(RoundUp(p.k / p.block_size * p.n * int64_t{sizeof(float)}, kAlign));
+}
+
+// Expands double-quantized scales (Problem::scale_codes) into `scale`, in parallel.
+void ExpandDqScales(const Problem& p, float* scale, Runner& runner) {
+  const int64_t count = p.k / p.block_size * p.n;
+  constexpr int64_t kChunk = 16384;
+  runner.Parallel(CeilDiv(count, kChunk), [&](int64_t task, int) {
+    const int64_t i1 = std::min(count, (task + 1) * kChunk);
+    for (int64_t i = task * kChunk; i < i1;) {
+      const int64_t g = i / p.dq_group;
+      const int64_t end = std::min(i1, (g + 1) * p.dq_group);
+      const float gs = p.group_scale[g];
+      for (; i < end; ++i) {
+        float v = static_cast<float>(p.scale_codes[i]) * gs;
+        v = v + p.scale_offset;  // two roundings, as the reference (no fused multiply-add)
+        scale[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
+      }
+    }
+  });
+}
+
+}  // namespace
+
 size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
+  if (p.scale_codes) {
+    Problem plain = p;
+    plain.scale_codes = nullptr;
+    return DqScaleBytes(p) + WorkspaceBytes(plain, path, max_workers);
+  }
   size_t bytes = 0;
   for (const KernelTable* kt : AvailableKernels()) {
     size_t table_bytes = 0;
@@ -400,6 +444,17 @@ size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
 
 void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
   if (p.m == 0 || p.n == 0) return;
+  if (p.scale_codes) {
+    Problem plain = p;
+    plain.scale_codes = nullptr;
+    if (p.k > 0) {
+      float* scale = static_cast<float*>(workspace);
+      ExpandDqScales(p, scale, runner);
+      plain.scale = scale;
+    }
+    Run(plain, path, runner, static_cast<char*>(workspace) + DqScaleBytes(p));
+    return;
+  }
   const KernelTable& kt = Kernels();
   path = Resolve(kt, p, path);
   const Buffers b = Layout(kt, p, path, std::max(1, runner.max_workers()), workspace, nullptr);

@@ -45,6 +45,16 @@ struct Problem {
   void* out = nullptr;           // (m, n) of out_dtype
   DType out_dtype = DType::kF32;
   Precision precision = Precision::kFloat32;
+  // Double-quantized scales (NF4 with QLoRA's compressed absmax), read instead of `scale`
+  // when scale_codes is set. With B = K / block_size and i = b * N + n the flat index:
+  //   scale[b][n] = min(scale_codes[i] * group_scale[i / dq_group] + scale_offset, FLT_MAX)
+  // (jaxcore/kernels/_dq_scales.py is the spec; NaN stays NaN). Run() expands them into its
+  // workspace once per call, so the kernels below read plain float32 scales.
+  const int8_t* scale_codes = nullptr;  // (K / block_size, N)
+  const float* group_scale = nullptr;   // (group_count,)
+  int64_t group_count = 0;              // must be ceil(B * N / dq_group)
+  int64_t dq_group = 256;
+  float scale_offset = 0.0f;
 };
 
 // Runs tasks 0..num_tasks-1, each exactly once, possibly in parallel, and returns when

@@ -471,6 +471,16 @@ void CheckValidate() {
       {"unknown precision", [](Problem& p) { p.precision = static_cast<Precision>(3); }, Format::kInt8},
       {"unknown x dtype", [](Problem& p) { p.x_dtype = static_cast<DType>(5); }, Format::kInt8},
       {"unknown out dtype", [](Problem& p) { p.out_dtype = static_cast<DType>(-2); }, Format::kInt8},
+      // Double-quantized scales: B * N = 2 * 4 codes make one group of 256.
+      {"dq group count 2 for 1 group",
+       [](Problem& p) { p.scale_codes = reinterpret_cast<const int8_t*>(q); p.group_scale = scale; p.group_count = 2; },
+       Format::kNf4},
+      {"dq group size 0",
+       [](Problem& p) { p.scale_codes = reinterpret_cast<const int8_t*>(q); p.group_scale = scale; p.group_count = 1; p.dq_group = 0; },
+       Format::kNf4},
+      {"null dq group scales",
+       [](Problem& p) { p.scale_codes = reinterpret_cast<const int8_t*>(q); p.group_count = 1; p.scale = scale; },
+       Format::kNf4},
   };
   for (const Bad& b : bad) {
     Problem p = valid(b.fmt);
@@ -584,6 +594,63 @@ void CheckScheduleIndependence() {
   }
 }
 
+// Double-quantized scales (Problem::scale_codes) give exactly the result of the float32
+// scales they expand to (the same expansion then the same kernels), on every path, ISA and
+// precision, with groups of 256 straddling scale rows (N = 300) and a NaN group.
+void CheckDoubleQuantScales() {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> code(-127, 127);
+  std::uniform_real_distribution<float> unit(0.001f, 0.01f);
+  const Isa best = DetectIsa();
+  for (const Case& c : {Case{1, 256, 300, false, 64, 64}, Case{16, 512, 300, false, 64, 64},
+                        Case{70, 128, 33, false, 64, 64}}) {
+    const Operands o = MakeOperands(Format::kNf4, c, false, rng);
+    const int64_t count = o.k / o.block * o.n;
+    const int64_t groups = (count + 255) / 256;
+    std::vector<int8_t> codes(count);
+    for (auto& v : codes) v = static_cast<int8_t>(code(rng));
+    std::vector<float> group_scale(groups);
+    for (auto& v : group_scale) v = unit(rng);
+    if (groups > 1) group_scale[1] = std::nanf("");
+    const float offset = 0.05f;
+    Operands expanded = o;
+    for (int64_t i = 0; i < count; ++i) {
+      volatile float product = static_cast<float>(codes[i]) * group_scale[i / 256];
+      const float v = product + offset;
+      expanded.scale[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
+    }
+    for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+      SetIsa(static_cast<Isa>(isa));
+      for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+        for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
+          std::vector<float> want(o.m * o.n), got(o.m * o.n);
+          ThreadRunner threads(3);
+          Run(F32Problem(expanded, want.data(), precision), path, threads);
+          Problem p = F32Problem(o, got.data(), precision);
+          p.scale = nullptr;
+          p.scale_codes = codes.data();
+          p.group_scale = group_scale.data();
+          p.group_count = groups;
+          p.scale_offset = offset;
+          if (std::string err = Validate(p); !err.empty()) Fail("dq problem rejected: " + err);
+          Run(p, path, threads);
+          for (int64_t i = 0; i < o.m * o.n; ++i) {
+            const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+            if (!same) {
+              Fail(std::string("double-quant scales: ") + IsaName(static_cast<Isa>(isa)) + " " +
+                   PathName(path) + " m=" + std::to_string(o.m) + " differs at " +
+                   std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
+                   std::to_string(want[i]));
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
 // WorkspaceBytes() must cover whichever instruction set Run() finds active: a caller sizes
 // the workspace first, and SetIsa() may switch tables (whose int8 plans differ) before the
 // run. Each run writes into exactly the bytes asked for (AddressSanitizer watches the end).
@@ -618,6 +685,7 @@ int main() {
   CheckInt8AcrossIsas();
   CheckScheduleIndependence();
   CheckWorkspaceCoversEveryIsa();
+  CheckDoubleQuantScales();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   CheckIsaControls();
   CheckValidate();
