@@ -49,20 +49,24 @@ _FORMAT_CODES = {"int8": 0, "int4": 1, "nf4": 2}
 _NATIVE_DTYPES = (np.dtype(jnp.float32), np.dtype(jnp.bfloat16))
 
 
-def _ffi_kernel(x, qvalue, scale, *, platform, fmt, block_size, out_dtype, path, precision):
-    del platform  # only lowered for cpu
-    call = jax.ffi.ffi_call(
-        _library.TARGET_NAME, jax.ShapeDtypeStruct((x.shape[0], qvalue.shape[1]), out_dtype)
-    )
-    return call(
+def _ffi(target, x, qvalue, *scales, fmt, block_size, out_dtype, path, precision, **extra):
+    """The custom call of FFI target ``target`` with the attributes both targets read."""
+    shape = jax.ShapeDtypeStruct((x.shape[0], qvalue.shape[1]), out_dtype)
+    return jax.ffi.ffi_call(target, shape)(
         x,
         qvalue,
-        scale,
+        *scales,
         fmt=np.int32(_FORMAT_CODES[fmt]),
         block_size=np.int64(block_size),
         path=np.int32(PATHS[path]),
         precision=np.int32(PRECISIONS[precision]),
+        **extra,
     )
+
+
+def _ffi_kernel(x, qvalue, scale, *, platform, **static):
+    del platform  # only lowered for cpu
+    return _ffi(_library.TARGET_NAME, x, qvalue, scale, **static)
 
 
 def _reference(x, qvalue, scale, *, fmt, block_size, out_dtype, path, precision):
@@ -81,24 +85,11 @@ _bind = _plugin_api.platform_primitive(
 )
 
 
-def _ffi_kernel_dq(
-    x, qvalue, codes, group_scale, offset, *, platform, fmt, block_size, out_dtype, path, precision
-):
+def _ffi_kernel_dq(x, qvalue, codes, group_scale, offset, *, platform, **static):
     del platform  # only lowered for cpu
-    call = jax.ffi.ffi_call(
-        _library.DQ_TARGET_NAME, jax.ShapeDtypeStruct((x.shape[0], qvalue.shape[1]), out_dtype)
-    )
-    return call(
-        x,
-        qvalue,
-        codes,
-        group_scale,
-        offset,
-        fmt=np.int32(_FORMAT_CODES[fmt]),
-        block_size=np.int64(block_size),
-        path=np.int32(PATHS[path]),
-        precision=np.int32(PRECISIONS[precision]),
-        dq_group=np.int64(_plugin_api.DQ_GROUP_SIZE),
+    dq_group = np.int64(_plugin_api.DQ_GROUP_SIZE)
+    return _ffi(
+        _library.DQ_TARGET_NAME, x, qvalue, codes, group_scale, offset, dq_group=dq_group, **static
     )
 
 
@@ -114,6 +105,19 @@ _bind_dq = _plugin_api.platform_primitive(
     ("cpu",),
     fallback_for_export=True,
 )
+
+
+def _native_call(bind, x2d, *operands, out_dtype, **static):
+    """``bind`` with the activations and result in dtypes the kernels read and write."""
+    if x2d.dtype not in _NATIVE_DTYPES:
+        x2d = x2d.astype(jnp.float32)
+    native_out = out_dtype if out_dtype in _NATIVE_DTYPES else np.dtype(jnp.float32)
+    return bind(x2d, *operands, out_dtype=native_out, **static).astype(out_dtype)
+
+
+# Jit boundaries around the binds: eager calls compile once per shape and settings instead
+# of tracing the custom call every time; under an outer jit they are inlined.
+_STATIC = ("fmt", "block_size", "out_dtype", "path", "precision")
 
 
 def _check_dq_scales(codes, group_scale, offset) -> None:
@@ -189,26 +193,7 @@ def quantized_matmul_dq(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("fmt", "block_size", "out_dtype", "path", "precision"))
-def _call_dq(
-    x2d, qvalue, codes, group_scale, offset, *, fmt, block_size, out_dtype, path, precision
-):
-    if x2d.dtype not in _NATIVE_DTYPES:
-        x2d = x2d.astype(jnp.float32)
-    native_out = out_dtype if out_dtype in _NATIVE_DTYPES else np.dtype(jnp.float32)
-    out = _bind_dq(
-        x2d,
-        qvalue,
-        codes,
-        group_scale,
-        offset,
-        fmt=fmt,
-        block_size=block_size,
-        out_dtype=native_out,
-        path=path,
-        precision=precision,
-    )
-    return out.astype(out_dtype)
+_call_dq = jax.jit(functools.partial(_native_call, _bind_dq), static_argnames=_STATIC)
 
 
 def quantized_matmul(
@@ -273,24 +258,7 @@ def quantized_matmul(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("fmt", "block_size", "out_dtype", "path", "precision"))
-def _call(x2d, qvalue, scale, *, fmt, block_size, out_dtype, path, precision):
-    # A jit boundary: eager calls compile once per shape and settings instead of tracing
-    # the custom call every time; under an outer jit it is inlined.
-    if x2d.dtype not in _NATIVE_DTYPES:
-        x2d = x2d.astype(jnp.float32)
-    native_out = out_dtype if out_dtype in _NATIVE_DTYPES else np.dtype(jnp.float32)
-    out = _bind(
-        x2d,
-        qvalue,
-        scale,
-        fmt=fmt,
-        block_size=block_size,
-        out_dtype=native_out,
-        path=path,
-        precision=precision,
-    )
-    return out.astype(out_dtype)
+_call = jax.jit(functools.partial(_native_call, _bind), static_argnames=_STATIC)
 
 
 def _make_impl(precision: str) -> Callable[..., jax.Array]:

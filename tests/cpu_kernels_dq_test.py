@@ -10,10 +10,9 @@ name them, from Python and from the FFI target itself.
 Needs ``libjaxcore_cpu_kernels.so`` as ``cpu_kernels_test`` does.
 """
 
-import os
-
 import jax
 import jax.numpy as jnp
+import kernel_test_util
 import numpy as np
 import pytest
 
@@ -21,15 +20,7 @@ import jaxcore_cpu
 from jaxcore import kernels, quant
 from jaxcore.kernels import plugin_api
 
-try:
-    jaxcore_cpu.isa()  # loads the library and registers its FFI targets
-except jaxcore_cpu.LibraryNotFoundError as e:
-    if os.environ.get("JAXCORE_CPU_KERNELS_REQUIRED", "") not in ("", "0"):
-        raise
-    pytest.skip(f"native CPU kernel library not available: {e}", allow_module_level=True)
-
-if jax.default_backend() != "cpu":
-    pytest.skip("the native kernels serve the CPU backend", allow_module_level=True)
+kernel_test_util.require_native_cpu_kernels()
 
 DQ_TARGET = "jaxcore_cpu_quantized_matmul_dq"
 KERNELS = ("quantized_matmul", plugin_api.DQ_KERNEL_NAME)

@@ -15,7 +15,6 @@ under ``bazel-bin/``, and skips the module when nothing was built.
 
 import dataclasses
 import functools
-import os
 import re
 
 import jax
@@ -27,15 +26,7 @@ import pytest
 import jaxcore_cpu
 from jaxcore import implicit, kernels, plugins, quant
 
-try:
-    jaxcore_cpu.isa()  # loads the library and registers its FFI target
-except jaxcore_cpu.LibraryNotFoundError as e:
-    if os.environ.get("JAXCORE_CPU_KERNELS_REQUIRED", "") not in ("", "0"):
-        raise
-    pytest.skip(f"native CPU kernel library not available: {e}", allow_module_level=True)
-
-if jax.default_backend() != "cpu":
-    pytest.skip("the native kernels serve the CPU backend", allow_module_level=True)
+kernel_test_util.require_native_cpu_kernels()
 
 TARGET = "jaxcore_cpu_quantized_matmul"
 ISAS = jaxcore_cpu.available_isas()

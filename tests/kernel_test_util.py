@@ -11,6 +11,7 @@ relative to |x| @ |W|.
 """
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -152,3 +153,22 @@ def check_bad_override_fails_when_traced(plugin, entry_point, n, fields, match):
         jax.jit(functools.partial(entry_point, fmt="int8", block_size=256, out_dtype=jnp.float32))(
             x, qvalue, scale
         )
+
+
+def require_native_cpu_kernels() -> None:
+    """Skips the calling test module unless jaxcore_cpu's native library loads on a CPU backend.
+
+    A missing library fails instead of skipping under ``JAXCORE_CPU_KERNELS_REQUIRED=1``
+    (Bazel's CPU kernel targets set it, and depend on the library). Loading it registers
+    the FFI targets the tests call directly.
+    """
+    import jaxcore_cpu  # the callers' dependency, not this library's
+
+    try:
+        jaxcore_cpu.isa()
+    except jaxcore_cpu.LibraryNotFoundError as e:
+        if os.environ.get("JAXCORE_CPU_KERNELS_REQUIRED", "") not in ("", "0"):
+            raise
+        pytest.skip(f"native CPU kernel library not available: {e}", allow_module_level=True)
+    if jax.default_backend() != "cpu":
+        pytest.skip("the native kernels serve the CPU backend", allow_module_level=True)
