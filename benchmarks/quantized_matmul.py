@@ -395,6 +395,25 @@ def _ort_sessions(k, n, block, count, accuracy_level):
     return (sessions, packed.nbytes + scales.nbytes, version), None
 
 
+def _native_matmul(native, x, q, *, path, prec):
+    """The native kernel as ``x @ q`` runs it: double-quantized scales go in compressed."""
+    if getattr(q, "double_quant", False):
+        return native.quantized_matmul_dq(
+            x,
+            q.qvalue,
+            q.scale,
+            q.scale_group_scale,
+            q.scale_offset,
+            fmt=q.fmt,
+            block_size=q.block_size,
+            path=path,
+            precision=prec,
+        )
+    return native.quantized_matmul(
+        x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size, path=path, precision=prec
+    )
+
+
 def _cpu_main(args):
     k, n = args.k or 4096, args.n or 4096
     reps = args.reps or 15
@@ -462,18 +481,7 @@ def _cpu_main(args):
     if native is not None:
         for prec in precisions:
             nat[prec] = jax.jit(
-                functools.partial(
-                    lambda x, q, prec: native.quantized_matmul(
-                        x,
-                        q.qvalue,
-                        q.block_scales(),
-                        fmt=q.fmt,
-                        block_size=q.block_size,
-                        path=args.path,
-                        precision=prec,
-                    ),
-                    prec=prec,
-                )
+                functools.partial(_native_matmul, native, path=args.path, prec=prec)
             )
     suffix = {"float32": "", "int8": " i8"}
 
