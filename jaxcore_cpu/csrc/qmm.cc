@@ -29,6 +29,8 @@ constexpr int64_t kGemmDepth = 256;
 constexpr int64_t kAccPad = 16;
 // Tasks per worker the planners aim for, so a busy core simply claims fewer of them.
 constexpr int64_t kTasksPerWorker = 4;
+// Most floats of split-K partial sums a plan for the whole-row int8 kernels may use (8 MiB).
+constexpr int64_t kMaxPartialFloats = int64_t{1} << 21;
 
 int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -113,6 +115,20 @@ struct GemvSplit {
 
 GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   GemvSplit s;
+  if (UsesInt8(kt, p) && kt.q8_task && p.m <= internal::kQ8TaskFullWidthMaxM) {
+    // Whole rows of the weight per task, split along K; with many workers the per-range
+    // partial sums (k_tasks x M x N floats, all read again by the reduction) would outgrow
+    // the product, so past kMaxPartialFloats the columns are split too.
+    const int64_t wanted = kTasksPerWorker * workers;
+    const int64_t fit = std::max<int64_t>(1, kMaxPartialFloats / std::max<int64_t>(1, p.m * p.n));
+    const int64_t k_tasks = std::max<int64_t>(
+        1, std::min({wanted, fit, CeilDiv(p.k, 4 * internal::kQ8Group)}));
+    s.k_len = RoundUp(CeilDiv(p.k, k_tasks), internal::kQ8Group);
+    s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
+    s.ncols = std::min(p.n, RoundUp(CeilDiv(p.n, CeilDiv(wanted, s.k_tasks)), 64));
+    s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
+    return s;
+  }
   s.ncols = SplitCols(kt, p);
   s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
   const int64_t step = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;

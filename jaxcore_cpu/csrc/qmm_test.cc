@@ -568,26 +568,42 @@ class ShuffledRunner final : public Runner {
 };
 
 // The result must not depend on which thread ran which task: the split-K path sums its
-// partial results in a fixed order, so every schedule gives the same bits.
+// partial results in a fixed order, so every schedule gives the same bits. 64 workers make
+// the whole-row int8 plan split the columns as well (M = 16: more tasks than K ranges).
 void CheckScheduleIndependence() {
   std::mt19937 rng(11);
-  const Case c = {3, 1024, 300, false, 64, 64};
-  for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
-    const Operands o = MakeOperands(fmt, c, false, rng);
-    for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
-      std::vector<float> first;
-      for (unsigned seed = 0; seed < 4; ++seed) {
-        std::vector<float> out(o.m * o.n, 0.0f);
-        const Problem p = F32Problem(o, out.data(), precision);
-        ShuffledRunner runner(4, seed);
-        Run(p, Path::kGemv, runner);
-        if (seed == 0) {
-          first = out;
-        } else if (std::memcmp(first.data(), out.data(), sizeof(float) * out.size()) != 0) {
-          Fail(std::string("split-K result depends on the task schedule: ") + FormatName(fmt) +
-               (precision == Precision::kInt8 ? " int8 activations" : " float32") +
-               ", schedule seed " + std::to_string(seed));
-          break;
+  for (const auto& [c, workers] : {std::pair<Case, int>{{3, 1024, 300, false, 64, 64}, 4},
+                                   std::pair<Case, int>{{16, 512, 1000, false, 64, 64}, 64}}) {
+    for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+      const Operands o = MakeOperands(fmt, c, false, rng);
+      for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+        std::vector<float> first;
+        for (unsigned seed = 0; seed < 4; ++seed) {
+          std::vector<float> out(o.m * o.n, 0.0f);
+          const Problem p = F32Problem(o, out.data(), precision);
+          ShuffledRunner runner(workers, seed);
+          Run(p, Path::kGemv, runner);
+          if (seed == 0) {
+            first = out;
+          } else if (std::memcmp(first.data(), out.data(), sizeof(float) * out.size()) != 0) {
+            Fail(std::string("split-K result depends on the task schedule: ") + FormatName(fmt) +
+                 (precision == Precision::kInt8 ? " int8 activations" : " float32") +
+                 ", schedule seed " + std::to_string(seed));
+            break;
+          }
+        }
+        // ... and it is the product: one worker (one task per K range) agrees to rounding.
+        std::vector<float> serial_out(o.m * o.n, 0.0f);
+        SerialRunner serial;
+        Run(F32Problem(o, serial_out.data(), precision), Path::kGemv, serial);
+        double scale = 1e-30;
+        for (float v : serial_out) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+        for (int64_t i = 0; i < o.m * o.n; ++i) {
+          if (std::fabs(first[i] - serial_out[i]) > 1e-5 * scale) {
+            Fail(std::string("split-K plan for ") + std::to_string(workers) + " workers: " +
+                 FormatName(fmt) + " differs from one worker's at " + std::to_string(i));
+            break;
+          }
         }
       }
     }
