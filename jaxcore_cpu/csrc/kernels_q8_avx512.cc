@@ -19,13 +19,23 @@
 // rows {1, 3, 5, 7}: q8_quantize writes each group's activation codes in that order (per
 // eight rows: 0 2 4 6 1 3 5 7), so both halves meet their activations as one broadcast
 // int32. Sums stay in the decoder's column order; the scales are transposed to it per group
-// and the result back to column order once per task (a 4 x 4 transpose of 128-bit lanes).
+// and the result back to column order once per column block (a 4 x 4 transpose of 128-bit
+// lanes).
+//
+// A task (qmm.cc plans them) is a range of K for a range of columns, taken in column blocks
+// whose float sums stay in L1 (Q8TaskBlockCols). Small M reads 8 stored rows across a block
+// at a time, decoding each chunk just before its products; larger M decodes one or two whole
+// groups for the block first (set by set) and then runs 3-row register tiles over them.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "kernels.h"
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (a self-initialized variable),
+// which -Wmaybe-uninitialized reports once they are inlined here (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace jaxcore_cpu {
 namespace internal {
@@ -89,8 +99,10 @@ inline void DecodeSet(const uint8_t* p, int64_t ldq, __mmask64 mask, __m512i (*w
       __m512i lo = _mm512_and_si512(t[j], nibble);
       __m512i hi = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), nibble);
       if (kFmt == Format::kNf4) {
+        // kNf4Int8[v] + 128 (the native test checks every ISA against the portable kernels,
+        // which read kNf4Int8 itself).
         alignas(16) static const uint8_t kBook[16] = {
-            1,   40,  61,  78,  92,  105, 116, 128,  // kNf4Int8[v] + 128
+            1,   40,  61,  78,  92,  105, 116, 128,
             138, 148, 159, 171, 184, 199, 220, 255};
         const __m512i nf4 =
             _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kBook)));
