@@ -120,6 +120,22 @@ def _native_call(bind, x2d, *operands, out_dtype, **static):
 _STATIC = ("fmt", "block_size", "out_dtype", "path", "precision")
 
 
+def _check_settings(path: str, precision: str) -> None:
+    if path not in PATHS:
+        raise ValueError(f"unknown kernel path {path!r}; expected one of {tuple(PATHS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; expected one of {tuple(PRECISIONS)}")
+
+
+def _launch(call, problem, operands, *, block_size, out_dtype, **static) -> jax.Array:
+    """``call(*operands, ...)`` once the library has registered its FFI targets (before
+    anything is compiled); zeros without a call where there is nothing to read or sum."""
+    _library.load()
+    if 0 in (problem.m, problem.n, problem.k):
+        return jnp.zeros((problem.m, problem.n), out_dtype)
+    return call(*operands, block_size=int(block_size), out_dtype=np.dtype(out_dtype), **static)
+
+
 def _check_dq_scales(codes, group_scale, offset) -> None:
     if codes.ndim != 2 or codes.dtype != np.int8:
         raise TypeError(
@@ -168,26 +184,20 @@ def quantized_matmul_dq(
     Raises:
       ValueError, TypeError: operands that break the layout, named.
     """
-    if path not in PATHS:
-        raise ValueError(f"unknown kernel path {path!r}; expected one of {tuple(PATHS)}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; expected one of {tuple(PRECISIONS)}")
+    _check_settings(path, precision)
     _check_dq_scales(codes, group_scale, offset)
     spec = jax.ShapeDtypeStruct(codes.shape, jnp.float32)  # the expanded scales' layout
     problem = _plugin_api.check_problem(x2d, qvalue, spec, fmt=fmt, block_size=block_size)
     out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x2d.dtype)
-    _library.load()
-    if 0 in (problem.m, problem.n, problem.k):
-        return jnp.zeros((problem.m, problem.n), out_dtype)
-    return _call_dq(
-        x2d,
-        qvalue,
-        codes,
-        jnp.asarray(group_scale, jnp.float32),
-        jnp.reshape(jnp.asarray(offset, jnp.float32), ()),
+    group_scale = jnp.asarray(group_scale, jnp.float32)
+    offset = jnp.reshape(jnp.asarray(offset, jnp.float32), ())
+    return _launch(
+        _call_dq,
+        problem,
+        (x2d, qvalue, codes, group_scale, offset),
         fmt=fmt,
-        block_size=int(block_size),
-        out_dtype=np.dtype(out_dtype),
+        block_size=block_size,
+        out_dtype=out_dtype,
         path=path,
         precision=precision,
     )
@@ -236,23 +246,17 @@ def quantized_matmul(
         messages as every jaxcore plugin kernel), or an unknown ``path``.
       LibraryNotFoundError, RuntimeError: the native library cannot be loaded.
     """
-    if path not in PATHS:
-        raise ValueError(f"unknown kernel path {path!r}; expected one of {tuple(PATHS)}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; expected one of {tuple(PRECISIONS)}")
+    _check_settings(path, precision)
     problem, scale, out_dtype = _plugin_api.prepare_operands(
         x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
     )
-    _library.load()  # registers the FFI target before anything is compiled
-    if 0 in (problem.m, problem.n, problem.k):  # nothing to read, or nothing to sum
-        return jnp.zeros((problem.m, problem.n), out_dtype)
-    return _call(
-        x2d,
-        qvalue,
-        scale,
+    return _launch(
+        _call,
+        problem,
+        (x2d, qvalue, scale),
         fmt=fmt,
-        block_size=int(block_size),
-        out_dtype=np.dtype(out_dtype),
+        block_size=block_size,
+        out_dtype=out_dtype,
         path=path,
         precision=precision,
     )

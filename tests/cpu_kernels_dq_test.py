@@ -30,17 +30,9 @@ KERNELS = ("quantized_matmul", plugin_api.DQ_KERNEL_NAME)
 def native_cpu_kernels(monkeypatch):
     """The plugin's kernels serve CPU; the registry is restored afterwards."""
     monkeypatch.delenv(kernels.INTERPRET_ENV_VAR, raising=False)
-    saved = {name: kernels.registered_kernels(name) for name in KERNELS}
-    for name, impls in saved.items():
-        for platform in impls:
-            kernels.unregister_kernel(name, platform)
-    jaxcore_cpu.initialize()
-    yield
-    for name, impls in saved.items():
-        for platform in kernels.registered_kernels(name):
-            kernels.unregister_kernel(name, platform)
-        for platform, fn in impls.items():
-            kernels.register_kernel(name, platform, fn)
+    with kernel_test_util.registry_restored(*KERNELS):
+        jaxcore_cpu.initialize()
+        yield
 
 
 def _weight(rng, k, n, block=64):

@@ -279,18 +279,9 @@ def native_cpu_kernel(monkeypatch):
     """The native kernel serves CPU (whatever JAXCORE_PLUGINS said); accelerator kernels
     are taken out so that jit traces one branch; the registry is restored afterwards."""
     monkeypatch.delenv(kernels.INTERPRET_ENV_VAR, raising=False)
-    names = ("quantized_matmul", "quantized_matmul_dq")
-    saved = {name: kernels.registered_kernels(name) for name in names}
-    for name, impls in saved.items():
-        for platform in impls:
-            kernels.unregister_kernel(name, platform)
-    jaxcore_cpu.initialize()
-    yield
-    for name, impls in saved.items():
-        for platform in kernels.registered_kernels(name):
-            kernels.unregister_kernel(name, platform)
-        for platform, impl in impls.items():
-            kernels.register_kernel(name, platform, impl)
+    with kernel_test_util.registry_restored("quantized_matmul", "quantized_matmul_dq"):
+        jaxcore_cpu.initialize()
+        yield
 
 
 def quantized_arrays(w):

@@ -10,6 +10,7 @@ bfloat16 / float16 activations each product carries at most one rounding of 2**-
 relative to |x| @ |W|.
 """
 
+import contextlib
 import functools
 import os
 
@@ -172,3 +173,21 @@ def require_native_cpu_kernels() -> None:
         pytest.skip(f"native CPU kernel library not available: {e}", allow_module_level=True)
     if jax.default_backend() != "cpu":
         pytest.skip("the native kernels serve the CPU backend", allow_module_level=True)
+
+
+@contextlib.contextmanager
+def registry_restored(*names):
+    """Empties ``jaxcore.kernels``' registrations of kernels ``names`` for the body and puts
+    back exactly what was registered before (the tests register their own)."""
+    saved = {name: kernels.registered_kernels(name) for name in names}
+    for name, impls in saved.items():
+        for platform in impls:
+            kernels.unregister_kernel(name, platform)
+    try:
+        yield
+    finally:
+        for name, impls in saved.items():
+            for platform in kernels.registered_kernels(name):
+                kernels.unregister_kernel(name, platform)
+            for platform, impl in impls.items():
+                kernels.register_kernel(name, platform, impl)

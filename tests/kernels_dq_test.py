@@ -13,6 +13,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import kernel_test_util
 import numpy as np
 import pytest
 
@@ -27,19 +28,14 @@ def _dense64(q) -> np.ndarray:
     codes = np.asarray(q.scale, np.float64).reshape(-1)
     group = np.asarray(q.scale_group_scale, np.float64)[np.arange(codes.size) // 256]
     absmax = (codes * group + float(q.scale_offset)).reshape(q.scale.shape)
-    nf4 = np.asarray(kernels.NF4_CODE, np.float64)
-    packed = np.asarray(q.qvalue)
-    idx = np.empty((packed.shape[0] * 2, packed.shape[1]), np.int64)
-    idx[0::2], idx[1::2] = packed & 0x0F, packed >> 4
-    return nf4[idx] * np.repeat(absmax, q.block_size, axis=0)
+    return kernel_test_util.numpy_dense("nf4", q.qvalue, absmax, q.block_size)
 
 
 @pytest.fixture
 def stand_in(monkeypatch):
     """Registers a jnp kernel for ``quantized_matmul_dq`` on cpu that records each trace;
-    the registry (both kernels) is restored afterwards."""
+    the registry is restored afterwards."""
     monkeypatch.delenv(kernels.INTERPRET_ENV_VAR, raising=False)
-    saved = {name: kernels.registered_kernels(name) for name in ("quantized_matmul", DQ)}
     calls = []
 
     def impl(x2d, qvalue, codes, group_scale, offset, *, fmt, block_size, out_dtype):
@@ -49,15 +45,9 @@ def stand_in(monkeypatch):
             x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
         )
 
-    for platform in saved[DQ]:
-        kernels.unregister_kernel(DQ, platform)
-    kernels.register_kernel(DQ, "cpu", impl)
-    yield calls
-    for name, impls in saved.items():
-        for platform in kernels.registered_kernels(name):
-            kernels.unregister_kernel(name, platform)
-        for platform, fn in impls.items():
-            kernels.register_kernel(name, platform, fn)
+    with kernel_test_util.registry_restored(DQ):
+        kernels.register_kernel(DQ, "cpu", impl)
+        yield calls
 
 
 def _weight(rng, k=256, n=300):

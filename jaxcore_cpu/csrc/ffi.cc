@@ -133,9 +133,10 @@ ffi::Error ReadAttr(const ffi::Dictionary& attrs, const char* name, const T* fal
 
 // Checks the operands both handlers share (x, qvalue, the result, the attributes) and fills
 // every field of *p but the scales. The scales' expected shape is (K / block_size, N).
-ffi::Error Common(ffi::AnyBuffer x, ffi::AnyBuffer qvalue, ffi::AnyBuffer::Dimensions out_dims,
-                  ffi::DataType ot, void* out, const ffi::Dictionary& attrs, Problem* p,
-                  Path* path) {
+ffi::Error Common(ffi::AnyBuffer x, ffi::AnyBuffer qvalue, ffi::Result<ffi::AnyBuffer>& result,
+                  const ffi::Dictionary& attrs, Problem* p, Path* path) {
+  const auto out_dims = result->dimensions();
+  const auto ot = result->element_type();
   // fmt and block_size are required; path (0 = auto) and precision (0 = float32) optional.
   int32_t fmt = 0, path_code = 0, precision = 0;
   int64_t block_size = 0;
@@ -197,7 +198,7 @@ ffi::Error Common(ffi::AnyBuffer x, ffi::AnyBuffer qvalue, ffi::AnyBuffer::Dimen
   p->x = x.untyped_data();
   p->x_dtype = xt == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
   p->qvalue = qvalue.untyped_data();
-  p->out = out;
+  p->out = result->untyped_data();
   p->out_dtype = ot == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
   p->precision = static_cast<Precision>(precision);
   *path = static_cast<Path>(path_code);
@@ -232,11 +233,7 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
                 ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
   Problem p;
   Path path;
-  if (ffi::Error err = Common(x, qvalue, out->dimensions(), out->element_type(),
-                              out->untyped_data(), attrs, &p, &path);
-      err.failure()) {
-    return err;
-  }
+  if (ffi::Error err = Common(x, qvalue, out, attrs, &p, &path); err.failure()) return err;
   if (ffi::Error err = CheckScaleShape(p, "scale", scale.dimensions()); err.failure()) return err;
   if (scale.element_type() != ffi::DataType::F32) return Invalid("scale must be float32");
   p.scale = static_cast<const float*>(scale.untyped_data());
@@ -250,11 +247,7 @@ ffi::Error ImplDq(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
                   ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
   Problem p;
   Path path;
-  if (ffi::Error err = Common(x, qvalue, out->dimensions(), out->element_type(),
-                              out->untyped_data(), attrs, &p, &path);
-      err.failure()) {
-    return err;
-  }
+  if (ffi::Error err = Common(x, qvalue, out, attrs, &p, &path); err.failure()) return err;
   int64_t dq_group = 0;
   if (ffi::Error err = ReadAttr<int64_t>(attrs, "dq_group", nullptr, &dq_group); err.failure()) {
     return err;

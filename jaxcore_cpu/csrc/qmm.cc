@@ -35,23 +35,16 @@ constexpr int64_t kMaxPartialFloats = int64_t{1} << 21;
 int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-const KernelTable& Kernels() {
+// The table SetIsa(isa) makes Kernels() return.
+const KernelTable& KernelsFor(Isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-  if (ActiveIsa() >= Isa::kAvx512) return internal::Avx512Kernels();
-  if (ActiveIsa() >= Isa::kAvx2) return internal::Avx2Kernels();
+  if (isa >= Isa::kAvx512) return internal::Avx512Kernels();
+  if (isa >= Isa::kAvx2) return internal::Avx2Kernels();
 #endif
   return internal::PortableKernels();
 }
 
-// Every table SetIsa() could make Kernels() return on this CPU.
-std::vector<const KernelTable*> AvailableKernels() {
-  std::vector<const KernelTable*> tables = {&internal::PortableKernels()};
-#if defined(__x86_64__) || defined(_M_X64)
-  if (DetectIsa() >= Isa::kAvx2) tables.push_back(&internal::Avx2Kernels());
-  if (DetectIsa() >= Isa::kAvx512) tables.push_back(&internal::Avx512Kernels());
-#endif
-  return tables;
-}
+const KernelTable& Kernels() { return KernelsFor(ActiveIsa()); }
 
 inline float Bf16ToF32(uint16_t v) {
   const uint32_t bits = static_cast<uint32_t>(v) << 16;
@@ -93,14 +86,15 @@ int64_t SplitRows(const KernelTable& kt, const Problem& p) {
 // Columns per split-K task: each activation row's partial sums of a task stay in L1.
 int64_t SplitCols(const KernelTable& kt, const Problem& p) {
   if (!UsesInt8(kt, p)) return std::min(p.n, kGemvCols);
-  if (kt.q8_task && p.m <= internal::kQ8TaskFullWidthMaxM) return p.n;
   return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 64)));
 }
 
-// Floats of per-worker scratch the split-K path's kernels use.
+// Floats of per-worker scratch the split-K path's kernels use. A q8_task kernel blocks its
+// columns itself, so N bounds what any of its plans' tasks needs.
 int64_t AccFloats(const KernelTable& kt, const Problem& p) {
-  const int64_t rows = SplitRows(kt, p), ncols = SplitCols(kt, p);
-  return std::max(rows * (ncols + kAccPad), internal::Q8TaskAccFloats(rows, ncols));
+  const int64_t rows = SplitRows(kt, p);
+  if (UsesInt8(kt, p) && kt.q8_task) return internal::Q8TaskAccFloats(rows, p.n);
+  return rows * (SplitCols(kt, p) + kAccPad);
 }
 
 // How the split-K path divides one pass: column chunks times K ranges. Each K range sums
@@ -450,9 +444,10 @@ size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
     return DqScaleBytes(p) + WorkspaceBytes(plain, path, max_workers);
   }
   size_t bytes = 0;
-  for (const KernelTable* kt : AvailableKernels()) {
+  for (int isa = 0; isa <= static_cast<int>(DetectIsa()); ++isa) {
+    const KernelTable& kt = KernelsFor(static_cast<Isa>(isa));
     size_t table_bytes = 0;
-    Layout(*kt, p, Resolve(*kt, p, path), std::max(1, max_workers), nullptr, &table_bytes);
+    Layout(kt, p, Resolve(kt, p, path), std::max(1, max_workers), nullptr, &table_bytes);
     bytes = std::max(bytes, table_bytes);
   }
   return bytes;
