@@ -340,7 +340,7 @@ def _ort_sessions(k, n, block, count, accuracy_level):
     blocks = k // block
     rng = np.random.default_rng(0)
     options = ort.SessionOptions()
-    options.intra_op_num_threads = os.cpu_count() or 1
+    options.intra_op_num_threads = _usable_cpus()
     options.inter_op_num_threads = 1
     # ORT's workers otherwise spin after each run, taking the cores from the next contender.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -372,12 +372,17 @@ def _ort_sessions(k, n, block, count, accuracy_level):
         model = helper.make_model(
             graph,
             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+            # Opset 17's own IR version: a newer onnx would stamp one an older runtime refuses.
+            ir_version=8,
         )
-        sessions.append(
-            ort.InferenceSession(
-                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        try:
+            sessions.append(
+                ort.InferenceSession(
+                    model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+                )
             )
-        )
+        except Exception as e:  # onnxruntime raises its own (pybind) exception types
+            return None, f"ONNX Runtime MatMulNBits skipped: onnxruntime {ort.__version__}: {e}"
         if i == 0:
             check = (packed, scales)
     # One correctness check: q = nibble - 8 (no zero points given), element 2j in the low
@@ -414,6 +419,14 @@ def _native_matmul(native, x, q, *, path, prec):
     )
 
 
+def _usable_cpus() -> int:
+    """Logical CPUs this process may run on (``taskset`` narrows it; XLA's pool follows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _cpu_main(args):
     k, n = args.k or 4096, args.n or 4096
     reps = args.reps or 15
@@ -425,10 +438,11 @@ def _cpu_main(args):
         native.set_isa(args.isa)  # raises, naming the choices, where the CPU lacks it
     info = jaxcore.plugins.info()
     print(
-        f"machine: {model}; {os.cpu_count()} logical CPUs; {', '.join(flags) or 'no AVX2'}; "
+        f"machine: {model}; {_usable_cpus()} of {os.cpu_count()} logical CPUs usable; "
+        f"{', '.join(flags) or 'no AVX2'}; "
         f"L3 {l3 / 2**20:.0f} MB"
         if l3
-        else f"machine: {model}; {os.cpu_count()} logical CPUs"
+        else f"machine: {model}; {_usable_cpus()} of {os.cpu_count()} logical CPUs usable"
     )
     if native is not None:
         serves = kernels.registered_kernels("quantized_matmul").get("cpu") is native.IMPLS["cpu"]

@@ -16,6 +16,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include "qmm.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -23,6 +27,16 @@ namespace ffi = xla::ffi;
 
 namespace jaxcore_cpu {
 namespace {
+
+// Cores this process may run on: the affinity mask where the OS has one (taskset, cgroup
+// cpusets), which std::thread::hardware_concurrency() ignores.
+int UsableCores() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+#endif
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
 
 // Spreads tasks over XLA's intra-op thread pool. Workers (the calling thread plus up to
 // num_threads pool tasks) claim task indices from one atomic counter, so a core busy with
@@ -35,7 +49,7 @@ class PoolRunner final : public Runner {
       : pool_(pool), helpers_(pool ? static_cast<int>(pool->num_threads()) : 0) {
     // The calling thread works too: more helpers than the other cores only preempt each
     // other, and a preempted worker holding a task delays the whole call by a time slice.
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    static const int cores = UsableCores();  // one system call per process
     if (cores > 0) helpers_ = std::min(helpers_, cores - 1);
     if (helpers_ < 0) helpers_ = 0;
   }

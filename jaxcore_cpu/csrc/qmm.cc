@@ -29,8 +29,16 @@ constexpr int64_t kGemmDepth = 256;
 constexpr int64_t kAccPad = 16;
 // Tasks per worker the planners aim for, so a busy core simply claims fewer of them.
 constexpr int64_t kTasksPerWorker = 4;
-// Most floats of split-K partial sums a plan for the whole-row int8 kernels may use (8 MiB).
-constexpr int64_t kMaxPartialFloats = int64_t{1} << 21;
+// Split-K partial sums (written, then read back by the reduction) stay under
+// 1 / kPartialCapShare of the weight's bytes.
+constexpr int64_t kPartialCapShare = 8;
+// The whole-row int8 plan splits K while its partial sums stay under 1 / kPartialShare of
+// the weight's bytes, and cuts the columns no narrower than kMinTaskCols8 (int8) or
+// kMinTaskCols4 (4-bit) columns unless the cap forces it: narrower, each task's rows span
+// more pages than the TLB holds (measured on Zen 4, M = 4..16).
+constexpr int64_t kPartialShare = 32;
+constexpr int64_t kMinTaskCols8 = 1024;
+constexpr int64_t kMinTaskCols4 = 512;
 
 int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -107,16 +115,34 @@ struct GemvSplit {
   int64_t k_tasks;
 };
 
+// Bytes of the stored weight's codes.
+int64_t WeightBytes(const Problem& p) {
+  return p.fmt == Format::kInt8 ? p.k * p.n : p.k / 2 * p.n;
+}
+
+// Most K ranges whose partial sums (`rows` x N floats each) stay under 1 / `share` of the
+// weight's bytes.
+int64_t KRangesUnder(const Problem& p, int64_t rows, int64_t share) {
+  const int64_t plane_bytes = std::max<int64_t>(1, rows * p.n * int64_t{sizeof(float)});
+  return std::max<int64_t>(1, WeightBytes(p) / (share * plane_bytes));
+}
+
 GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   GemvSplit s;
+  const int64_t wanted = kTasksPerWorker * workers;
   if (UsesInt8(kt, p) && kt.q8_task && p.m <= internal::kQ8TaskFullWidthMaxM) {
-    // Whole rows of the weight per task, split along K; with many workers the per-range
-    // partial sums (k_tasks x M x N floats, all read again by the reduction) would outgrow
-    // the product, so past kMaxPartialFloats the columns are split too.
-    const int64_t wanted = kTasksPerWorker * workers;
-    const int64_t fit = std::max<int64_t>(1, kMaxPartialFloats / std::max<int64_t>(1, p.m * p.n));
+    // Rows of the weight, whole or in wide column chunks, split along K. Every K range
+    // beyond the first adds M x N floats of partial sums that are written and read back
+    // (from memory, when the call before evicted the scratch), so K is split only while
+    // those stay under 1 / kPartialShare of the weight's bytes, or further where the
+    // columns' minimum chunk width would leave workers without kTasksPerWorker tasks, but
+    // never past 1 / kPartialCapShare (narrower chunks instead).
+    const int64_t min_cols = p.fmt == Format::kInt8 ? kMinTaskCols8 : kMinTaskCols4;
+    const int64_t forced = CeilDiv(wanted, CeilDiv(p.n, min_cols));
     const int64_t k_tasks = std::max<int64_t>(
-        1, std::min({wanted, fit, CeilDiv(p.k, 4 * internal::kQ8Group)}));
+        1, std::min({std::max(forced, std::min(wanted, KRangesUnder(p, p.m, kPartialShare))),
+                     KRangesUnder(p, p.m, kPartialCapShare),
+                     CeilDiv(p.k, 4 * internal::kQ8Group)}));
     s.k_len = RoundUp(CeilDiv(p.k, k_tasks), internal::kQ8Group);
     s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
     s.ncols = std::min(p.n, RoundUp(CeilDiv(p.n, CeilDiv(wanted, s.k_tasks)), 64));
@@ -126,8 +152,9 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   s.ncols = SplitCols(kt, p);
   s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
   const int64_t step = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;
-  const int64_t wanted = CeilDiv(kTasksPerWorker * workers, std::max<int64_t>(s.col_tasks, 1));
-  const int64_t k_tasks = std::max<int64_t>(1, std::min(wanted, CeilDiv(p.k, 4 * step)));
+  const int64_t k_tasks = std::max<int64_t>(
+      1, std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)), CeilDiv(p.k, 4 * step),
+                   KRangesUnder(p, SplitRows(kt, p), kPartialCapShare)}));
   s.k_len = std::max(step, RoundUp(CeilDiv(p.k, k_tasks), step));
   s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
   return s;
@@ -281,17 +308,27 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     }
   });
 
-  // Sum the partial buffers into the output in K order, in column chunks.
+  // Sum the partial buffers into the output in K order, one row's column chunk per task.
+  // Each plane's chunk is read contiguously (the prefetchers follow it) and the adds
+  // vectorize; reading the planes element by element instead put one cache miss, to
+  // another core's cache, on every 16 floats.
   constexpr int64_t kReduceCols = 512;
-  runner.Parallel(CeilDiv(p.n, kReduceCols), [&](int64_t task, int) {
-    const int64_t n0 = task * kReduceCols;
-    const int64_t n1 = std::min(p.n, n0 + kReduceCols);
-    for (int64_t mi = 0; mi < rows; ++mi) {
-      for (int64_t n = n0; n < n1; ++n) {
-        float v = 0.0f;
-        for (int64_t t = 0; t < split.k_tasks; ++t) v += b.partial[t * plane + mi * p.n + n];
-        Store(p.out_dtype, p.out, (m0 + mi) * p.n + n, v);
-      }
+  const int64_t chunks = CeilDiv(p.n, kReduceCols);
+  runner.Parallel(rows * chunks, [&](int64_t task, int) {
+    const int64_t mi = task / chunks;
+    const int64_t n0 = (task % chunks) * kReduceCols;
+    const int64_t width = std::min(kReduceCols, p.n - n0);
+    alignas(64) float sum[kReduceCols];
+    std::fill(sum, sum + width, 0.0f);
+    for (int64_t t = 0; t < split.k_tasks; ++t) {
+      const float* src = b.partial + t * plane + mi * p.n + n0;
+      for (int64_t j = 0; j < width; ++j) sum[j] += src[j];
+    }
+    const int64_t at = (m0 + mi) * p.n + n0;
+    if (p.out_dtype == DType::kF32) {
+      std::memcpy(static_cast<float*>(p.out) + at, sum, sizeof(float) * width);
+    } else {
+      for (int64_t j = 0; j < width; ++j) Store(p.out_dtype, p.out, at + j, sum[j]);
     }
   });
 }
@@ -451,6 +488,17 @@ size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
     bytes = std::max(bytes, table_bytes);
   }
   return bytes;
+}
+
+SplitPlan PlanSplit(const Problem& p, Path path, int max_workers) {
+  const KernelTable& kt = Kernels();
+  SplitPlan plan;
+  if (Resolve(kt, p, path) != Path::kGemv) return plan;
+  const GemvSplit s = SplitOf(kt, p, std::max(1, max_workers));
+  plan.col_chunks = s.col_tasks;
+  plan.k_ranges = s.k_tasks;
+  plan.partial_bytes = s.k_tasks * SplitRows(kt, p) * p.n * int64_t{sizeof(float)};
+  return plan;
 }
 
 void Run(const Problem& p, Path path, Runner& runner, void* workspace) {

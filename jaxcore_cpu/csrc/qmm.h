@@ -94,6 +94,16 @@ const char* IsaName(Isa isa);
 // set is active when it runs (SetIsa() may change it in between).
 size_t WorkspaceBytes(const Problem& p, Path path, int max_workers);
 
+// How Run() would divide a problem on the split-K path (the GEMV and int8-activation
+// kernels) under the active instruction set: for tests and tuning.
+struct SplitPlan {
+  int64_t col_chunks = 0;     // column chunks per pass
+  int64_t k_ranges = 0;       // K ranges per pass, each summing into its own partial sums
+  int64_t partial_bytes = 0;  // the partial sums of one pass, written and read back
+};
+// A zero plan where `path` resolves to the GEMM path.
+SplitPlan PlanSplit(const Problem& p, Path path, int max_workers);
+
 // Computes the product. `path` kAuto chooses by M. `workspace` must hold
 // WorkspaceBytes(p, path, runner.max_workers()) bytes, 64-byte aligned.
 void Run(const Problem& p, Path path, Runner& runner, void* workspace);

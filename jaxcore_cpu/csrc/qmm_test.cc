@@ -693,6 +693,44 @@ void CheckWorkspaceCoversEveryIsa() {
   SetIsa(best);
 }
 
+// The split-K partial sums stay a small share of the weight as workers grow: each K
+// range's sums are written and read back once more per call, so a plan that split K 32
+// ways at M = 16 moved as many bytes through its scratch as it read of the weight (and
+// stopped scaling past two cores). Every worker still gets several tasks.
+void CheckPartialSumsStaySmall() {
+  const Isa best = DetectIsa();
+  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+    SetIsa(static_cast<Isa>(isa));
+    for (Format fmt : {Format::kInt8, Format::kInt4}) {
+      for (int64_t m : {1, 4, 16}) {
+        for (int workers : {2, 16, 64}) {
+          Problem p;
+          p.fmt = fmt;
+          p.m = m;
+          p.k = 4096;
+          p.n = 4096;
+          p.block_size = 64;
+          p.precision = Precision::kInt8;
+          const int64_t weight = fmt == Format::kInt8 ? p.k * p.n : p.k / 2 * p.n;
+          const SplitPlan plan = PlanSplit(p, Path::kAuto, workers);
+          const std::string label = std::string(FormatName(fmt)) + " m=" + std::to_string(m) +
+                                    ", " + std::to_string(workers) + " workers, " +
+                                    IsaName(static_cast<Isa>(isa));
+          if (plan.partial_bytes > weight / 4) {
+            Fail("partial sums of " + std::to_string(plan.partial_bytes) + " bytes for a " +
+                 std::to_string(weight) + "-byte weight (" + label + ")");
+          }
+          const int64_t tasks = plan.col_chunks * plan.k_ranges;
+          if (tasks < std::min<int64_t>(2 * workers, 32)) {
+            Fail("only " + std::to_string(tasks) + " tasks (" + label + ")");
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
 }  // namespace
 }  // namespace jaxcore_cpu
 
@@ -701,6 +739,7 @@ int main() {
   CheckInt8AcrossIsas();
   CheckScheduleIndependence();
   CheckWorkspaceCoversEveryIsa();
+  CheckPartialSumsStaySmall();
   CheckDoubleQuantScales();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   CheckIsaControls();
