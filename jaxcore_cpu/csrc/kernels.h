@@ -32,8 +32,9 @@ inline float Unscaled(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, int6
 
 // Columns of one GEMM micro-tile; decoded weight panels are laid out in slivers this wide.
 constexpr int kNr = 16;
-// Largest row count of one GEMM micro-tile.
-constexpr int kMr = 6;
+// Largest row count of one GEMM micro-tile: activations are packed in micro-panels of
+// this many rows. The AVX-512 kernel takes them whole; the AVX2 one in two halves.
+constexpr int kMr = 12;
 // Largest M the GEMV kernel takes (it keeps every activation row's partial sums in L1).
 constexpr int kGemvMaxM = 4;
 
@@ -186,9 +187,11 @@ const KernelTable& PortableKernels();
 #if defined(__x86_64__) || defined(_M_X64)
 const KernelTable& Avx2Kernels();
 void Q8SegmentAvx2(const Q8Segment& s);
-// AVX-512 (F, BW, VL, DQ) with VNNI: the AVX2 float32 kernels plus int8-activation kernels
-// built on vpdpbusd, taking every M.
+// AVX-512 (F, BW, VL, DQ) with VNNI: the AVX2 float32 decoders, a 512-bit float32 GEMM
+// micro-kernel and int8-activation kernels built on vpdpbusd, taking every M.
 const KernelTable& Avx512Kernels();
+void MicroKernelAvx512(int mr, int64_t kc, const float* a, const float* b, float* c,
+                       int64_t ldc, bool accumulate, int cols);
 #endif
 
 }  // namespace internal

@@ -434,10 +434,14 @@ void DecodePanelAvx2(const DecodePanel& d) {
     c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);                  \
   }
 
+// Rows one call of the AVX2 micro-kernel holds in registers (two ymm per row); a kMr-row
+// micro-panel takes two calls over the same sliver.
+constexpr int kAvx2Mr = 6;
+
 template <int MR>
 void MicroKernelT(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                   bool accumulate, int cols) {
-  static_assert(MR >= 1 && MR <= kMr, "micro-tile rows");
+  static_assert(MR >= 1 && MR <= kAvx2Mr, "micro-tile rows");
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
          c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   for (int64_t k = 0; k < kc; ++k) {
@@ -450,7 +454,7 @@ void MicroKernelT(int64_t kc, const float* a, const float* b, float* c, int64_t 
     JAXCORE_ROW(4)
     JAXCORE_ROW(5)
   }
-  const __m256 acc[kMr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+  const __m256 acc[kAvx2Mr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
                               {c30, c31}, {c40, c41}, {c50, c51}};
   for (int i = 0; i < MR; ++i) {
     float* ci = c + i * ldc;
@@ -474,6 +478,13 @@ void MicroKernelT(int64_t kc, const float* a, const float* b, float* c, int64_t 
 
 void MicroKernelAvx2(int mr, int64_t kc, const float* a, const float* b, float* c,
                      int64_t ldc, bool accumulate, int cols) {
+  static_assert(kMr <= 2 * kAvx2Mr, "two calls cover a micro-panel");
+  if (mr > kAvx2Mr) {
+    MicroKernelT<kAvx2Mr>(kc, a, b, c, ldc, accumulate, cols);
+    a += kAvx2Mr;  // the panel's rows stay kMr apart along k
+    c += kAvx2Mr * ldc;
+    mr -= kAvx2Mr;
+  }
   switch (mr) {
     case 1: return MicroKernelT<1>(kc, a, b, c, ldc, accumulate, cols);
     case 2: return MicroKernelT<2>(kc, a, b, c, ldc, accumulate, cols);

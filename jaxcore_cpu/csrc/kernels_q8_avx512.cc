@@ -397,6 +397,7 @@ void Q8QuantizeAvx512(Format fmt, const float* x, int64_t k, int64_t rows, int8_
 const KernelTable& Avx512Kernels() {
   static const KernelTable table = [] {
     KernelTable t = Avx2Kernels();
+    t.microkernel = MicroKernelAvx512;
     t.q8_quantize = Q8QuantizeAvx512;
     t.q8_task = Q8TaskAvx512;
     t.q8_max_m = int64_t{1} << 40;  // every M: integer products outrun float32 FMAs
