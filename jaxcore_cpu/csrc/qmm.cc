@@ -21,9 +21,11 @@ constexpr int64_t kAlign = 64;
 // granularity of its K split.
 constexpr int64_t kGemvCols = 2048;
 constexpr int64_t kGemvRowStep = 4;
-// GEMM: columns per task and rows of K per decoded panel.
-constexpr int64_t kGemmCols = 128;
-constexpr int64_t kGemmDepth = 256;
+// GEMM: columns per task and rows of K per decoded panel (128 KiB, in L2). Narrow tiles
+// give a many-core machine tasks to share; the deep panel halves how often the result
+// tile is read and written back (measured on Zen 4, 2 threads: M = 16 -9 %, M = 256 -2 %).
+constexpr int64_t kGemmCols = 64;
+constexpr int64_t kGemmDepth = 512;
 // Floats of padding per row of a split-K task's scratch sums (rows a multiple of 4 KiB
 // apart would share L1 sets).
 constexpr int64_t kAccPad = 16;
