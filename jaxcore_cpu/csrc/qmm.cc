@@ -4,8 +4,10 @@
 #include "qmm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <sstream>
 #include <vector>
 
@@ -185,6 +187,7 @@ struct Buffers {
   float* apack = nullptr;   // GEMM: activations packed in micro-panels of kMr rows
   float* out32 = nullptr;   // float32 result (bf16 output, GEMM path)
   float* partial = nullptr; // GEMV: per K range, m x n partial sums
+  std::atomic<int64_t>* pending = nullptr;  // GEMV: per column chunk, K ranges still running
   float* acc = nullptr;     // GEMV: per worker, m x kGemvCols segment sums
   float* panel = nullptr;   // GEMM: per worker, one decoded panel
   int8_t* xq = nullptr;       // int8 precision: quantized activations and their groups'
@@ -199,7 +202,9 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
   if (path == Path::kGemv) {
     if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
     const int64_t rows = SplitRows(kt, p);
-    b.partial = carve.Take<float>(SplitOf(kt, p, workers).k_tasks * rows * p.n);
+    const GemvSplit split = SplitOf(kt, p, workers);
+    b.partial = carve.Take<float>(split.k_tasks * rows * p.n);
+    b.pending = carve.Take<std::atomic<int64_t>>(split.col_tasks);
     b.acc = carve.Take<float>(workers * RoundUp(AccFloats(kt, p), kAlign / sizeof(float)));
     if (UsesInt8(kt, p)) {
       b.xq = carve.Take<int8_t>(p.m * p.k);
@@ -223,8 +228,63 @@ void Store(DType dtype, void* out, int64_t index, float v) {
   }
 }
 
+// One split-K task through the per-segment kernels (no q8_task): rows [k0, k1) of K, one
+// scale block at a time, summed into `partial` (rows x N, this task's columns zeroed first).
+void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, const Buffers& b,
+                 const KernelTable& kt, bool int8, float* partial, int64_t n0, int64_t cols,
+                 int64_t ldacc, int64_t k0, int64_t k1, float* acc) {
+  for (int64_t mi = 0; mi < rows; ++mi) {
+    std::memset(partial + mi * p.n + n0, 0, sizeof(float) * cols);
+  }
+  internal::GemvSegment s;
+  s.fmt = p.fmt;
+  s.m = static_cast<int>(rows);
+  s.x = x + m0 * p.k;
+  s.ldx = p.k;
+  s.q = static_cast<const uint8_t*>(p.qvalue);
+  s.ldq = p.n;
+  s.n0 = n0;
+  s.cols = cols;
+  s.acc = acc;
+  s.ldacc = ldacc;
+  s.y = partial + n0;
+  s.ldy = p.n;
+  internal::Q8Segment q;
+  if (int8) {
+    q.fmt = p.fmt;
+    q.m = rows;
+    q.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m};
+    q.q = s.q;
+    q.ldq = p.n;
+    q.n0 = n0;
+    q.cols = cols;
+    q.acc = s.acc;
+    q.y = s.y;
+    q.ldy = p.n;
+  }
+  for (int64_t r0 = k0; r0 < k1;) {
+    const int64_t block = r0 / p.block_size;
+    const int64_t r1 = std::min(k1, (block + 1) * p.block_size);
+    if (int8) {
+      q.r0 = r0;
+      q.r1 = r1;
+      q.scale = p.scale + block * p.n;
+      kt.q8_segment(q);
+    } else {
+      s.r0 = r0;
+      s.r1 = r1;
+      s.scale = p.scale + block * p.n;
+      kt.gemv_segment(s);
+    }
+    r0 = r1;
+  }
+}
+
 // Rows [m0, m0 + rows) of the product on the GEMV path: tasks are (column chunk, K range);
-// each K range sums into its own partial buffer and a second pass adds them in K order.
+// each K range sums into its own partial buffer, and the task that finishes a column
+// chunk's last K range adds the chunk's buffers in K order into the output (whichever
+// thread that is, the sums are the same). With one K range and a float32 result the tasks
+// write the output directly.
 void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const Buffers& b,
              Runner& runner, const KernelTable& kt) {
   const int workers = runner.max_workers();
@@ -235,14 +295,43 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
   const int64_t k_len = split.k_len;
   const int64_t plane = rows * p.n;
   const int64_t acc_floats = RoundUp(AccFloats(kt, p), kAlign / sizeof(float));
+  const bool direct = split.k_tasks == 1 && p.out_dtype == DType::kF32;
+  float* const planes = direct ? static_cast<float*>(p.out) + m0 * p.n : b.partial;
+  if (!direct) {
+    for (int64_t c = 0; c < col_tasks; ++c) new (&b.pending[c]) std::atomic<int64_t>(split.k_tasks);
+  }
+
+  // Sums the chunk's K ranges in K order into the output, in pieces of kReduceCols columns
+  // (each plane's piece read contiguously, the adds vectorized).
+  const auto reduce = [&](int64_t n0, int64_t cols) {
+    constexpr int64_t kReduceCols = 512;
+    alignas(64) float sum[kReduceCols];
+    for (int64_t mi = 0; mi < rows; ++mi) {
+      for (int64_t c0 = n0; c0 < n0 + cols; c0 += kReduceCols) {
+        const int64_t width = std::min(kReduceCols, n0 + cols - c0);
+        std::fill(sum, sum + width, 0.0f);
+        for (int64_t t = 0; t < split.k_tasks; ++t) {
+          const float* src = b.partial + t * plane + mi * p.n + c0;
+          for (int64_t j = 0; j < width; ++j) sum[j] += src[j];
+        }
+        const int64_t at = (m0 + mi) * p.n + c0;
+        if (p.out_dtype == DType::kF32) {
+          std::memcpy(static_cast<float*>(p.out) + at, sum, sizeof(float) * width);
+        } else {
+          for (int64_t j = 0; j < width; ++j) Store(p.out_dtype, p.out, at + j, sum[j]);
+        }
+      }
+    }
+  };
 
   runner.Parallel(col_tasks * split.k_tasks, [&](int64_t task, int worker) {
-    const int64_t n0 = (task % col_tasks) * ncols;
+    const int64_t chunk = task % col_tasks;
+    const int64_t n0 = chunk * ncols;
     const int64_t cols = std::min(ncols, p.n - n0);
     const int64_t kt_index = task / col_tasks;
     const int64_t k0 = kt_index * k_len;
     const int64_t k1 = std::min(p.k, k0 + k_len);
-    float* partial = b.partial + kt_index * plane;
+    float* partial = planes + kt_index * plane;
     if (int8 && kt.q8_task) {
       internal::Q8Task t;
       t.fmt = p.fmt;
@@ -261,76 +350,13 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
       t.y = partial + n0;
       t.ldy = p.n;
       kt.q8_task(t);
-      return;
-    }
-    for (int64_t mi = 0; mi < rows; ++mi) {
-      std::memset(partial + mi * p.n + n0, 0, sizeof(float) * cols);
-    }
-    internal::GemvSegment s;
-    s.fmt = p.fmt;
-    s.m = static_cast<int>(rows);
-    s.x = x + m0 * p.k;
-    s.ldx = p.k;
-    s.q = static_cast<const uint8_t*>(p.qvalue);
-    s.ldq = p.n;
-    s.n0 = n0;
-    s.cols = cols;
-    s.acc = b.acc + worker * acc_floats;
-    s.ldacc = ncols;
-    s.y = partial + n0;
-    s.ldy = p.n;
-    internal::Q8Segment q;
-    if (int8) {
-      q.fmt = p.fmt;
-      q.m = rows;
-      q.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m};
-      q.q = s.q;
-      q.ldq = p.n;
-      q.n0 = n0;
-      q.cols = cols;
-      q.acc = s.acc;
-      q.y = s.y;
-      q.ldy = p.n;
-    }
-    for (int64_t r0 = k0; r0 < k1;) {
-      const int64_t block = r0 / p.block_size;
-      const int64_t r1 = std::min(k1, (block + 1) * p.block_size);
-      if (int8) {
-        q.r0 = r0;
-        q.r1 = r1;
-        q.scale = p.scale + block * p.n;
-        kt.q8_segment(q);
-      } else {
-        s.r0 = r0;
-        s.r1 = r1;
-        s.scale = p.scale + block * p.n;
-        kt.gemv_segment(s);
-      }
-      r0 = r1;
-    }
-  });
-
-  // Sum the partial buffers into the output in K order, one row's column chunk per task.
-  // Each plane's chunk is read contiguously (the prefetchers follow it) and the adds
-  // vectorize; reading the planes element by element instead put one cache miss, to
-  // another core's cache, on every 16 floats.
-  constexpr int64_t kReduceCols = 512;
-  const int64_t chunks = CeilDiv(p.n, kReduceCols);
-  runner.Parallel(rows * chunks, [&](int64_t task, int) {
-    const int64_t mi = task / chunks;
-    const int64_t n0 = (task % chunks) * kReduceCols;
-    const int64_t width = std::min(kReduceCols, p.n - n0);
-    alignas(64) float sum[kReduceCols];
-    std::fill(sum, sum + width, 0.0f);
-    for (int64_t t = 0; t < split.k_tasks; ++t) {
-      const float* src = b.partial + t * plane + mi * p.n + n0;
-      for (int64_t j = 0; j < width; ++j) sum[j] += src[j];
-    }
-    const int64_t at = (m0 + mi) * p.n + n0;
-    if (p.out_dtype == DType::kF32) {
-      std::memcpy(static_cast<float*>(p.out) + at, sum, sizeof(float) * width);
     } else {
-      for (int64_t j = 0; j < width; ++j) Store(p.out_dtype, p.out, at + j, sum[j]);
+      RunSegments(p, x, m0, rows, b, kt, int8, partial, n0, cols, ncols, k0, k1,
+                  b.acc + worker * acc_floats);
+    }
+    // The last K range of the chunk to finish sees every other's sums (acquire-release).
+    if (!direct && b.pending[chunk].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      reduce(n0, cols);
     }
   });
 }
