@@ -167,6 +167,12 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   return s;
 }
 
+// Whether the split-K tasks write the output themselves: one K range and a float32 result
+// leave nothing to add up or convert.
+bool WritesDirectly(const Problem& p, const GemvSplit& s) {
+  return s.k_tasks == 1 && p.out_dtype == DType::kF32;
+}
+
 // Carves the workspace into 64-byte aligned pieces; with a null base it only measures.
 class Carver {
  public:
@@ -206,8 +212,10 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
     if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
     const int64_t rows = SplitRows(kt, p);
     const GemvSplit split = SplitOf(kt, p, workers);
-    b.partial = carve.Take<float>(split.k_tasks * rows * p.n);
-    b.pending = carve.Take<std::atomic<int64_t>>(split.col_tasks);
+    if (!WritesDirectly(p, split)) {
+      b.partial = carve.Take<float>(split.k_tasks * rows * p.n);
+      b.pending = carve.Take<std::atomic<int64_t>>(split.col_tasks);
+    }
     b.acc = carve.Take<float>(workers * RoundUp(AccFloats(kt, p), kAlign / sizeof(float)));
     if (UsesInt8(kt, p)) {
       b.xq = carve.Take<int8_t>(p.m * p.k);
@@ -298,7 +306,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
   const int64_t k_len = split.k_len;
   const int64_t plane = rows * p.n;
   const int64_t acc_floats = RoundUp(AccFloats(kt, p), kAlign / sizeof(float));
-  const bool direct = split.k_tasks == 1 && p.out_dtype == DType::kF32;
+  const bool direct = WritesDirectly(p, split);
   float* const planes = direct ? static_cast<float*>(p.out) + m0 * p.n : b.partial;
   if (!direct) {
     for (int64_t c = 0; c < col_tasks; ++c) new (&b.pending[c]) std::atomic<int64_t>(split.k_tasks);
@@ -528,7 +536,8 @@ SplitPlan PlanSplit(const Problem& p, Path path, int max_workers) {
   const GemvSplit s = SplitOf(kt, p, std::max(1, max_workers));
   plan.col_chunks = s.col_tasks;
   plan.k_ranges = s.k_tasks;
-  plan.partial_bytes = s.k_tasks * SplitRows(kt, p) * p.n * int64_t{sizeof(float)};
+  plan.partial_bytes =
+      WritesDirectly(p, s) ? 0 : s.k_tasks * SplitRows(kt, p) * p.n * int64_t{sizeof(float)};
   return plan;
 }
 

@@ -99,7 +99,8 @@ size_t WorkspaceBytes(const Problem& p, Path path, int max_workers);
 struct SplitPlan {
   int64_t col_chunks = 0;     // column chunks per pass
   int64_t k_ranges = 0;       // K ranges per pass, each summing into its own partial sums
-  int64_t partial_bytes = 0;  // the partial sums of one pass, written and read back
+  int64_t partial_bytes = 0;  // the partial sums of one pass, written and read back (0 when
+                              // the tasks write the output directly)
 };
 // A zero plan where `path` resolves to the GEMM path.
 SplitPlan PlanSplit(const Problem& p, Path path, int max_workers);
