@@ -150,7 +150,8 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
         1, std::min({std::max(forced, std::min(wanted, KRangesUnder(p, p.m, kPartialShare))),
                      KRangesUnder(p, p.m, kPartialCapShare),
                      CeilDiv(p.k, 4 * internal::kQ8Group)}));
-    s.k_len = RoundUp(CeilDiv(p.k, k_tasks), internal::kQ8Group);
+    s.k_len = std::max<int64_t>(internal::kQ8Group,
+                                RoundUp(CeilDiv(p.k, k_tasks), internal::kQ8Group));
     s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
     s.ncols = std::min(p.n, RoundUp(CeilDiv(p.n, CeilDiv(wanted, s.k_tasks)), 64));
     s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));

@@ -731,6 +731,49 @@ void CheckPartialSumsStaySmall() {
   SetIsa(best);
 }
 
+// K = 0 is a valid, empty product: every path, ISA and precision writes zeros, in both
+// result dtypes (the int8 whole-row planner once divided by a zero K range here).
+void CheckEmptyK() {
+  const Isa best = DetectIsa();
+  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+    SetIsa(static_cast<Isa>(isa));
+    for (Format fmt : {Format::kInt8, Format::kInt4}) {
+      for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+        for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
+          for (DType out_dtype : {DType::kF32, DType::kBF16}) {
+            for (int64_t m : {1, 16}) {
+              std::vector<float> out_f32(m * 5, kCanary);
+              std::vector<uint16_t> out_bf16(m * 5, kCanaryBf16);
+              Problem p;
+              p.fmt = fmt;
+              p.m = m;
+              p.k = 0;
+              p.n = 5;
+              p.block_size = 64;
+              p.out_dtype = out_dtype;
+              p.precision = precision;
+              p.out = out_dtype == DType::kF32 ? static_cast<void*>(out_f32.data())
+                                               : static_cast<void*>(out_bf16.data());
+              if (std::string err = Validate(p); !err.empty()) Fail("K = 0 rejected: " + err);
+              ThreadRunner threads(2);
+              Run(p, path, threads);
+              const bool zeros =
+                  out_dtype == DType::kF32
+                      ? std::all_of(out_f32.begin(), out_f32.end(), [](float v) { return v == 0.0f; })
+                      : std::all_of(out_bf16.begin(), out_bf16.end(), [](uint16_t v) { return v == 0; });
+              if (!zeros) {
+                Fail(std::string("K = 0 did not give zeros: ") + IsaName(static_cast<Isa>(isa)) +
+                     " " + FormatName(fmt) + " " + PathName(path) + " m=" + std::to_string(m));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
 }  // namespace
 }  // namespace jaxcore_cpu
 
@@ -740,6 +783,7 @@ int main() {
   CheckScheduleIndependence();
   CheckWorkspaceCoversEveryIsa();
   CheckPartialSumsStaySmall();
+  CheckEmptyK();
   CheckDoubleQuantScales();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   CheckIsaControls();
