@@ -437,12 +437,11 @@ def _cpu_main(args):
     if native is not None and args.isa:
         native.set_isa(args.isa)  # raises, naming the choices, where the CPU lacks it
     info = jaxcore.plugins.info()
+    cpus = f"{_usable_cpus()} of {os.cpu_count()} logical CPUs usable"
     print(
-        f"machine: {model}; {_usable_cpus()} of {os.cpu_count()} logical CPUs usable; "
-        f"{', '.join(flags) or 'no AVX2'}; "
-        f"L3 {l3 / 2**20:.0f} MB"
+        f"machine: {model}; {cpus}; {', '.join(flags) or 'no AVX2'}; L3 {l3 / 2**20:.0f} MB"
         if l3
-        else f"machine: {model}; {_usable_cpus()} of {os.cpu_count()} logical CPUs usable"
+        else f"machine: {model}; {cpus}"
     )
     if native is not None:
         serves = kernels.registered_kernels("quantized_matmul").get("cpu") is native.IMPLS["cpu"]

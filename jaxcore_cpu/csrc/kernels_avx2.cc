@@ -455,7 +455,7 @@ void MicroKernelT(int64_t kc, const float* a, const float* b, float* c, int64_t 
     JAXCORE_ROW(5)
   }
   const __m256 acc[kAvx2Mr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
-                              {c30, c31}, {c40, c41}, {c50, c51}};
+                                  {c30, c31}, {c40, c41}, {c50, c51}};
   for (int i = 0; i < MR; ++i) {
     float* ci = c + i * ldc;
     if (cols == kNr) {

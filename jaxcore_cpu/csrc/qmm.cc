@@ -134,6 +134,12 @@ int64_t KRangesUnder(const Problem& p, int64_t rows, int64_t share) {
   return std::max<int64_t>(1, WeightBytes(p) / (share * plane_bytes));
 }
 
+// Sets the K ranges of `s`: about `k_tasks` of them, each a multiple of `step` rows long.
+void SetKRanges(const Problem& p, int64_t k_tasks, int64_t step, GemvSplit& s) {
+  s.k_len = std::max(step, RoundUp(CeilDiv(p.k, std::max<int64_t>(1, k_tasks)), step));
+  s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
+}
+
 GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   GemvSplit s;
   const int64_t wanted = kTasksPerWorker * workers;
@@ -146,13 +152,11 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
     // never past 1 / kPartialCapShare (narrower chunks instead).
     const int64_t min_cols = p.fmt == Format::kInt8 ? kMinTaskCols8 : kMinTaskCols4;
     const int64_t forced = CeilDiv(wanted, CeilDiv(p.n, min_cols));
-    const int64_t k_tasks = std::max<int64_t>(
-        1, std::min({std::max(forced, std::min(wanted, KRangesUnder(p, p.m, kPartialShare))),
-                     KRangesUnder(p, p.m, kPartialCapShare),
-                     CeilDiv(p.k, 4 * internal::kQ8Group)}));
-    s.k_len = std::max<int64_t>(internal::kQ8Group,
-                                RoundUp(CeilDiv(p.k, k_tasks), internal::kQ8Group));
-    s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
+    SetKRanges(p,
+               std::min({std::max(forced, std::min(wanted, KRangesUnder(p, p.m, kPartialShare))),
+                         KRangesUnder(p, p.m, kPartialCapShare),
+                         CeilDiv(p.k, 4 * internal::kQ8Group)}),
+               internal::kQ8Group, s);
     s.ncols = std::min(p.n, RoundUp(CeilDiv(p.n, CeilDiv(wanted, s.k_tasks)), 64));
     s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
     return s;
@@ -160,11 +164,10 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   s.ncols = SplitCols(kt, p);
   s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
   const int64_t step = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;
-  const int64_t k_tasks = std::max<int64_t>(
-      1, std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)), CeilDiv(p.k, 4 * step),
-                   KRangesUnder(p, SplitRows(kt, p), kPartialCapShare)}));
-  s.k_len = std::max(step, RoundUp(CeilDiv(p.k, k_tasks), step));
-  s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
+  SetKRanges(p,
+             std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)), CeilDiv(p.k, 4 * step),
+                       KRangesUnder(p, SplitRows(kt, p), kPartialCapShare)}),
+             step, s);
   return s;
 }
 
@@ -172,6 +175,11 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
 // leave nothing to add up or convert.
 bool WritesDirectly(const Problem& p, const GemvSplit& s) {
   return s.k_tasks == 1 && p.out_dtype == DType::kF32;
+}
+
+// Floats of partial sums one pass of the split keeps (0 when its tasks write directly).
+int64_t PartialFloats(const KernelTable& kt, const Problem& p, const GemvSplit& s) {
+  return WritesDirectly(p, s) ? 0 : s.k_tasks * SplitRows(kt, p) * p.n;
 }
 
 // Carves the workspace into 64-byte aligned pieces; with a null base it only measures.
@@ -211,10 +219,9 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
   Buffers b;
   if (path == Path::kGemv) {
     if (p.x_dtype != DType::kF32) b.x32 = carve.Take<float>(p.m * p.k);
-    const int64_t rows = SplitRows(kt, p);
     const GemvSplit split = SplitOf(kt, p, workers);
     if (!WritesDirectly(p, split)) {
-      b.partial = carve.Take<float>(split.k_tasks * rows * p.n);
+      b.partial = carve.Take<float>(PartialFloats(kt, p, split));
       b.pending = carve.Take<std::atomic<int64_t>>(split.col_tasks);
     }
     b.acc = carve.Take<float>(workers * RoundUp(AccFloats(kt, p), kAlign / sizeof(float)));
@@ -537,8 +544,7 @@ SplitPlan PlanSplit(const Problem& p, Path path, int max_workers) {
   const GemvSplit s = SplitOf(kt, p, std::max(1, max_workers));
   plan.col_chunks = s.col_tasks;
   plan.k_ranges = s.k_tasks;
-  plan.partial_bytes =
-      WritesDirectly(p, s) ? 0 : s.k_tasks * SplitRows(kt, p) * p.n * int64_t{sizeof(float)};
+  plan.partial_bytes = PartialFloats(kt, p, s) * int64_t{sizeof(float)};
   return plan;
 }
 
