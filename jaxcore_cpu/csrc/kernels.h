@@ -42,7 +42,7 @@ constexpr int kGemvMaxM = 4;
 // [n0, n0 + cols) of N. With u = the unscaled decoded weights (q for int8, v - 8 for int4,
 // the NF4 code for nf4):
 //   acc[m][c] = sum_{r0 <= r < r1} x[m][r] * u[r][n0 + c]
-//   y[m][c]  += scale[n0 + c] * acc[m][c]
+//   y[m][c]  += scale[c] * acc[m][c]
 // acc is the kernel's scratch; y holds the running (scaled) sums.
 struct GemvSegment {
   Format fmt;
@@ -53,7 +53,7 @@ struct GemvSegment {
   int64_t ldq;        // bytes per stored row (= N)
   int64_t r0, r1;     // logical rows; even for 4-bit formats
   int64_t n0, cols;
-  const float* scale; // scale row of the block, indexed by absolute column
+  const float* scale; // the block's scales of the segment's columns: scale[c] for n0 + c
   float* acc;         // m rows of at least `cols` floats, stride ldacc
   int64_t ldacc;
   float* y;           // y[m][c] at y[m * ldy + c]
@@ -112,7 +112,7 @@ struct Q8Segment {
   int64_t ldq;
   int64_t r0, r1;
   int64_t n0, cols;
-  const float* scale;   // scale row of the block, indexed by absolute column
+  const float* scale;   // the block's scales of the segment's columns: scale[c] for n0 + c
   float* acc;           // scratch: m rows of `cols + 16` floats
   float* y;             // y[mi][c] at y[mi * ldy + c]
   int64_t ldy;
@@ -131,7 +131,9 @@ struct Q8Task {
   int64_t ldq;
   int64_t r0, r1;
   int64_t n0, cols;
-  const float* scale;   // (K / block_size, N), indexed by absolute block and column
+  // The task's scales: scale[(b - r0 / block_size) * lds + c] for block b and column
+  // n0 + c (the caller may hand over a compact copy of just these).
+  const float* scale;
   int64_t lds;
   int64_t block_size;
   float* acc;           // scratch: Q8TaskAccFloats(m, cols) floats, 64-byte aligned

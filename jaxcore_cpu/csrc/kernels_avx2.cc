@@ -325,7 +325,7 @@ void GemvSegmentT(const GemvSegment& s) {
       acc[c] = v;
     }
     float* y = s.y + mi * s.ldy;
-    const float* scale = s.scale + s.n0;
+    const float* scale = s.scale;
     int64_t c = 0;
     for (; c < vec_cols; c += 8) {
       _mm256_storeu_ps(y + c, _mm256_fmadd_ps(_mm256_loadu_ps(scale + c), _mm256_loadu_ps(acc + c),

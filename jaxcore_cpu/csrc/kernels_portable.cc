@@ -44,7 +44,7 @@ void GemvSegmentPortable(const GemvSegment& s) {
   for (int mi = 0; mi < s.m; ++mi) {
     const float* acc = s.acc + mi * s.ldacc;
     float* y = s.y + mi * s.ldy;
-    for (int64_t c = 0; c < s.cols; ++c) y[c] += s.scale[s.n0 + c] * acc[c];
+    for (int64_t c = 0; c < s.cols; ++c) y[c] += s.scale[c] * acc[c];
   }
 }
 

@@ -227,7 +227,7 @@ void Q8SegmentT(const Q8Segment& s) {
       const __m256 v[4] = {_mm256_permute2f128_ps(f0, f1, 0x20), _mm256_permute2f128_ps(f2, f3, 0x20),
                            _mm256_permute2f128_ps(f0, f1, 0x31), _mm256_permute2f128_ps(f2, f3, 0x31)};
       float* y = s.y + mi * s.ldy + c;
-      const float* scale = s.scale + s.n0 + c;
+      const float* scale = s.scale + c;
       for (int j = 0; j < 4; ++j) {
         const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(scale + 8 * j), unit);
         _mm256_storeu_ps(y + 8 * j, _mm256_fmadd_ps(w, v[j], _mm256_loadu_ps(y + 8 * j)));

@@ -222,7 +222,7 @@ void Q8TaskNarrow(const Q8Task& t) {
   const uint8_t* end = t.q + (kFmt == Format::kInt8 ? t.r1 : t.r1 >> 1) * t.ldq;
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
-    const float* srow = t.scale + (g0 / t.block_size) * t.lds + t.n0;
+    const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
     const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
     for (int band = 0; band < kBands; ++band) {
       const uint8_t* rows = group + band * kRows * t.ldq;
@@ -334,7 +334,7 @@ void Q8TaskWide(const Q8Task& t) {
     // groups at M = 16 (Zen 4), where a 4-bit pair (32 rows) is a little faster.
     const int kg = kFmt != Format::kInt8 && g0 + 2 * kQ8Group <= t.r1 &&
                            g0 / t.block_size == (g0 + kQ8Group) / t.block_size ? 2 : 1;
-    const float* srow = t.scale + (g0 / t.block_size) * t.lds + t.n0;
+    const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
     const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
     for (int gi = 0; gi < kg; ++gi) {
       for (int set = 0; set < kStoredRows / 4; ++set) {
@@ -391,6 +391,7 @@ void Q8TaskAvx512(const Q8Task& t) {
     Q8Task b = t;
     b.n0 = t.n0 + c;
     b.cols = std::min(block, t.cols - c);
+    b.scale = t.scale + c;
     b.y = t.y + c;
     Q8TaskBlock(b);
   }

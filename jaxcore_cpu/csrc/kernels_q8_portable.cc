@@ -62,7 +62,7 @@ void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1) {
         dot -= zp * s.x.sum[at];
         total += s.x.d[at] * static_cast<float>(dot);
       }
-      s.y[mi * s.ldy + c] += s.scale[n] * unit * total;
+      s.y[mi * s.ldy + c] += s.scale[c] * unit * total;
     }
   }
 }

@@ -211,7 +211,36 @@ struct Buffers {
   int8_t* xq = nullptr;       // int8 precision: quantized activations and their groups'
   float* xd = nullptr;        //   scales and code sums
   int32_t* xsum = nullptr;
+  float* scales = nullptr;  // double-quant: GEMM, every expanded scale; GEMV, per worker,
+                            //   the expanded scales of one task (TaskScaleFloats)
 };
+
+// Scale rows a split-K task's K range [k0, k0 + k_len) can touch, times its columns: the
+// double-quant scratch each worker expands one task's scales into.
+int64_t TaskScaleFloats(const Problem& p, const GemvSplit& s) {
+  if (p.block_size <= 0) return 0;
+  return (CeilDiv(s.k_len, p.block_size) + 1) * s.ncols;
+}
+
+// Expands double-quantized scales (Problem::scale_codes) of scale blocks [b0, b1) and columns
+// [n0, n0 + cols) into out[(b - b0) * ldo + c], as jaxcore/kernels/_dq_scales.py does.
+void ExpandDqScales(const Problem& p, int64_t b0, int64_t b1, int64_t n0, int64_t cols,
+                    float* out, int64_t ldo) {
+  for (int64_t blk = b0; blk < b1; ++blk) {
+    float* row = out + (blk - b0) * ldo;
+    const int64_t base = blk * p.n + n0;  // flat index of the row's first code
+    for (int64_t c = 0; c < cols;) {
+      const int64_t g = (base + c) / p.dq_group;
+      const int64_t end = std::min(cols, (g + 1) * p.dq_group - base);
+      const float gs = p.group_scale[g];
+      for (; c < end; ++c) {
+        float v = static_cast<float>(p.scale_codes[base + c]) * gs;
+        v = v + p.scale_offset;  // two roundings, as the reference (no fused multiply-add)
+        row[c] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
+      }
+    }
+  }
+}
 
 Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, void* base,
                size_t* bytes) {
@@ -225,6 +254,9 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
       b.pending = carve.Take<std::atomic<int64_t>>(split.col_tasks);
     }
     b.acc = carve.Take<float>(workers * RoundUp(AccFloats(kt, p), kAlign / sizeof(float)));
+    if (p.scale_codes) {
+      b.scales = carve.Take<float>(workers * RoundUp(TaskScaleFloats(p, split), kAlign / sizeof(float)));
+    }
     if (UsesInt8(kt, p)) {
       b.xq = carve.Take<int8_t>(p.m * p.k);
       b.xd = carve.Take<float>(p.m * p.k / internal::kQ8Group);
@@ -234,6 +266,7 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
     if (p.out_dtype != DType::kF32) b.out32 = carve.Take<float>(p.m * p.n);
     b.apack = carve.Take<float>(RoundUp(p.m, internal::kMr) * p.k);
     b.panel = carve.Take<float>(workers * RoundUp(kGemmCols, internal::kNr) * kGemmDepth);
+    if (p.scale_codes && p.block_size > 0) b.scales = carve.Take<float>(p.k / p.block_size * p.n);
   }
   if (bytes) *bytes = carve.used();
   return b;
@@ -247,11 +280,18 @@ void Store(DType dtype, void* out, int64_t index, float v) {
   }
 }
 
+// A split-K task's scales: at[(blk - k0 / block_size) * ld + c] for scale block blk and
+// column n0 + c, in the weight's own scale array or in a worker's expanded double-quant copy.
+struct TaskScales {
+  const float* at;
+  int64_t ld;
+};
+
 // One split-K task through the per-segment kernels (no q8_task): rows [k0, k1) of K, one
 // scale block at a time, summed into `partial` (rows x N, this task's columns zeroed first).
 void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, const Buffers& b,
                  const KernelTable& kt, bool int8, float* partial, int64_t n0, int64_t cols,
-                 int64_t ldacc, int64_t k0, int64_t k1, float* acc) {
+                 int64_t ldacc, int64_t k0, int64_t k1, TaskScales scales, float* acc) {
   for (int64_t mi = 0; mi < rows; ++mi) {
     std::memset(partial + mi * p.n + n0, 0, sizeof(float) * cols);
   }
@@ -284,15 +324,16 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
   for (int64_t r0 = k0; r0 < k1;) {
     const int64_t block = r0 / p.block_size;
     const int64_t r1 = std::min(k1, (block + 1) * p.block_size);
+    const float* scale = scales.at + (block - k0 / p.block_size) * scales.ld;
     if (int8) {
       q.r0 = r0;
       q.r1 = r1;
-      q.scale = p.scale + block * p.n;
+      q.scale = scale;
       kt.q8_segment(q);
     } else {
       s.r0 = r0;
       s.r1 = r1;
-      s.scale = p.scale + block * p.n;
+      s.scale = scale;
       kt.gemv_segment(s);
     }
     r0 = r1;
@@ -314,6 +355,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
   const int64_t k_len = split.k_len;
   const int64_t plane = rows * p.n;
   const int64_t acc_floats = RoundUp(AccFloats(kt, p), kAlign / sizeof(float));
+  const int64_t scale_floats = RoundUp(TaskScaleFloats(p, split), kAlign / sizeof(float));
   const bool direct = WritesDirectly(p, split);
   float* const planes = direct ? static_cast<float*>(p.out) + m0 * p.n : b.partial;
   if (!direct) {
@@ -351,6 +393,19 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     const int64_t k0 = kt_index * k_len;
     const int64_t k1 = std::min(p.k, k0 + k_len);
     float* partial = planes + kt_index * plane;
+    // Double-quant scales are expanded per task, just the blocks and columns it reads: they
+    // stay in this worker's cache, and only their int8 codes come from memory.
+    TaskScales scales{nullptr, p.n};
+    if (p.k > 0) {
+      const int64_t b0 = k0 / p.block_size;
+      if (p.scale_codes) {
+        float* own = b.scales + worker * scale_floats;
+        ExpandDqScales(p, b0, CeilDiv(k1, p.block_size), n0, cols, own, cols);
+        scales = {own, cols};
+      } else {
+        scales.at = p.scale + b0 * p.n + n0;
+      }
+    }
     if (int8 && kt.q8_task) {
       internal::Q8Task t;
       t.fmt = p.fmt;
@@ -362,15 +417,15 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
       t.r1 = k1;
       t.n0 = n0;
       t.cols = cols;
-      t.scale = p.scale;
-      t.lds = p.n;
+      t.scale = scales.at;
+      t.lds = scales.ld;
       t.block_size = p.block_size;
       t.acc = b.acc + worker * acc_floats;
       t.y = partial + n0;
       t.ldy = p.n;
       kt.q8_task(t);
     } else {
-      RunSegments(p, x, m0, rows, b, kt, int8, partial, n0, cols, ncols, k0, k1,
+      RunSegments(p, x, m0, rows, b, kt, int8, partial, n0, cols, ncols, k0, k1, scales,
                   b.acc + worker * acc_floats);
     }
     // The last K range of the chunk to finish sees every other's sums (acquire-release).
@@ -416,7 +471,7 @@ void RunGemm(const Problem& p, const Buffers& b, Runner& runner, const KernelTab
       d.fmt = p.fmt;
       d.q = static_cast<const uint8_t*>(p.qvalue);
       d.ldq = p.n;
-      d.scale = p.scale;
+      d.scale = p.scale_codes ? b.scales : p.scale;
       d.lds = p.n;
       d.block_size = p.block_size;
       d.r0 = k0;
@@ -492,41 +547,7 @@ std::string Validate(const Problem& p) {
   return err.str();
 }
 
-namespace {
-
-// Bytes of the expanded double-quant scales at the front of the workspace (0 without).
-size_t DqScaleBytes(const Problem& p) {
-  if (!p.scale_codes || p.block_size <= 0) return 0;
-  return static_cast<size_t>(RoundUp(p.k / p.block_size * p.n * int64_t{sizeof(float)}, kAlign));
-}
-
-// Expands double-quantized scales (Problem::scale_codes) into `scale`, in parallel.
-void ExpandDqScales(const Problem& p, float* scale, Runner& runner) {
-  const int64_t count = p.k / p.block_size * p.n;
-  constexpr int64_t kChunk = 16384;
-  runner.Parallel(CeilDiv(count, kChunk), [&](int64_t task, int) {
-    const int64_t i1 = std::min(count, (task + 1) * kChunk);
-    for (int64_t i = task * kChunk; i < i1;) {
-      const int64_t g = i / p.dq_group;
-      const int64_t end = std::min(i1, (g + 1) * p.dq_group);
-      const float gs = p.group_scale[g];
-      for (; i < end; ++i) {
-        float v = static_cast<float>(p.scale_codes[i]) * gs;
-        v = v + p.scale_offset;  // two roundings, as the reference (no fused multiply-add)
-        scale[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
-      }
-    }
-  });
-}
-
-}  // namespace
-
 size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
-  if (p.scale_codes) {
-    Problem plain = p;
-    plain.scale_codes = nullptr;
-    return DqScaleBytes(p) + WorkspaceBytes(plain, path, max_workers);
-  }
   size_t bytes = 0;
   for (int isa = 0; isa <= static_cast<int>(DetectIsa()); ++isa) {
     const KernelTable& kt = KernelsFor(static_cast<Isa>(isa));
@@ -550,21 +571,16 @@ SplitPlan PlanSplit(const Problem& p, Path path, int max_workers) {
 
 void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
   if (p.m == 0 || p.n == 0) return;
-  if (p.scale_codes) {
-    Problem plain = p;
-    plain.scale_codes = nullptr;
-    if (p.k > 0) {
-      float* scale = static_cast<float*>(workspace);
-      ExpandDqScales(p, scale, runner);
-      plain.scale = scale;
-    }
-    Run(plain, path, runner, static_cast<char*>(workspace) + DqScaleBytes(p));
-    return;
-  }
   const KernelTable& kt = Kernels();
   path = Resolve(kt, p, path);
   const Buffers b = Layout(kt, p, path, std::max(1, runner.max_workers()), workspace, nullptr);
   if (path == Path::kGemm) {
+    if (p.scale_codes && p.k > 0) {
+      // Every panel reads its scale rows for M rows of products: expanded once, up front.
+      runner.Parallel(p.k / p.block_size, [&](int64_t blk, int) {
+        ExpandDqScales(p, blk, blk + 1, 0, p.n, b.scales + blk * p.n, p.n);
+      });
+    }
     RunGemm(p, b, runner, kt);
     return;
   }

@@ -49,7 +49,9 @@ struct Problem {
   // when scale_codes is set. With B = K / block_size and i = b * N + n the flat index:
   //   scale[b][n] = min(scale_codes[i] * group_scale[i / dq_group] + scale_offset, FLT_MAX)
   // (jaxcore/kernels/_dq_scales.py is the spec; NaN stays NaN). Run() expands them into its
-  // workspace once per call, so the kernels below read plain float32 scales.
+  // workspace, so the kernels read plain float32 scales: on the split-K paths each task
+  // expands just the blocks and columns it reads (they stay in cache, and the int8 codes are
+  // the only scale bytes read from memory); the GEMM path expands all of them once per call.
   const int8_t* scale_codes = nullptr;  // (K / block_size, N)
   const float* group_scale = nullptr;   // (group_count,)
   int64_t group_count = 0;              // must be ceil(B * N / dq_group)

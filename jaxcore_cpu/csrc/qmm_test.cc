@@ -613,14 +613,15 @@ void CheckScheduleIndependence() {
 
 // Double-quantized scales (Problem::scale_codes) give exactly the result of the float32
 // scales they expand to (the same expansion then the same kernels), on every path, ISA and
-// precision, with groups of 256 straddling scale rows (N = 300) and a NaN group.
+// precision, with groups of 256 straddling scale rows (N = 300), split-K tasks starting
+// inside a scale block (K = 520 in blocks of 40) and a NaN group.
 void CheckDoubleQuantScales() {
   std::mt19937 rng(17);
   std::uniform_int_distribution<int> code(-127, 127);
   std::uniform_real_distribution<float> unit(0.001f, 0.01f);
   const Isa best = DetectIsa();
   for (const Case& c : {Case{1, 256, 300, false, 64, 64}, Case{16, 512, 300, false, 64, 64},
-                        Case{70, 128, 33, false, 64, 64}}) {
+                        Case{70, 128, 33, false, 64, 64}, Case{2, 520, 300, false, 40, 40}}) {
     const Operands o = MakeOperands(Format::kNf4, c, false, rng);
     const int64_t count = o.k / o.block * o.n;
     const int64_t groups = (count + 255) / 256;
