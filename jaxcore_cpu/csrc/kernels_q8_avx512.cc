@@ -346,14 +346,19 @@ void Q8TaskWide(const Q8Task& t) {
         }
       }
     }
+    // The stored rows read next, prefetched into L2 over this step's chunks a few whole rows
+    // at a time: each row's lines arrive together, from one DRAM page, where one line of
+    // every row per chunk measured 12-17 % slower for int8 at M = 16 (Zen 4, 2 threads).
     const uint8_t* next = group + kg * kStoredRows * t.ldq;
+    const int64_t rows_per_chunk = (kg * kStoredRows + chunks - 1) / chunks;
     for (int64_t ci = 0; ci < chunks; ++ci) {
       const int64_t c = ci * kChunk;
-      // Into L2, spread over the products so the misses queue a few at a time: this chunk
-      // of the rows read next.
-      if (next + c < end) {
-        for (int r = 0; r < kg * kStoredRows; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + r * t.ldq + c), _MM_HINT_T1);
+      for (int64_t r = ci * rows_per_chunk;
+           r < std::min<int64_t>(kg * kStoredRows, (ci + 1) * rows_per_chunk); ++r) {
+        const uint8_t* row = next + r * t.ldq;
+        if (row >= end) break;
+        for (int64_t at = 0; at < t.cols; at += kChunk) {
+          _mm_prefetch(reinterpret_cast<const char*>(row + at), _MM_HINT_T1);
         }
       }
       __m512 sc[4];
