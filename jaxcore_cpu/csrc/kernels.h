@@ -159,6 +159,9 @@ inline int64_t Q8TaskAccFloats(int64_t m, int64_t cols) {
 // Largest M for which the planner gives a q8_task kernel whole rows of the weight (tasks
 // split K only); larger M splits the columns too, so the per-task partial sums stay small.
 constexpr int64_t kQ8TaskFullWidthMaxM = 16;
+// Largest M a q8_task kernel takes a few stored rows at a time, bound by memory; larger M
+// is bound by arithmetic, and the planner prefers column chunks over K splits for it.
+constexpr int64_t kQ8TaskNarrowMaxM = 4;
 
 struct KernelTable {
   void (*gemv_segment)(const GemvSegment&);

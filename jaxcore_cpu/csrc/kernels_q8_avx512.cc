@@ -48,7 +48,7 @@ constexpr int kChunk = 64;  // columns per decoded chunk: one cache line of each
 // concurrent row streams faster than the 16 or 32 of a whole group, and small M leaves the
 // kernel bound by memory, not by arithmetic.
 constexpr int kNarrowRows = 8;
-constexpr int64_t kNarrowMaxM = 4;
+constexpr int64_t kNarrowMaxM = kQ8TaskNarrowMaxM;
 static_assert(kNarrowMaxM <= 12, "the narrow kernel's int32 carry must fit the decode scratch");
 // Bytes ahead along its rows that the small-M kernel prefetches into L2: at M = 1 on Zen 4,
 // 2 KiB measured 5-10 % faster than 512 B (K = 4096, N = 4096 and 14336, 2 threads).

@@ -46,6 +46,13 @@ constexpr int64_t kPartialCapShare = 8;
 constexpr int64_t kPartialShare = 32;
 constexpr int64_t kMinTaskCols8 = 1024;
 constexpr int64_t kMinTaskCols4 = 512;
+// Past kQ8TaskNarrowMaxM, a q8_task kernel is bound by arithmetic: its tasks take column
+// chunks over the whole of K (no partial sums) about kWideTaskColsM / M columns wide, at
+// least kWideTaskMinCols, and narrower only to give every worker kTasksPerWorker tasks.
+// Measured on Zen 4, 2 threads, K = N = 4096, against the whole-row plans' K splits:
+// M = 6..16, int8 -8 to -17 %, int4 -3 to -9 %.
+constexpr int64_t kWideTaskColsM = 6144;
+constexpr int64_t kWideTaskMinCols = 256;
 
 int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -143,8 +150,21 @@ void SetKRanges(const Problem& p, int64_t k_tasks, int64_t step, GemvSplit& s) {
 GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   GemvSplit s;
   const int64_t wanted = kTasksPerWorker * workers;
+  if (UsesInt8(kt, p) && kt.q8_task && p.m > internal::kQ8TaskNarrowMaxM) {
+    // Bound by arithmetic: column chunks over the whole of K, where they can be wide enough
+    // (many workers on a narrow weight fall through to the K splits below).
+    const int64_t ncols =
+        std::min(RoundUp(kWideTaskColsM / p.m, 64), RoundUp(CeilDiv(p.n, wanted), 64));
+    if (ncols >= kWideTaskMinCols) {
+      s.ncols = std::min(p.n, ncols);
+      s.col_tasks = CeilDiv(p.n, s.ncols);
+      SetKRanges(p, 1, internal::kQ8Group, s);
+      return s;
+    }
+  }
   if (UsesInt8(kt, p) && kt.q8_task && p.m <= internal::kQ8TaskFullWidthMaxM) {
-    // Rows of the weight, whole or in wide column chunks, split along K. Every K range
+    // Rows of the weight, whole or in wide column chunks, split along K (the memory-bound
+    // small M, or larger M where column chunks alone would be too narrow). Every K range
     // beyond the first adds M x N floats of partial sums that are written and read back
     // (from memory, when the call before evicted the scratch), so K is split only while
     // those stay under 1 / kPartialShare of the weight's bytes, or further where the
