@@ -134,8 +134,10 @@ inline void ChunkScales(const float* scale, int64_t valid, __m512 sc[4]) {
   TransposeLanes(sc);
 }
 
-// The block's sums (decoder order, rows lda floats apart) back to column order, into y.
-inline void StoreColumns(const Q8Task& t, int64_t lda) {
+// The block's sums (decoder order, rows lda floats apart) back to column order, into y;
+// times `scale` (the block's scales of its columns, times `unit`) where that is not null.
+inline void StoreColumns(const Q8Task& t, int64_t lda, const float* scale = nullptr,
+                         float unit = 1.0f) {
   for (int64_t mi = 0; mi < t.m; ++mi) {
     for (int64_t c = 0; c < t.cols; c += kChunk) {
       const float* acc = t.acc + mi * lda + c;
@@ -143,7 +145,15 @@ inline void StoreColumns(const Q8Task& t, int64_t lda) {
                      _mm512_load_ps(acc + 48)};
       TransposeLanes(v);
       float* y = t.y + mi * t.ldy + c;
-      for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(y + 16 * j, LaneMask(t.cols - c - 16 * j), v[j]);
+      for (int j = 0; j < 4; ++j) {
+        const __mmask16 mask = LaneMask(t.cols - c - 16 * j);
+        if (scale) {
+          const __m512 sj = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, scale + c + 16 * j),
+                                          _mm512_set1_ps(unit));
+          v[j] = _mm512_mul_ps(v[j], sj);
+        }
+        _mm512_mask_storeu_ps(y + 16 * j, mask, v[j]);
+      }
     }
   }
 }
@@ -262,8 +272,9 @@ void Q8TaskNarrow(const Q8Task& t) {
 
 // acc[r] += scale' * sum over kG consecutive groups (from g) of d[r][group] * (the group's
 // int32 dot of row r with its decoded quads w[gi]): the groups' float sums stay in registers
-// and meet the accumulators once, which halves the float work per group when kG = 2.
-template <Format kFmt, int kR, int kG>
+// and meet the accumulators once, which halves the float work per group when kG = 2. With
+// kScaleLater the scales are left out (sc unused) for StoreColumns to apply once.
+template <Format kFmt, int kR, int kG, bool kScaleLater>
 inline void DotRowsGroups(const Q8Task& t, int64_t g, int64_t mi,
                           const __m512i (*const w[kG])[4], const __m512 sc[4], float* acc,
                           int64_t lda) {
@@ -290,34 +301,43 @@ inline void DotRowsGroups(const Q8Task& t, int64_t g, int64_t mi,
     }
     for (int r = 0; r < kR; ++r) {
       const __m512 d = _mm512_set1_ps(t.x.d[at + r]);
+      float* row = acc + (mi + r) * lda;
       for (int j = 0; j < 4; ++j) {
         const __m512 v = _mm512_cvtepi32_ps(dot[r][j]);
-        f[r][j] = gi == 0 ? _mm512_mul_ps(v, d) : _mm512_fmadd_ps(v, d, f[r][j]);
+        if (kScaleLater && kG == 1) {  // one multiply-add per vector and group
+          _mm512_store_ps(row + 16 * j, _mm512_fmadd_ps(v, d, _mm512_load_ps(row + 16 * j)));
+        } else {
+          f[r][j] = gi == 0 ? _mm512_mul_ps(v, d) : _mm512_fmadd_ps(v, d, f[r][j]);
+        }
       }
     }
   }
+  if (kScaleLater && kG == 1) return;
   for (int r = 0; r < kR; ++r) {
     float* row = acc + (mi + r) * lda;
     for (int j = 0; j < 4; ++j) {
-      _mm512_store_ps(row + 16 * j, _mm512_fmadd_ps(f[r][j], sc[j], _mm512_load_ps(row + 16 * j)));
+      const __m512 a = _mm512_load_ps(row + 16 * j);
+      _mm512_store_ps(row + 16 * j, kScaleLater ? _mm512_add_ps(f[r][j], a)
+                                                : _mm512_fmadd_ps(f[r][j], sc[j], a));
     }
   }
 }
 
-template <Format kFmt, int kG>
+template <Format kFmt, int kG, bool kScaleLater>
 inline void DotAllRows(const Q8Task& t, int64_t g, const __m512i (*const w[kG])[4],
                        const __m512 sc[4], float* acc, int64_t lda) {
   int64_t mi = 0;
-  for (; mi + 3 <= t.m; mi += 3) DotRowsGroups<kFmt, 3, kG>(t, g, mi, w, sc, acc, lda);
-  for (; mi < t.m; ++mi) DotRowsGroups<kFmt, 1, kG>(t, g, mi, w, sc, acc, lda);
+  for (; mi + 3 <= t.m; mi += 3) DotRowsGroups<kFmt, 3, kG, kScaleLater>(t, g, mi, w, sc, acc, lda);
+  for (; mi < t.m; ++mi) DotRowsGroups<kFmt, 1, kG, kScaleLater>(t, g, mi, w, sc, acc, lda);
 }
 
 // A larger-M block: one or two whole groups (two where they share a scale block) are decoded
 // for all the block's columns into the scratch, set of four rows by set, then their products
 // are taken chunk by chunk. Reading one set of four rows across the columns keeps only four
 // lines of an L1 set in flight, where a chunk-by-chunk decode of a whole group would pull 16
-// or 32 lines of one set (rows a page apart) through L1 at once.
-template <Format kFmt>
+// or 32 lines of one set (rows a page apart) through L1 at once. Where the task's rows lie in
+// one scale block (kScaleLater: per-channel int8), the scales wait for StoreColumns.
+template <Format kFmt, bool kScaleLater>
 void Q8TaskWide(const Q8Task& t) {
   constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
   constexpr int kPerSet = kFmt == Format::kInt8 ? 1 : 2;
@@ -362,31 +382,41 @@ void Q8TaskWide(const Q8Task& t) {
         }
       }
       __m512 sc[4];
-      ChunkScales<kFmt>(srow + c, std::min<int64_t>(kChunk, t.cols - c), sc);
+      if (!kScaleLater) ChunkScales<kFmt>(srow + c, std::min<int64_t>(kChunk, t.cols - c), sc);
       float* acc = t.acc + c;
       const int64_t g = g0 / kQ8Group;
       if (kg == 2) {
         const __m512i(*const w[2])[4] = {decoded[ci], decoded[chunks + ci]};
-        DotAllRows<kFmt, 2>(t, g, w, sc, acc, lda);
+        DotAllRows<kFmt, 2, kScaleLater>(t, g, w, sc, acc, lda);
       } else {
         const __m512i(*const w[1])[4] = {decoded[ci]};
-        DotAllRows<kFmt, 1>(t, g, w, sc, acc, lda);
+        DotAllRows<kFmt, 1, kScaleLater>(t, g, w, sc, acc, lda);
       }
     }
     g0 += kg * kQ8Group;
   }
-  StoreColumns(t, lda);
+  if (kScaleLater) {
+    StoreColumns(t, lda, t.scale, kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
+  } else {
+    StoreColumns(t, lda);
+  }
+}
+
+template <Format kFmt>
+void Q8TaskBlockOf(const Q8Task& t) {
+  if (t.m <= kNarrowMaxM) return Q8TaskNarrow<kFmt, kNarrowRows>(t);
+  const bool one_block = t.r1 > t.r0 && t.r0 / t.block_size == (t.r1 - 1) / t.block_size;
+  return one_block ? Q8TaskWide<kFmt, true>(t) : Q8TaskWide<kFmt, false>(t);
 }
 
 void Q8TaskBlock(const Q8Task& t) {
-  const bool narrow = t.m <= kNarrowMaxM;
   switch (t.fmt) {
     case Format::kInt8:
-      return narrow ? Q8TaskNarrow<Format::kInt8, kNarrowRows>(t) : Q8TaskWide<Format::kInt8>(t);
+      return Q8TaskBlockOf<Format::kInt8>(t);
     case Format::kInt4:
-      return narrow ? Q8TaskNarrow<Format::kInt4, kNarrowRows>(t) : Q8TaskWide<Format::kInt4>(t);
+      return Q8TaskBlockOf<Format::kInt4>(t);
     case Format::kNf4:
-      return narrow ? Q8TaskNarrow<Format::kNf4, kNarrowRows>(t) : Q8TaskWide<Format::kNf4>(t);
+      return Q8TaskBlockOf<Format::kNf4>(t);
   }
 }
 
