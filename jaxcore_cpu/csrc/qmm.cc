@@ -182,7 +182,7 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
                          CeilDiv(p.k, 4 * internal::kQ8Group)}),
                internal::kQ8Group, s);
     s.ncols = std::min(p.n, RoundUp(CeilDiv(p.n, CeilDiv(wanted, s.k_tasks)), 64));
-    // Half the K ranges in twice the column chunks while one chunk's partial sums (which
+    // Halve the K ranges into twice the column chunks while one chunk's partial sums (which
     // the task finishing its last K range adds up alone) pass kChunkPartialBytes.
     while (s.k_tasks > 1 && s.ncols / 2 >= min_cols &&
            s.k_tasks * p.m * s.ncols * int64_t{sizeof(float)} > kChunkPartialBytes) {
@@ -286,7 +286,8 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
     }
     b.acc = carve.Take<float>(workers * RoundUp(AccFloats(kt, p), kAlign / sizeof(float)));
     if (p.scale_codes) {
-      b.scales = carve.Take<float>(workers * RoundUp(TaskScaleFloats(p, split), kAlign / sizeof(float)));
+      b.scales =
+          carve.Take<float>(workers * RoundUp(TaskScaleFloats(p, split), kAlign / sizeof(float)));
     }
     if (UsesInt8(kt, p)) {
       b.xq = carve.Take<int8_t>(p.m * p.k);
