@@ -1,0 +1,285 @@
+// Native test of the quantized matmul kernels, part two: invariants across instruction sets,
+// schedules and plans (int8 activations agree on every ISA, results do not depend on which
+// thread ran which task, double-quant scales equal their expansion, the workspace covers
+// every ISA, partial sums stay small, an empty K gives zeros). main() is in qmm_test.cc.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmm.h"
+#include "qmm_test_util.h"
+
+namespace jaxcore_cpu {
+namespace testing {
+
+// Precision::kInt8 sums integers exactly, so every instruction set must agree with the
+// portable kernels to float32 rounding: a stricter check than the int8 tolerance. The cases
+// cover narrow (M <= 4) and wide blocks, ragged columns and M = 64 (the most every table
+// takes in int8).
+void CheckInt8AcrossIsas() {
+  std::mt19937 rng(7);
+  const Isa best = DetectIsa();
+  const Case cases[] = {{9, 256, 200, false, 64, 64}, {3, 192, 130, true, 0, 0},
+                        {64, 128, 77, false, 32, 64}};
+  for (const Case& c : cases) {
+    for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+      const Operands o = MakeOperands(fmt, c, false, rng);
+      std::vector<float> ref(o.m * o.n, 0.0f);
+      SetIsa(Isa::kPortable);
+      SerialRunner serial;
+      Run(F32Problem(o, ref.data(), Precision::kInt8), Path::kAuto, serial);
+      double scale = 1e-30;
+      for (float v : ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+      for (int isa = 1; isa <= static_cast<int>(best); ++isa) {
+        SetIsa(static_cast<Isa>(isa));
+        std::vector<float> out(o.m * o.n, 0.0f);
+        Run(F32Problem(o, out.data(), Precision::kInt8), Path::kAuto, serial);
+        for (int64_t i = 0; i < o.m * o.n; ++i) {
+          if (std::fabs(ref[i] - out[i]) > 1e-6 * scale) {
+            Fail(std::string("int8 activations: ") + FormatName(fmt) + " " +
+                 IsaName(static_cast<Isa>(isa)) + " m=" + std::to_string(o.m) +
+                 " differs from portable at " + std::to_string(i) + ": " +
+                 std::to_string(out[i]) + " vs " + std::to_string(ref[i]));
+            break;
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
+// Runs the tasks one at a time in a shuffled order, each under a random worker id: any
+// schedule a thread pool could produce for `workers` threads.
+class ShuffledRunner final : public Runner {
+ public:
+  ShuffledRunner(int workers, unsigned seed) : workers_(workers), rng_(seed) {}
+  int max_workers() const override { return workers_; }
+  void Parallel(int64_t num_tasks, const std::function<void(int64_t, int)>& body) override {
+    std::vector<int64_t> order(num_tasks);
+    for (int64_t t = 0; t < num_tasks; ++t) order[t] = t;
+    std::shuffle(order.begin(), order.end(), rng_);
+    std::uniform_int_distribution<int> worker(0, workers_ - 1);
+    for (int64_t t : order) body(t, worker(rng_));
+  }
+
+ private:
+  int workers_;
+  std::mt19937 rng_;
+};
+
+// The result must not depend on which thread ran which task: the split-K path sums its
+// partial results in a fixed order, so every schedule gives the same bits. 64 workers make
+// the whole-row int8 plan split the columns as well (M = 16: more tasks than K ranges).
+void CheckScheduleIndependence() {
+  std::mt19937 rng(11);
+  for (const auto& [c, workers] : {std::pair<Case, int>{{3, 1024, 300, false, 64, 64}, 4},
+                                   std::pair<Case, int>{{16, 512, 1000, false, 64, 64}, 64}}) {
+    for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+      const Operands o = MakeOperands(fmt, c, false, rng);
+      for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+        std::vector<float> first;
+        for (unsigned seed = 0; seed < 4; ++seed) {
+          std::vector<float> out(o.m * o.n, 0.0f);
+          const Problem p = F32Problem(o, out.data(), precision);
+          ShuffledRunner runner(workers, seed);
+          Run(p, Path::kGemv, runner);
+          if (seed == 0) {
+            first = out;
+          } else if (std::memcmp(first.data(), out.data(), sizeof(float) * out.size()) != 0) {
+            Fail(std::string("split-K result depends on the task schedule: ") + FormatName(fmt) +
+                 (precision == Precision::kInt8 ? " int8 activations" : " float32") +
+                 ", schedule seed " + std::to_string(seed));
+            break;
+          }
+        }
+        // ... and it is the product: one worker (one task per K range) agrees to rounding.
+        std::vector<float> serial_out(o.m * o.n, 0.0f);
+        SerialRunner serial;
+        Run(F32Problem(o, serial_out.data(), precision), Path::kGemv, serial);
+        double scale = 1e-30;
+        for (float v : serial_out) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+        for (int64_t i = 0; i < o.m * o.n; ++i) {
+          if (std::fabs(first[i] - serial_out[i]) > 1e-5 * scale) {
+            Fail(std::string("split-K plan for ") + std::to_string(workers) + " workers: " +
+                 FormatName(fmt) + " differs from one worker's at " + std::to_string(i));
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Double-quantized scales (Problem::scale_codes) give exactly the result of the float32
+// scales they expand to (the same expansion then the same kernels), on every path, ISA and
+// precision, with groups of 256 straddling scale rows (N = 300), split-K tasks starting
+// inside a scale block (K = 520 in blocks of 40) and a NaN group.
+void CheckDoubleQuantScales() {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> code(-127, 127);
+  std::uniform_real_distribution<float> unit(0.001f, 0.01f);
+  const Isa best = DetectIsa();
+  for (const Case& c : {Case{1, 256, 300, false, 64, 64}, Case{16, 512, 300, false, 64, 64},
+                        Case{70, 128, 33, false, 64, 64}, Case{2, 520, 300, false, 40, 40}}) {
+    const Operands o = MakeOperands(Format::kNf4, c, false, rng);
+    const int64_t count = o.k / o.block * o.n;
+    const int64_t groups = (count + 255) / 256;
+    std::vector<int8_t> codes(count);
+    for (auto& v : codes) v = static_cast<int8_t>(code(rng));
+    std::vector<float> group_scale(groups);
+    for (auto& v : group_scale) v = unit(rng);
+    if (groups > 1) group_scale[1] = std::nanf("");
+    const float offset = 0.05f;
+    Operands expanded = o;
+    for (int64_t i = 0; i < count; ++i) {
+      volatile float product = static_cast<float>(codes[i]) * group_scale[i / 256];
+      const float v = product + offset;
+      expanded.scale[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
+    }
+    for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+      SetIsa(static_cast<Isa>(isa));
+      for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+        for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
+          std::vector<float> want(o.m * o.n), got(o.m * o.n);
+          ThreadRunner threads(3);
+          Run(F32Problem(expanded, want.data(), precision), path, threads);
+          Problem p = F32Problem(o, got.data(), precision);
+          p.scale = nullptr;
+          p.scale_codes = codes.data();
+          p.group_scale = group_scale.data();
+          p.group_count = groups;
+          p.scale_offset = offset;
+          if (std::string err = Validate(p); !err.empty()) Fail("dq problem rejected: " + err);
+          Run(p, path, threads);
+          for (int64_t i = 0; i < o.m * o.n; ++i) {
+            const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+            if (!same) {
+              Fail(std::string("double-quant scales: ") + IsaName(static_cast<Isa>(isa)) + " " +
+                   PathName(path) + " m=" + std::to_string(o.m) + " differs at " +
+                   std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
+                   std::to_string(want[i]));
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
+// WorkspaceBytes() must cover whichever instruction set Run() finds active: a caller sizes
+// the workspace first, and SetIsa() may switch tables (whose int8 plans differ) before the
+// run. Each run writes into exactly the bytes asked for (AddressSanitizer watches the end).
+void CheckWorkspaceCoversEveryIsa() {
+  std::mt19937 rng(13);
+  const Isa best = DetectIsa();
+  // M = 70 runs int8 only with AVX-512 and float32 GEMM (larger scratch) elsewhere.
+  for (const Case& c : {Case{70, 192, 1100, false, 64, 64}, Case{16, 256, 300, false, 64, 64}}) {
+    const Operands o = MakeOperands(Format::kInt4, c, false, rng);
+    std::vector<float> out(o.m * o.n, 0.0f);
+    const Problem p = F32Problem(o, out.data(), Precision::kInt8);
+    ShuffledRunner threads(4, 3);  // every worker's scratch gets used
+    for (int sized = 0; sized <= static_cast<int>(best); ++sized) {
+      SetIsa(static_cast<Isa>(sized));
+      const size_t bytes = WorkspaceBytes(p, Path::kAuto, threads.max_workers());
+      for (int ran = 0; ran <= static_cast<int>(best); ++ran) {
+        SetIsa(static_cast<Isa>(ran));
+        void* ws = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+        Run(p, Path::kAuto, threads, ws);
+        std::free(ws);
+      }
+    }
+  }
+  SetIsa(best);
+}
+
+// The split-K partial sums stay a small share of the weight as workers grow: each K
+// range's sums are written and read back once more per call, so a plan that split K 32
+// ways at M = 16 moved as many bytes through its scratch as it read of the weight (and
+// stopped scaling past two cores). Every worker still gets several tasks.
+void CheckPartialSumsStaySmall() {
+  const Isa best = DetectIsa();
+  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+    SetIsa(static_cast<Isa>(isa));
+    for (Format fmt : {Format::kInt8, Format::kInt4}) {
+      for (int64_t m : {1, 4, 16}) {
+        for (int workers : {2, 16, 64}) {
+          Problem p;
+          p.fmt = fmt;
+          p.m = m;
+          p.k = 4096;
+          p.n = 4096;
+          p.block_size = 64;
+          p.precision = Precision::kInt8;
+          const int64_t weight = fmt == Format::kInt8 ? p.k * p.n : p.k / 2 * p.n;
+          const SplitPlan plan = PlanSplit(p, Path::kAuto, workers);
+          const std::string label = std::string(FormatName(fmt)) + " m=" + std::to_string(m) +
+                                    ", " + std::to_string(workers) + " workers, " +
+                                    IsaName(static_cast<Isa>(isa));
+          if (plan.partial_bytes > weight / 4) {
+            Fail("partial sums of " + std::to_string(plan.partial_bytes) + " bytes for a " +
+                 std::to_string(weight) + "-byte weight (" + label + ")");
+          }
+          const int64_t tasks = plan.col_chunks * plan.k_ranges;
+          if (tasks < std::min<int64_t>(2 * workers, 32)) {
+            Fail("only " + std::to_string(tasks) + " tasks (" + label + ")");
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
+// K = 0 is a valid, empty product: every path, ISA and precision writes zeros, in both
+// result dtypes (the int8 whole-row planner once divided by a zero K range here).
+void CheckEmptyK() {
+  const Isa best = DetectIsa();
+  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+    SetIsa(static_cast<Isa>(isa));
+    for (Format fmt : {Format::kInt8, Format::kInt4}) {
+      for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+        for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
+          for (DType out_dtype : {DType::kF32, DType::kBF16}) {
+            for (int64_t m : {1, 16}) {
+              std::vector<float> out_f32(m * 5, kCanary);
+              std::vector<uint16_t> out_bf16(m * 5, kCanaryBf16);
+              Problem p;
+              p.fmt = fmt;
+              p.m = m;
+              p.k = 0;
+              p.n = 5;
+              p.block_size = 64;
+              p.out_dtype = out_dtype;
+              p.precision = precision;
+              p.out = out_dtype == DType::kF32 ? static_cast<void*>(out_f32.data())
+                                               : static_cast<void*>(out_bf16.data());
+              if (std::string err = Validate(p); !err.empty()) Fail("K = 0 rejected: " + err);
+              ThreadRunner threads(2);
+              Run(p, path, threads);
+              const bool zeros =
+                  out_dtype == DType::kF32
+                      ? std::all_of(out_f32.begin(), out_f32.end(), [](float v) { return v == 0.0f; })
+                      : std::all_of(out_bf16.begin(), out_bf16.end(), [](uint16_t v) { return v == 0; });
+              if (!zeros) {
+                Fail(std::string("K = 0 did not give zeros: ") + IsaName(static_cast<Isa>(isa)) +
+                     " " + FormatName(fmt) + " " + PathName(path) + " m=" + std::to_string(m));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
+}  // namespace testing
+}  // namespace jaxcore_cpu
