@@ -163,6 +163,12 @@ constexpr int64_t kQ8TaskFullWidthMaxM = 16;
 // is bound by arithmetic, and the planner prefers column chunks over K splits for it.
 constexpr int64_t kQ8TaskNarrowMaxM = 4;
 
+// Expands `count` double-quantized scale codes that share the group scale `gs` (qmm.h,
+// Problem::scale_codes): out[i] = min(codes[i] * gs + offset, FLT_MAX) with two roundings (no
+// fused multiply-add, as jaxcore/kernels/_dq_scales.py), NaN kept.
+using ExpandDq = void (*)(const int8_t* codes, int64_t count, float gs, float offset, float* out);
+void ExpandDqPortable(const int8_t* codes, int64_t count, float gs, float offset, float* out);
+
 struct KernelTable {
   void (*gemv_segment)(const GemvSegment&);
   void (*decode_panel)(const DecodePanel&);
@@ -177,6 +183,7 @@ struct KernelTable {
   void (*q8_task)(const Q8Task&) = nullptr;
   // Largest M the int8-activation path takes with this table; larger M runs in float32.
   int64_t q8_max_m = kInt8MaxM;
+  ExpandDq expand_dq = ExpandDqPortable;
 };
 
 // The portable int8-activation pieces; the SIMD tables reuse them for ragged edges.
@@ -197,6 +204,7 @@ void Q8SegmentAvx2(const Q8Segment& s);
 const KernelTable& Avx512Kernels();
 void MicroKernelAvx512(int mr, int64_t kc, const float* a, const float* b, float* c,
                        int64_t ldc, bool accumulate, int cols);
+void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 #endif
 
 }  // namespace internal

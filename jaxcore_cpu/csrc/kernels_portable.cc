@@ -1,6 +1,7 @@
 // Portable kernels: plain C++ the compiler may auto-vectorize for the baseline ISA. They
 // define the arithmetic every SIMD variant must reproduce, and run on any CPU.
 #include <cstring>
+#include <limits>
 
 #include "kernels.h"
 
@@ -83,6 +84,14 @@ void DecodePanelPortable(const DecodePanel& d) {
         out[(r - d.r0) * kNr + i] = w;
       }
     }
+  }
+}
+
+void ExpandDqPortable(const int8_t* codes, int64_t count, float gs, float offset, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    float v = static_cast<float>(codes[i]) * gs;
+    v = v + offset;  // two roundings: this file is built without FMA instructions
+    out[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
   }
 }
 

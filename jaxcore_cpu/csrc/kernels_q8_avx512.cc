@@ -464,6 +464,7 @@ const KernelTable& Avx512Kernels() {
   static const KernelTable table = [] {
     KernelTable t = Avx2Kernels();
     t.microkernel = MicroKernelAvx512;
+    t.expand_dq = ExpandDqAvx512;
     t.q8_quantize = Q8QuantizeAvx512;
     t.q8_task = Q8TaskAvx512;
     t.q8_max_m = int64_t{1} << 40;  // every M: integer products outrun float32 FMAs

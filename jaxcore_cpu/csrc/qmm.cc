@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <limits>
 #include <new>
 #include <sstream>
 #include <vector>
@@ -254,21 +253,18 @@ int64_t TaskScaleFloats(const Problem& p, const GemvSplit& s) {
 }
 
 // Expands double-quantized scales (Problem::scale_codes) of scale blocks [b0, b1) and columns
-// [n0, n0 + cols) into out[(b - b0) * ldo + c], as jaxcore/kernels/_dq_scales.py does.
-void ExpandDqScales(const Problem& p, int64_t b0, int64_t b1, int64_t n0, int64_t cols,
-                    float* out, int64_t ldo) {
+// [n0, n0 + cols) into out[(b - b0) * ldo + c], as jaxcore/kernels/_dq_scales.py does: each
+// run of codes that shares a group scale through the table's expand_dq.
+void ExpandDqScales(const KernelTable& kt, const Problem& p, int64_t b0, int64_t b1, int64_t n0,
+                    int64_t cols, float* out, int64_t ldo) {
   for (int64_t blk = b0; blk < b1; ++blk) {
     float* row = out + (blk - b0) * ldo;
     const int64_t base = blk * p.n + n0;  // flat index of the row's first code
     for (int64_t c = 0; c < cols;) {
       const int64_t g = (base + c) / p.dq_group;
       const int64_t end = std::min(cols, (g + 1) * p.dq_group - base);
-      const float gs = p.group_scale[g];
-      for (; c < end; ++c) {
-        float v = static_cast<float>(p.scale_codes[base + c]) * gs;
-        v = v + p.scale_offset;  // two roundings, as the reference (no fused multiply-add)
-        row[c] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
-      }
+      kt.expand_dq(p.scale_codes + base + c, end - c, p.group_scale[g], p.scale_offset, row + c);
+      c = end;
     }
   }
 }
@@ -432,7 +428,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
       const int64_t b0 = k0 / p.block_size;
       if (p.scale_codes) {
         float* own = b.scales + worker * scale_floats;
-        ExpandDqScales(p, b0, CeilDiv(k1, p.block_size), n0, cols, own, cols);
+        ExpandDqScales(kt, p, b0, CeilDiv(k1, p.block_size), n0, cols, own, cols);
         scales = {own, cols};
       } else {
         scales.at = p.scale + b0 * p.n + n0;
@@ -610,7 +606,7 @@ void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
     if (p.scale_codes && p.k > 0) {
       // Every panel reads its scale rows for M rows of products: expanded once, up front.
       runner.Parallel(p.k / p.block_size, [&](int64_t blk, int) {
-        ExpandDqScales(p, blk, blk + 1, 0, p.n, b.scales + blk * p.n, p.n);
+        ExpandDqScales(kt, p, blk, blk + 1, 0, p.n, b.scales + blk * p.n, p.n);
       });
     }
     RunGemm(p, b, runner, kt);

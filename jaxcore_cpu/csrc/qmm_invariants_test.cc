@@ -119,7 +119,7 @@ void CheckScheduleIndependence() {
 // Double-quantized scales (Problem::scale_codes) give exactly the result of the float32
 // scales they expand to (the same expansion then the same kernels), on every path, ISA and
 // precision, with groups of 256 straddling scale rows (N = 300), split-K tasks starting
-// inside a scale block (K = 520 in blocks of 40) and a NaN group.
+// inside a scale block (K = 520 in blocks of 40), a NaN group and one that overflows.
 void CheckDoubleQuantScales() {
   std::mt19937 rng(17);
   std::uniform_int_distribution<int> code(-127, 127);
@@ -135,6 +135,7 @@ void CheckDoubleQuantScales() {
     std::vector<float> group_scale(groups);
     for (auto& v : group_scale) v = unit(rng);
     if (groups > 1) group_scale[1] = std::nanf("");
+    if (groups > 2) group_scale[2] = 1e38f;  // codes * 1e38 overflow: FLT_MAX, or -inf kept
     const float offset = 0.05f;
     Operands expanded = o;
     for (int64_t i = 0; i < count; ++i) {
