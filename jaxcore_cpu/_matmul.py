@@ -42,7 +42,8 @@ relative error of about 1e-3 (worst seen 5e-3 of ``sum |x| |w|``; NF4 codes also
 to the int8 grid). It applies to weights whose ``block_size`` is a multiple of 32, and to
 M <= 64 with the AVX2 and portable kernels or to every M with the AVX-512 VNNI ones (which
 multiply 64 byte pairs per instruction, several times the float32 FMA rate); other calls run
-in ``float32``.
+in ``float32``. Under ``int8`` a row whose activations hold NaN or infinity comes out all NaN
+(no int8 code stands for them).
 """
 
 _FORMAT_CODES = {"int8": 0, "int4": 1, "nf4": 2}

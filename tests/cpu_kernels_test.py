@@ -554,6 +554,37 @@ def test_int8_precision_is_close_and_not_float32(case):
         assert np.abs(as64(exact) - first).max() > 1e-6 * np.abs(first).max(), case
 
 
+@pytest.mark.parametrize("case", ["int8-channel", "int4-b64", "nf4-b64"])
+@pytest.mark.parametrize("m", [3, 9])
+def test_int8_precision_non_finite_activations_give_nan_rows(case, m):
+    """No int8 code stands for NaN or infinity: such a row comes out NaN, the others as before."""
+    make, _ = CASES[case]
+    rng = np.random.default_rng(31)
+    w = make(rng, 256, 130)
+    x = rng.standard_normal((m, 256)).astype(np.float32)
+    bad = x.copy()
+    bad[1, 40] = np.nan
+    bad[2, 255] = -np.inf
+    for isa in ISAS:
+        with jaxcore_cpu.set_isa(isa):
+            outs = [
+                np.asarray(
+                    jaxcore_cpu.quantized_matmul(
+                        jnp.asarray(a),
+                        w.qvalue,
+                        w.scale,
+                        fmt=w.fmt,
+                        block_size=w.block_size,
+                        precision="int8",
+                    )
+                )
+                for a in (x, bad)
+            ]
+        assert np.isnan(outs[1][1:3]).all(), (case, isa)
+        keep = [i for i in range(m) if i not in (1, 2)]
+        np.testing.assert_array_equal(outs[1][keep], outs[0][keep], err_msg=f"{case} {isa}")
+
+
 def test_int8_precision_falls_back_to_float32_where_blocks_do_not_fit():
     rng = np.random.default_rng(29)
     for case in ("int8-b13", "int4-b26", "nf4-b10"):

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "kernels.h"
 
@@ -433,8 +434,9 @@ void Q8TaskAvx512(const Q8Task& t) {
 }
 
 // Q8QuantizePortable's arithmetic, 32 values at a time: the same amax, the same 127 / amax
-// and round-to-nearest-even, so the codes are identical. For the nibble-packed formats each
-// eight codes are stored in the order 0 2 4 6 1 3 5 7 (see the file comment).
+// and round-to-nearest-even, so the codes are identical, and the same NaN scale for a group
+// holding NaN or infinity. For the nibble-packed formats each eight codes are stored in the
+// order 0 2 4 6 1 3 5 7 (see the file comment).
 void Q8QuantizeAvx512(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
                       int32_t* sum) {
   const __m256i order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
@@ -443,7 +445,16 @@ void Q8QuantizeAvx512(Format fmt, const float* x, int64_t k, int64_t rows, int8_
   for (int64_t g = 0; g < k / kQ8Group; ++g) {
     const float* xg = x + g * kQ8Group;
     const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+    const __m512 most = _mm512_set1_ps(std::numeric_limits<float>::max());
+    if (_mm512_cmp_ps_mask(a0, most, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, most, _CMP_NLE_UQ)) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * rows * kQ8Group),
+                          _mm256_setzero_si256());
+      d[g * rows] = std::numeric_limits<float>::quiet_NaN();
+      sum[g * rows] = 0;
+      continue;
+    }
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
     const float dg = amax / 127.0f;
     const float inv = dg > 0.0f ? 127.0f / amax : 0.0f;
     const __m512 s = _mm512_set1_ps(inv);

@@ -3,6 +3,8 @@
 // differ between instruction sets).
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 
 #include "kernels.h"
 
@@ -28,9 +30,19 @@ void Q8QuantizePortable(Format, const float* x, int64_t k, int64_t rows, int8_t*
   for (int64_t g = 0; g < k / kQ8Group; ++g) {
     const float* xg = x + g * kQ8Group;
     float amax = 0.0f;
+    bool finite = true;
     for (int i = 0; i < kQ8Group; ++i) {
       const float a = std::fabs(xg[i]);
+      finite = finite && a <= std::numeric_limits<float>::max();  // false for NaN and inf
       amax = a > amax ? a : amax;
+    }
+    if (!finite) {
+      // No int8 code stands for NaN or infinity: the group's scale is NaN instead, so every
+      // product it enters is NaN (as float32 arithmetic would make it, or infinite).
+      std::memset(q + g * rows * kQ8Group, 0, kQ8Group);
+      d[g * rows] = std::numeric_limits<float>::quiet_NaN();
+      sum[g * rows] = 0;
+      continue;
     }
     const float dg = amax / 127.0f;
     const float inv = dg > 0.0f ? 127.0f / amax : 0.0f;

@@ -1,7 +1,8 @@
 // Native test of the quantized matmul kernels, part two: invariants across instruction sets,
 // schedules and plans (int8 activations agree on every ISA, results do not depend on which
 // thread ran which task, double-quant scales equal their expansion, the workspace covers
-// every ISA, partial sums stay small, an empty K gives zeros). main() is in qmm_test.cc.
+// every ISA, partial sums stay small, an empty K gives zeros, NaN or infinite int8
+// activations give NaN rows). main() is in qmm_test.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -274,6 +275,42 @@ void CheckEmptyK() {
                      " " + FormatName(fmt) + " " + PathName(path) + " m=" + std::to_string(m));
               }
             }
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
+// Precision::kInt8 with NaN or infinity in an activation row: every output of that row is
+// NaN (no int8 code stands for them; the group's scale becomes NaN), the other rows are
+// exactly what they are without the bad rows, on every ISA, path and plan (M = 3 narrow,
+// M = 9 wide; K split or not).
+void CheckNonFiniteActivations() {
+  std::mt19937 rng(29);
+  const Isa best = DetectIsa();
+  for (const Case& c : {Case{3, 256, 130, false, 64, 64}, Case{9, 512, 300, true, 0, 0}}) {
+    for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+      const Operands o = MakeOperands(fmt, c, false, rng);
+      Operands bad = o;
+      bad.x[1 * o.k + 37] = std::nanf("");
+      bad.x[2 * o.k + o.k - 1] = std::numeric_limits<float>::infinity();
+      for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+        SetIsa(static_cast<Isa>(isa));
+        ThreadRunner threads(3);
+        std::vector<float> want(o.m * o.n), got(o.m * o.n);
+        Run(F32Problem(o, want.data(), Precision::kInt8), Path::kAuto, threads);
+        Run(F32Problem(bad, got.data(), Precision::kInt8), Path::kAuto, threads);
+        for (int64_t i = 0; i < o.m * o.n; ++i) {
+          const int64_t row = i / o.n;
+          const bool ok = (row == 1 || row == 2) ? std::isnan(got[i]) : got[i] == want[i];
+          if (!ok) {
+            Fail(std::string("non-finite activations: ") + IsaName(static_cast<Isa>(isa)) + " " +
+                 FormatName(fmt) + " m=" + std::to_string(o.m) + " out[" + std::to_string(row) +
+                 "," + std::to_string(i % o.n) + "] = " + std::to_string(got[i]) +
+                 (row == 1 || row == 2 ? ", want NaN" : ", want " + std::to_string(want[i])));
+            break;
           }
         }
       }

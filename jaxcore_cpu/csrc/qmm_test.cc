@@ -298,6 +298,7 @@ int main() {
   CheckWorkspaceCoversEveryIsa();
   CheckPartialSumsStaySmall();
   CheckEmptyK();
+  CheckNonFiniteActivations();
   CheckDoubleQuantScales();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   CheckIsaControls();

@@ -255,6 +255,7 @@ void CheckDoubleQuantScales();
 void CheckWorkspaceCoversEveryIsa();
 void CheckPartialSumsStaySmall();
 void CheckEmptyK();
+void CheckNonFiniteActivations();
 
 }  // namespace testing
 }  // namespace jaxcore_cpu
