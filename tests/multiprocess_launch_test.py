@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 import textwrap
+import types
 
 import multiprocess_util as mp
 import pytest
@@ -166,7 +167,8 @@ def test_a_process_dying_mid_run_fails_the_launch_in_bounded_time(
     assert run.seconds < 60, run.describe()
     assert run.stdout.count("first collective done") == processes, run.describe()
     # The others' collectives fail a moment later ("Connection closed by peer"); the
-    # launcher reports the earliest failure, i.e. the dead process.
+    # launcher reports the dead process: the earliest failure, and a death by a signal
+    # outranks exits with a code whatever order the exits were recorded in.
     assert run.returncode == code, run.describe()
     if how == "raise":
         assert f"process {last} exited with code 1; stopping" in run.stderr, run.describe()
@@ -179,6 +181,23 @@ def test_a_process_dying_mid_run_fails_the_launch_in_bounded_time(
     pids.append(int((tmp_path / "grandchild_pid").read_text()))
     assert not [pid for pid in pids if mp.alive(pid)], run.describe()
     assert _port_is_free(run.coordinator_port())
+
+
+def test_a_signal_death_is_blamed_before_exits_recorded_earlier():
+    """On a loaded machine the waiter threads may record a killed process's exit last."""
+    from jaxcore.launch import _launcher
+
+    def failed(returncode, exit_time):
+        p = object.__new__(_launcher._Process)
+        p.popen = types.SimpleNamespace(returncode=returncode)
+        p.exit_time = exit_time
+        return p
+
+    raised, later, killed = failed(1, 1.0), failed(1, 1.5), failed(-9, 2.0)
+    assert min([raised, later, killed], key=_launcher._Process.blame_order) is killed
+    assert min([later, raised], key=_launcher._Process.blame_order) is raised
+    running = failed(None, None)
+    assert min([running, later], key=_launcher._Process.blame_order) is later
 
 
 def test_ci_job_runs_only_the_multiprocess_tests():

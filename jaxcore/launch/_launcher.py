@@ -152,6 +152,15 @@ class _Process:
         """Sort key: when the process exited (infinity while it runs)."""
         return math.inf if self.exit_time is None else self.exit_time
 
+    def blame_order(self) -> tuple[bool, float]:
+        """Sort key for the failure to report: deaths by a signal first, then by exit time.
+
+        A process killed by a signal did not die of its peers' failures, while the others'
+        collectives fail because they lost it; and the waiter threads that record exit times
+        can run in any order on a loaded machine, so a timestamp alone may blame a peer.
+        """
+        return (self.popen.returncode is None or self.popen.returncode >= 0, self.exit_order())
+
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signum)
@@ -270,7 +279,7 @@ def _watch(procs: list[_Process], timeout: float | None, stop_signal: list[int])
         if failed:
             # Others that fail within a moment are most likely failing because of it.
             time.sleep(_POLL_S)
-            first = min((p for p in procs if p.failed()), key=_Process.exit_order)
+            first = min((p for p in procs if p.failed()), key=_Process.blame_order)
             code = first.popen.returncode
             running = [p for p in procs if p.exit_time is None]
             _log(
