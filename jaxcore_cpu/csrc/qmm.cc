@@ -153,7 +153,8 @@ void SetKRanges(const Problem& p, int64_t k_tasks, int64_t step, GemvSplit& s) {
 GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   GemvSplit s;
   const int64_t wanted = kTasksPerWorker * workers;
-  if (UsesInt8(kt, p) && kt.q8_task && p.m > internal::kQ8TaskNarrowMaxM) {
+  const bool whole_tasks = UsesInt8(kt, p) && kt.q8_task;  // the kernel takes a whole task
+  if (whole_tasks && p.m > internal::kQ8TaskNarrowMaxM) {
     // Bound by arithmetic: column chunks over the whole of K, where they can be wide enough
     // (many workers on a narrow weight fall through to the K splits below).
     const int64_t ncols =
@@ -165,7 +166,7 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
       return s;
     }
   }
-  if (UsesInt8(kt, p) && kt.q8_task && p.m <= internal::kQ8TaskFullWidthMaxM) {
+  if (whole_tasks && p.m <= internal::kQ8TaskFullWidthMaxM) {
     // Rows of the weight, whole or in wide column chunks, split along K (the memory-bound
     // small M, or larger M where column chunks alone would be too narrow). Every K range
     // beyond the first adds M x N floats of partial sums that are written and read back

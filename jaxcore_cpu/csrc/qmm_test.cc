@@ -81,19 +81,14 @@ void CheckRun(const Operands& o, DType x_dtype, DType out_dtype, Path path, Runn
   std::unique_ptr<float[]> scale(new float[o.scale.size()]);
   std::copy(o.scale.begin(), o.scale.end(), scale.get());
 
-  Problem p;
-  p.fmt = o.fmt;
-  p.m = o.m;
-  p.k = o.k;
-  p.n = o.n;
-  p.block_size = o.block;
+  // o's problem, over exactly-sized copies of its operands (AddressSanitizer watches the ends).
+  Problem p = F32Problem(o, nullptr, precision);
   p.x = x;
   p.x_dtype = x_dtype;
   p.qvalue = qvalue.get();
   p.scale = scale.get();
   p.out = out;
   p.out_dtype = out_dtype;
-  p.precision = precision;
   const std::string invalid = Validate(p);
   if (!invalid.empty()) {
     Fail(label + ": Validate rejected a valid problem: " + invalid);
