@@ -499,7 +499,7 @@ void MicroKernelAvx2(int mr, int64_t kc, const float* a, const float* b, float* 
 
 const KernelTable& Avx2Kernels() {
   static const KernelTable table = {GemvSegmentAvx2, DecodePanelAvx2, MicroKernelAvx2,
-                                    Q8QuantizePortable, Q8SegmentAvx2};
+                                    Q8QuantizeAvx2, Q8SegmentAvx2};
   return table;
 }
 

@@ -18,41 +18,54 @@
 namespace jaxcore_cpu {
 namespace testing {
 
+// Runs `o` with int8 activations on the portable kernels and on every instruction set up to
+// DetectIsa(), and fails where one differs from portable by more than float32 rounding.
+void CheckInt8AgreesWithPortable(const Operands& o, const char* what) {
+  std::vector<float> ref(o.m * o.n, 0.0f);
+  SetIsa(Isa::kPortable);
+  SerialRunner serial;
+  Run(F32Problem(o, ref.data(), Precision::kInt8), Path::kAuto, serial);
+  double scale = 1e-30;
+  for (float v : ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  for (int isa = 1; isa <= static_cast<int>(DetectIsa()); ++isa) {
+    SetIsa(static_cast<Isa>(isa));
+    std::vector<float> out(o.m * o.n, 0.0f);
+    Run(F32Problem(o, out.data(), Precision::kInt8), Path::kAuto, serial);
+    for (int64_t i = 0; i < o.m * o.n; ++i) {
+      if (std::fabs(ref[i] - out[i]) > 1e-6 * scale) {
+        Fail(std::string("int8 activations") + what + ": " + FormatName(o.fmt) + " " +
+             IsaName(static_cast<Isa>(isa)) + " m=" + std::to_string(o.m) +
+             " differs from portable at " + std::to_string(i) + ": " + std::to_string(out[i]) +
+             " vs " + std::to_string(ref[i]));
+        break;
+      }
+    }
+  }
+  SetIsa(DetectIsa());
+}
+
 // Precision::kInt8 sums integers exactly, so every instruction set must agree with the
 // portable kernels to float32 rounding: a stricter check than the int8 tolerance. The cases
 // cover narrow (M <= 4) and wide blocks, ragged columns and M = 64 (the most every table
-// takes in int8).
+// takes in int8), each also with activations that are all rounding ties.
 void CheckInt8AcrossIsas() {
   std::mt19937 rng(7);
-  const Isa best = DetectIsa();
   const Case cases[] = {{9, 256, 200, false, 64, 64}, {3, 192, 130, true, 0, 0},
                         {64, 128, 77, false, 32, 64}};
   for (const Case& c : cases) {
     for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
-      const Operands o = MakeOperands(fmt, c, false, rng);
-      std::vector<float> ref(o.m * o.n, 0.0f);
-      SetIsa(Isa::kPortable);
-      SerialRunner serial;
-      Run(F32Problem(o, ref.data(), Precision::kInt8), Path::kAuto, serial);
-      double scale = 1e-30;
-      for (float v : ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-      for (int isa = 1; isa <= static_cast<int>(best); ++isa) {
-        SetIsa(static_cast<Isa>(isa));
-        std::vector<float> out(o.m * o.n, 0.0f);
-        Run(F32Problem(o, out.data(), Precision::kInt8), Path::kAuto, serial);
-        for (int64_t i = 0; i < o.m * o.n; ++i) {
-          if (std::fabs(ref[i] - out[i]) > 1e-6 * scale) {
-            Fail(std::string("int8 activations: ") + FormatName(fmt) + " " +
-                 IsaName(static_cast<Isa>(isa)) + " m=" + std::to_string(o.m) +
-                 " differs from portable at " + std::to_string(i) + ": " +
-                 std::to_string(out[i]) + " vs " + std::to_string(ref[i]));
-            break;
-          }
-        }
+      Operands o = MakeOperands(fmt, c, false, rng);
+      CheckInt8AgreesWithPortable(o, "");
+      // Every group's first activation is 127, so 127 / amax is 1 and the others, exact
+      // halves, are rounding ties: round-half-even (nearbyint, the portable quantizer) and
+      // any other tie rule give different codes.
+      std::uniform_int_distribution<int> halves(-253, 253);
+      for (int64_t i = 0; i < o.m * o.k; ++i) {
+        o.x[i] = i % 32 == 0 ? 127.0f : 0.5f * static_cast<float>(halves(rng));
       }
+      CheckInt8AgreesWithPortable(o, " (rounding ties)");
     }
   }
-  SetIsa(best);
 }
 
 // Runs the tasks one at a time in a shuffled order, each under a random worker id: any
