@@ -110,7 +110,6 @@ struct Q8Segment {
   Q8Activations x;
   const uint8_t* q;
   int64_t ldq;
-  const uint8_t* q_end;  // one past the stored weight: read-ahead prefetches stay below it
   int64_t r0, r1;
   int64_t n0, cols;
   const float* scale;   // the block's scales of the segment's columns: scale[c] for n0 + c
@@ -201,7 +200,7 @@ const KernelTable& PortableKernels();
 const KernelTable& Avx2Kernels();
 void Q8QuantizeAvx2(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
                     int32_t* sum);
-void Q8SegmentAvx2(const Q8Segment& s);
+void Q8TaskAvx2(const Q8Task& t);
 // AVX-512 (F, BW, VL, DQ) with VNNI: the AVX2 float32 decoders, a 512-bit float32 GEMM
 // micro-kernel and int8-activation kernels built on vpdpbusd, taking every M.
 const KernelTable& Avx512Kernels();

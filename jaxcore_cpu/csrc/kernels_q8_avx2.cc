@@ -7,7 +7,14 @@
 // the signed activations directly (and 8 pairs still fit int16 before widening); int8 and
 // NF4 codes are signed, so their magnitudes multiply activations carrying their signs.
 // The unpacking leaves columns in the order {0-3,16-19}, {4-7,20-23}, {8-11,24-27},
-// {12-15,28-31}; sums stay in that order until the segment ends.
+// {12-15,28-31}; sums stay in that order until the task ends.
+//
+// A task (qmm.cc plans them) is a range of K for a range of columns, taken in column blocks
+// whose float sums stay in cache (Q8TaskBlockCols) across the task's scale blocks: each
+// group's weight scales enter its float work, or, where the task lies in one scale block
+// (per-channel int8), the end. Small M sweeps 8 stored rows across the block at a time (bound
+// by memory); larger M decodes whole groups and runs 2-row tiles over them (bound by
+// arithmetic).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -56,7 +63,7 @@ inline __m256i LoadA32(const uint8_t* p) { return _mm256_load_si256(reinterpret_
 // one group. Each stored row's halves are read back to back: rows a page apart share one L1
 // set, so a line must be used whole before the group's other rows evict it.
 template <Format kFmt, int kHalves>
-inline void DecodeGroup(const Q8Segment& s, int64_t g0, int q0, int q1, int64_t n,
+inline void DecodeGroup(const Q8Task& t, int64_t g0, int q0, int q1, int64_t n,
                         GroupQuads* out) {
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const __m256i nf4 = _mm256_broadcastsi128_si256(
@@ -64,10 +71,10 @@ inline void DecodeGroup(const Q8Segment& s, int64_t g0, int q0, int q1, int64_t 
   for (int qd = q0; qd < q1; ++qd) {
     __m256i quad[kHalves][4];
     if (kFmt == Format::kInt8) {
-      const uint8_t* row = s.q + (g0 + 4 * qd) * s.ldq + n;
+      const uint8_t* row = t.q + (g0 + 4 * qd) * t.ldq + n;
       __m256i r[4][kHalves];
       for (int i = 0; i < 4; ++i) {
-        for (int h = 0; h < kHalves; ++h) r[i][h] = Load32(row + i * s.ldq + 32 * h);
+        for (int h = 0; h < kHalves; ++h) r[i][h] = Load32(row + i * t.ldq + 32 * h);
       }
       for (int h = 0; h < kHalves; ++h) {
         PairsToQuads(_mm256_unpacklo_epi8(r[0][h], r[1][h]), _mm256_unpackhi_epi8(r[0][h], r[1][h]),
@@ -75,10 +82,10 @@ inline void DecodeGroup(const Q8Segment& s, int64_t g0, int q0, int q1, int64_t 
                      quad[h]);
       }
     } else {
-      const uint8_t* row = s.q + ((g0 >> 1) + 2 * qd) * s.ldq + n;
+      const uint8_t* row = t.q + ((g0 >> 1) + 2 * qd) * t.ldq + n;
       __m256i b[2][kHalves];
       for (int i = 0; i < 2; ++i) {
-        for (int h = 0; h < kHalves; ++h) b[i][h] = Load32(row + i * s.ldq + 32 * h);
+        for (int h = 0; h < kHalves; ++h) b[i][h] = Load32(row + i * t.ldq + 32 * h);
       }
       for (int h = 0; h < kHalves; ++h) {
         __m256i lo0 = _mm256_and_si256(b[0][h], nibble);
@@ -151,104 +158,171 @@ inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, int q0,
   }
 }
 
-// acc[mi] += d * (dot - zero_point * xsum) for kRows rows starting at mi, one half, over
-// row-quads [q0, q1) of the group; the part starting at quad 0 removes the zero point.
-template <Format kFmt, int kRows>
-inline void AccumulateRows(const Q8Segment& s, int64_t g, int64_t mi, const GroupQuads& w,
-                           int q0, int q1, float* acc, int64_t lda) {
+// acc[mi] += f * (dot - zero_point * xsum) for kRows rows starting at mi, one half, over
+// row-quads [q0, q1) of group g; the part starting at quad 0 removes the zero point. f is the
+// row's activation scale d, times the half's weight scales sc (decoder order) unless
+// kScaleLater leaves those for the end of the task.
+template <Format kFmt, int kRows, bool kScaleLater>
+inline void AccumulateRows(const Q8Task& t, int64_t g, int64_t mi, const GroupQuads& w, int q0,
+                           int q1, const __m256 sc[4], float* acc, int64_t lda) {
   const int8_t* xq[kRows];
-  for (int r = 0; r < kRows; ++r) xq[r] = s.x.q + (g * s.x.rows + mi + r) * kQ8Group;
+  for (int r = 0; r < kRows; ++r) xq[r] = t.x.q + (g * t.x.rows + mi + r) * kQ8Group;
   __m256i dot[kRows][4];
   DotGroup<kFmt, kRows>(xq, w, q0, q1, dot);
   for (int r = 0; r < kRows; ++r) {
-    const int64_t at = g * s.x.rows + mi + r;
-    const __m256 d = _mm256_set1_ps(s.x.d[at]);
+    const int64_t at = g * t.x.rows + mi + r;
+    const __m256 d = _mm256_set1_ps(t.x.d[at]);
     float* row = acc + (mi + r) * lda;
     const __m256i shift =
-        _mm256_set1_epi32(kFmt == Format::kInt4 && q0 == 0 ? 8 * s.x.sum[at] : 0);
+        _mm256_set1_epi32(kFmt == Format::kInt4 && q0 == 0 ? 8 * t.x.sum[at] : 0);
     for (int j = 0; j < 4; ++j) {
       const __m256i v = kFmt == Format::kInt4 ? _mm256_sub_epi32(dot[r][j], shift) : dot[r][j];
+      const __m256 f = kScaleLater ? d : _mm256_mul_ps(d, sc[j]);
       _mm256_storeu_ps(row + 8 * j,
-                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), d, _mm256_loadu_ps(row + 8 * j)));
+                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), f, _mm256_loadu_ps(row + 8 * j)));
     }
   }
 }
 
-// kRows: stored rows per sweep (a divisor of the group's stored rows, a multiple of 4 for
-// int8 and of 2 for the nibble-packed formats).
-template <Format kFmt, int kRows>
-void Q8SegmentT(const Q8Segment& s) {
-  const int64_t wide = s.cols / 32 * 32;
+// 32 columns' values (f[j]: columns 8 j .. 8 j + 7) in decoder order: {0-3, 16-19},
+// {4-7, 20-23}, {8-11, 24-27}, {12-15, 28-31}.
+inline void ToDecoderOrder(const __m256 f[4], __m256 v[4]) {
+  v[0] = _mm256_permute2f128_ps(f[0], f[2], 0x20);
+  v[1] = _mm256_permute2f128_ps(f[0], f[2], 0x31);
+  v[2] = _mm256_permute2f128_ps(f[1], f[3], 0x20);
+  v[3] = _mm256_permute2f128_ps(f[1], f[3], 0x31);
+}
+
+// The inverse: decoder order back to columns 8 j .. 8 j + 7 in v[j].
+inline void ToColumnOrder(const __m256 f[4], __m256 v[4]) {
+  v[0] = _mm256_permute2f128_ps(f[0], f[1], 0x20);
+  v[1] = _mm256_permute2f128_ps(f[2], f[3], 0x20);
+  v[2] = _mm256_permute2f128_ps(f[0], f[1], 0x31);
+  v[3] = _mm256_permute2f128_ps(f[2], f[3], 0x31);
+}
+
+// The scales of 32 columns (from `scale`), times `unit`, in decoder order.
+inline void HalfScales(const float* scale, __m256 unit, __m256 sc[4]) {
+  __m256 f[4];
+  for (int j = 0; j < 4; ++j) f[j] = _mm256_mul_ps(_mm256_loadu_ps(scale + 8 * j), unit);
+  ToDecoderOrder(f, sc);
+}
+
+// One column block of a task (the whole of its K range). kRows: stored rows per sweep (a
+// divisor of the group's stored rows, a multiple of 4 for int8 and of 2 for the nibble-packed
+// formats). The sums stay in `acc` across the task's scale blocks, each group's weight scales
+// folded into its float work (kScaleLater: one scale block, applied once at the end): a
+// kernel per scale block re-read and re-wrote the result at every block boundary, ~20 % of
+// int4 (64-row blocks) at M = 16 on Zen 4. Columns past the last whole 32 go element by
+// element.
+template <Format kFmt, int kRows, bool kScaleLater>
+void Q8TaskBlockT(const Q8Task& t) {
+  const int64_t wide = t.cols / 32 * 32;
   const int64_t lda = wide + 16;  // padded: rows 4 KiB apart would share L1 sets
-  for (int64_t mi = 0; mi < s.m; ++mi) std::fill(s.acc + mi * lda, s.acc + mi * lda + wide, 0.0f);
+  for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + wide, 0.0f);
   // A group is swept over the columns in parts of kRows stored rows each.
   constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
   static_assert(kStoredRows % kRows == 0, "a part is a whole number of row-quads");
   constexpr int kParts = kStoredRows / kRows;
   constexpr int kPartQuads = kQuads / kParts;
+  const __m256 unit = _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
+  const uint8_t* end = t.q + (kFmt == Format::kInt8 ? t.r1 : t.r1 >> 1) * t.ldq;
   GroupQuads quads[2];
-  for (int64_t g0 = s.r0; g0 < s.r1; g0 += kQ8Group) {
+  __m256 sc[2][4] = {};
+  for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
-    const uint8_t* group = s.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * s.ldq + s.n0;
+    const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
+    const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
     for (int part = 0; part < kParts; ++part) {
       const int q0 = part * kPartQuads, q1 = q0 + kPartQuads;
-      const uint8_t* rows = group + part * kRows * s.ldq;
+      const uint8_t* rows = group + part * kRows * t.ldq;
       for (int64_t c = 0; c < wide;) {
-        // Into L2: the rows would evict each other from their shared L1 set.
-        if (kParts > 1) {
-          for (int64_t r = 0; r < kRows; ++r) {
-            _mm_prefetch(reinterpret_cast<const char*>(rows + r * s.ldq + c + kPrefetchAhead),
-                         _MM_HINT_T1);
-          }
-        } else {
-          // Whole groups (larger M, bound by arithmetic): the next group's rows of these
-          // columns, one group's products ahead. kPrefetchAhead along the rows would fall
-          // past a task as narrow as this path's (int8 at M = 16, Zen 4: -8 %).
-          const uint8_t* next = group + kStoredRows * s.ldq + c;
-          for (int64_t r = 0; r < kRows; ++r) {
-            const uint8_t* line = next + r * s.ldq;
-            if (line + 63 >= s.q_end) break;
-            _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
-            _mm_prefetch(reinterpret_cast<const char*>(line + 63), _MM_HINT_T1);
-          }
+        // Into L2: the rows would evict each other from their shared L1 set. Sweeps of a
+        // few rows (small M, bound by memory) look kPrefetchAhead along their rows; whole
+        // groups (larger M, bound by arithmetic) fetch the next group's rows of these
+        // columns, one group's products ahead, as a task at larger M is too narrow for the
+        // former (int8 at M = 16, Zen 4: -8 %).
+        const uint8_t* ahead = kParts > 1 ? rows + c + kPrefetchAhead : group + kStoredRows * t.ldq + c;
+        for (int64_t r = 0; r < kRows; ++r) {
+          const uint8_t* line = ahead + r * t.ldq;
+          if (line + 63 >= end) break;
+          _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+          if (kParts == 1) _mm_prefetch(reinterpret_cast<const char*>(line + 63), _MM_HINT_T1);
         }
         int halves = 1;
         if (c + 64 <= wide) {
-          DecodeGroup<kFmt, 2>(s, g0, q0, q1, s.n0 + c, quads);
+          DecodeGroup<kFmt, 2>(t, g0, q0, q1, t.n0 + c, quads);
           halves = 2;
         } else {
-          DecodeGroup<kFmt, 1>(s, g0, q0, q1, s.n0 + c, quads);
+          DecodeGroup<kFmt, 1>(t, g0, q0, q1, t.n0 + c, quads);
         }
         for (int h = 0; h < halves; ++h) {
-          float* acc = s.acc + c + 32 * h;
+          if (!kScaleLater) HalfScales(srow + c + 32 * h, unit, sc[h]);
+          float* acc = t.acc + c + 32 * h;
           int64_t mi = 0;
-          for (; mi + 2 <= s.m; mi += 2) {
-            AccumulateRows<kFmt, 2>(s, g, mi, quads[h], q0, q1, acc, lda);
+          for (; mi + 2 <= t.m; mi += 2) {
+            AccumulateRows<kFmt, 2, kScaleLater>(t, g, mi, quads[h], q0, q1, sc[h], acc, lda);
           }
-          if (mi < s.m) AccumulateRows<kFmt, 1>(s, g, mi, quads[h], q0, q1, acc, lda);
+          if (mi < t.m) {
+            AccumulateRows<kFmt, 1, kScaleLater>(t, g, mi, quads[h], q0, q1, sc[h], acc, lda);
+          }
         }
         c += 32 * halves;
       }
     }
   }
-  // Back to column order, scaled into y.
-  const __m256 unit = _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
-  for (int64_t mi = 0; mi < s.m; ++mi) {
+  // Back to column order into y (times the scales where they waited).
+  for (int64_t mi = 0; mi < t.m; ++mi) {
     for (int64_t c = 0; c < wide; c += 32) {
-      const float* acc = s.acc + mi * lda + c;
-      const __m256 f0 = _mm256_loadu_ps(acc), f1 = _mm256_loadu_ps(acc + 8);
-      const __m256 f2 = _mm256_loadu_ps(acc + 16), f3 = _mm256_loadu_ps(acc + 24);
-      const __m256 v[4] = {_mm256_permute2f128_ps(f0, f1, 0x20), _mm256_permute2f128_ps(f2, f3, 0x20),
-                           _mm256_permute2f128_ps(f0, f1, 0x31), _mm256_permute2f128_ps(f2, f3, 0x31)};
-      float* y = s.y + mi * s.ldy + c;
-      const float* scale = s.scale + c;
+      const float* acc = t.acc + mi * lda + c;
+      const __m256 f[4] = {_mm256_loadu_ps(acc), _mm256_loadu_ps(acc + 8),
+                           _mm256_loadu_ps(acc + 16), _mm256_loadu_ps(acc + 24)};
+      __m256 v[4];
+      ToColumnOrder(f, v);
+      float* y = t.y + mi * t.ldy + c;
       for (int j = 0; j < 4; ++j) {
-        const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(scale + 8 * j), unit);
-        _mm256_storeu_ps(y + 8 * j, _mm256_fmadd_ps(w, v[j], _mm256_loadu_ps(y + 8 * j)));
+        if (kScaleLater) {
+          v[j] = _mm256_mul_ps(v[j], _mm256_mul_ps(_mm256_loadu_ps(t.scale + c + 8 * j), unit));
+        }
+        _mm256_storeu_ps(y + 8 * j, v[j]);
       }
     }
   }
-  if (wide < s.cols) Q8SegmentColumns(s, wide, s.cols);
+  if (wide == t.cols) return;
+  // The ragged columns, a scale block at a time (Q8SegmentColumns adds into y).
+  for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.y + mi * t.ldy + wide, t.y + mi * t.ldy + t.cols, 0.0f);
+  Q8Segment s;
+  s.fmt = kFmt;
+  s.m = t.m;
+  s.x = t.x;
+  s.q = t.q;
+  s.ldq = t.ldq;
+  s.n0 = t.n0;
+  s.cols = t.cols;
+  s.acc = nullptr;
+  s.y = t.y;
+  s.ldy = t.ldy;
+  for (int64_t r0 = t.r0; r0 < t.r1;) {
+    const int64_t block = r0 / t.block_size;
+    s.r0 = r0;
+    s.r1 = std::min(t.r1, (block + 1) * t.block_size);
+    s.scale = t.scale + (block - t.r0 / t.block_size) * t.lds;
+    Q8SegmentColumns(s, wide, t.cols);
+    r0 = s.r1;
+  }
+}
+
+template <Format kFmt>
+void Q8TaskBlockOf(const Q8Task& t) {
+  const bool narrow = t.m <= kNarrowMaxM;
+  const bool one_block = t.r1 > t.r0 && t.r0 / t.block_size == (t.r1 - 1) / t.block_size;
+  constexpr int kWholeGroup = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+  if (narrow) {
+    return one_block ? Q8TaskBlockT<kFmt, kNarrowRows, true>(t)
+                     : Q8TaskBlockT<kFmt, kNarrowRows, false>(t);
+  }
+  return one_block ? Q8TaskBlockT<kFmt, kWholeGroup, true>(t)
+                   : Q8TaskBlockT<kFmt, kWholeGroup, false>(t);
 }
 
 }  // namespace
@@ -303,18 +377,26 @@ void Q8QuantizeAvx2(Format, const float* x, int64_t k, int64_t rows, int8_t* q, 
   }
 }
 
-void Q8SegmentAvx2(const Q8Segment& s) {
-  const bool narrow = s.m <= kNarrowMaxM;
-  switch (s.fmt) {
-    case Format::kInt8:
-      return narrow ? Q8SegmentT<Format::kInt8, kNarrowRows>(s)
-                    : Q8SegmentT<Format::kInt8, kQ8Group>(s);
-    case Format::kInt4:
-      return narrow ? Q8SegmentT<Format::kInt4, kNarrowRows>(s)
-                    : Q8SegmentT<Format::kInt4, kQ8Group / 2>(s);
-    case Format::kNf4:
-      return narrow ? Q8SegmentT<Format::kNf4, kNarrowRows>(s)
-                    : Q8SegmentT<Format::kNf4, kQ8Group / 2>(s);
+void Q8TaskAvx2(const Q8Task& t) {
+  // Column blocks whose sums stay in L1 (Q8TaskBlockCols), each over the task's whole K range.
+  const int64_t block = Q8TaskBlockCols(t.m, t.cols);
+  for (int64_t c = 0; c < t.cols; c += block) {
+    Q8Task b = t;
+    b.n0 = t.n0 + c;
+    b.cols = std::min(block, t.cols - c);
+    b.scale = t.scale + c;
+    b.y = t.y + c;
+    switch (t.fmt) {
+      case Format::kInt8:
+        Q8TaskBlockOf<Format::kInt8>(b);
+        break;
+      case Format::kInt4:
+        Q8TaskBlockOf<Format::kInt4>(b);
+        break;
+      case Format::kNf4:
+        Q8TaskBlockOf<Format::kNf4>(b);
+        break;
+    }
   }
 }
 

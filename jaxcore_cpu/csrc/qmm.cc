@@ -344,7 +344,6 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
     q.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m};
     q.q = s.q;
     q.ldq = p.n;
-    q.q_end = s.q + WeightBytes(p);
     q.n0 = n0;
     q.cols = cols;
     q.acc = s.acc;

@@ -25,8 +25,8 @@ enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
 // weights, as the dequantize-then-dot reference). kInt8 quantizes each activation row to
 // int8 in groups of 32 along K and sums integer products, as llama.cpp does: about twice
 // the arithmetic rate, at a relative error of a few 1e-3 (NF4 codes also round to int8).
-// It applies where block_size is a multiple of 32 and, with the AVX2 and portable kernels,
-// M <= kInt8MaxM (AVX-512 VNNI takes every M); elsewhere kFloat32.
+// It applies where block_size is a multiple of 32 and, with the portable kernels,
+// M <= kInt8MaxM (AVX2 and AVX-512 VNNI take every M); elsewhere kFloat32.
 enum class Precision : int32_t { kFloat32 = 0, kInt8 = 1 };
 constexpr int64_t kInt8MaxM = 64;
 // Instruction sets the kernels are compiled for, best last. kAvx512 needs AVX-512 F, BW, VL,

@@ -41,8 +41,8 @@ const Case kCases[] = {
     // Blocks that are multiples of 32, where Precision::kInt8 takes its own kernels.
     {16, 512, 100, false, 128, 64}, {2, 1024, 70, true, 0, 0},  {64, 96, 33, false, 96, 32},
     {4, 192, 77, false, 32, 64},
-    // AVX-512 int8 activations: several column blocks (M = 5 and 16), M > 64, a pair of
-    // groups then a lone one in each 96-row block.
+    // The SIMD int8-activation task kernels: several column blocks (M = 5 and 16), M > 64, a
+    // pair of groups then a lone one in each 96-row block.
     {5, 128, 1800, false, 64, 64},  {16, 288, 700, false, 96, 32}, {70, 192, 65, false, 96, 64},
 };
 
