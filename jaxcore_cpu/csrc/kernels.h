@@ -149,6 +149,21 @@ inline int64_t Q8TaskBlockCols(int64_t m, int64_t cols) {
   return std::min((cols + 63) / 64 * 64, std::max<int64_t>(64, fit));
 }
 
+// Runs `kernel` on each column block of `t` (Q8TaskBlockCols wide), each over t's whole K
+// range.
+template <typename Kernel>
+inline void ForEachQ8TaskBlock(const Q8Task& t, Kernel kernel) {
+  const int64_t block = Q8TaskBlockCols(t.m, t.cols);
+  for (int64_t c = 0; c < t.cols; c += block) {
+    Q8Task b = t;
+    b.n0 = t.n0 + c;
+    b.cols = std::min(block, t.cols - c);
+    b.scale = t.scale + c;
+    b.y = t.y + c;
+    kernel(b);
+  }
+}
+
 // Floats of scratch a q8_task call needs: m rows of a column block, padded, then two groups'
 // decoded codes for the block (512 floats' worth per group and 64 columns).
 inline int64_t Q8TaskAccFloats(int64_t m, int64_t cols) {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "kernels.h"
+#include "lanes_avx2.h"
 
 namespace jaxcore_cpu {
 namespace internal {
@@ -91,22 +92,6 @@ inline void Nf4Decode32(const Nf4Planes& p, __m256i idx, __m256 out[4]) {
   out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo01, lo23));
   out[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(hi01, hi23));
   out[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(hi01, hi23));
-}
-
-// Columns 0..31 from Nf4Decode32's order to column order (v[j] = columns 8j..8j+7).
-inline void ToColumnOrder(const __m256 f[4], __m256 v[4]) {
-  v[0] = _mm256_permute2f128_ps(f[0], f[1], 0x20);
-  v[1] = _mm256_permute2f128_ps(f[2], f[3], 0x20);
-  v[2] = _mm256_permute2f128_ps(f[0], f[1], 0x31);
-  v[3] = _mm256_permute2f128_ps(f[2], f[3], 0x31);
-}
-
-// The inverse of ToColumnOrder.
-inline void FromColumnOrder(const __m256 v[4], __m256 f[4]) {
-  f[0] = _mm256_permute2f128_ps(v[0], v[2], 0x20);
-  f[1] = _mm256_permute2f128_ps(v[0], v[2], 0x31);
-  f[2] = _mm256_permute2f128_ps(v[1], v[3], 0x20);
-  f[3] = _mm256_permute2f128_ps(v[1], v[3], 0x31);
 }
 
 // The NF4 codes of the low and high nibbles of 32 stored bytes (columns 0..31).

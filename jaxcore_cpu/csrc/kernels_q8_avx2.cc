@@ -22,6 +22,7 @@
 #include <limits>
 
 #include "kernels.h"
+#include "lanes_avx2.h"
 
 namespace jaxcore_cpu {
 namespace internal {
@@ -184,28 +185,11 @@ inline void AccumulateRows(const Q8Task& t, int64_t g, int64_t mi, const GroupQu
   }
 }
 
-// 32 columns' values (f[j]: columns 8 j .. 8 j + 7) in decoder order: {0-3, 16-19},
-// {4-7, 20-23}, {8-11, 24-27}, {12-15, 28-31}.
-inline void ToDecoderOrder(const __m256 f[4], __m256 v[4]) {
-  v[0] = _mm256_permute2f128_ps(f[0], f[2], 0x20);
-  v[1] = _mm256_permute2f128_ps(f[0], f[2], 0x31);
-  v[2] = _mm256_permute2f128_ps(f[1], f[3], 0x20);
-  v[3] = _mm256_permute2f128_ps(f[1], f[3], 0x31);
-}
-
-// The inverse: decoder order back to columns 8 j .. 8 j + 7 in v[j].
-inline void ToColumnOrder(const __m256 f[4], __m256 v[4]) {
-  v[0] = _mm256_permute2f128_ps(f[0], f[1], 0x20);
-  v[1] = _mm256_permute2f128_ps(f[2], f[3], 0x20);
-  v[2] = _mm256_permute2f128_ps(f[0], f[1], 0x31);
-  v[3] = _mm256_permute2f128_ps(f[2], f[3], 0x31);
-}
-
 // The scales of 32 columns (from `scale`), times `unit`, in decoder order.
 inline void HalfScales(const float* scale, __m256 unit, __m256 sc[4]) {
   __m256 f[4];
   for (int j = 0; j < 4; ++j) f[j] = _mm256_mul_ps(_mm256_loadu_ps(scale + 8 * j), unit);
-  ToDecoderOrder(f, sc);
+  FromColumnOrder(f, sc);
 }
 
 // One column block of a task (the whole of its K range). kRows: stored rows per sweep (a
@@ -378,15 +362,8 @@ void Q8QuantizeAvx2(Format, const float* x, int64_t k, int64_t rows, int8_t* q, 
 }
 
 void Q8TaskAvx2(const Q8Task& t) {
-  // Column blocks whose sums stay in L1 (Q8TaskBlockCols), each over the task's whole K range.
-  const int64_t block = Q8TaskBlockCols(t.m, t.cols);
-  for (int64_t c = 0; c < t.cols; c += block) {
-    Q8Task b = t;
-    b.n0 = t.n0 + c;
-    b.cols = std::min(block, t.cols - c);
-    b.scale = t.scale + c;
-    b.y = t.y + c;
-    switch (t.fmt) {
+  ForEachQ8TaskBlock(t, [](const Q8Task& b) {
+    switch (b.fmt) {
       case Format::kInt8:
         Q8TaskBlockOf<Format::kInt8>(b);
         break;
@@ -397,7 +374,7 @@ void Q8TaskAvx2(const Q8Task& t) {
         Q8TaskBlockOf<Format::kNf4>(b);
         break;
     }
-  }
+  });
 }
 
 }  // namespace internal

@@ -421,17 +421,7 @@ void Q8TaskBlock(const Q8Task& t) {
   }
 }
 
-void Q8TaskAvx512(const Q8Task& t) {
-  const int64_t block = Q8TaskBlockCols(t.m, t.cols);
-  for (int64_t c = 0; c < t.cols; c += block) {
-    Q8Task b = t;
-    b.n0 = t.n0 + c;
-    b.cols = std::min(block, t.cols - c);
-    b.scale = t.scale + c;
-    b.y = t.y + c;
-    Q8TaskBlock(b);
-  }
-}
+void Q8TaskAvx512(const Q8Task& t) { ForEachQ8TaskBlock(t, Q8TaskBlock); }
 
 // Q8QuantizePortable's arithmetic, 32 values at a time: the same amax, the same 127 / amax
 // and round-to-nearest-even, so the codes are identical, and the same NaN scale for a group
