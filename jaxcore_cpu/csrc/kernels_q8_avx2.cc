@@ -306,19 +306,21 @@ void Q8TaskBlockT(const Q8Task& t) {
   FinishBlock<kFmt, kScaleLater>(t, lda);
 }
 
-// A column block of a one-row task (M = 1, a GEMV: bound by memory and decoding): each
-// chunk's quads stay in registers from decode to product, where the kernel for several rows
-// stores them for the rows to share. Bands of kNarrowRows stored rows are swept across the
-// block (few concurrent row streams), the group's int32 sums waiting in the scratch between
-// bands (after the float sums) so the float work comes once per group. Zen 4 pinned to AVX2,
-// weights from memory, 2 threads: int8 0.88 -> 0.74 ms, int4 0.63 -> 0.55, NF4 0.66 -> 0.63
-// (K = N = 4096).
-template <Format kFmt, bool kScaleLater>
-void Q8TaskRow(const Q8Task& t) {
+// A column block of a task of kR <= 2 rows (small M, bound by memory and decoding): each
+// chunk's quads stay in registers from decode to products, where the kernel for more rows
+// stores them for its row tiles to share. Bands of kNarrowRows stored rows are swept across
+// the block (few concurrent row streams), the group's int32 sums waiting in the scratch
+// (after the float sums) between bands, so the float work comes once per group. Zen 4 pinned
+// to AVX2, one thread, weights in cache, against storing the quads: M = 1 int8 104 -> 66 us,
+// int4 67 -> 51, NF4 86 -> 69 per 512 columns of K = 4096; M = 2 int8 230 -> 96, int4
+// 87 -> 74, NF4 130 -> 102.
+template <Format kFmt, int kR, bool kScaleLater>
+void Q8TaskRows(const Q8Task& t) {
+  static_assert(kR == 1 || kR == 2, "the accumulators of two rows fill the registers");
   const int64_t wide = t.cols / 32 * 32;
   const int64_t lda = wide + 16;
-  std::fill(t.acc, t.acc + wide, 0.0f);
-  int32_t* carried = reinterpret_cast<int32_t*>(t.acc + lda);
+  for (int r = 0; r < kR; ++r) std::fill(t.acc + r * lda, t.acc + r * lda + wide, 0.0f);
+  int32_t* carried = reinterpret_cast<int32_t*>(t.acc + kR * lda);
   constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
   constexpr int kBands = kStoredRows / kNarrowRows;
   constexpr int kBandQuads = kQuads / kBands;
@@ -330,10 +332,15 @@ void Q8TaskRow(const Q8Task& t) {
     const int64_t g = g0 / kQ8Group;
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
     const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
-    const int8_t* xq = t.x.q + g * t.x.rows * kQ8Group;
-    const __m256 d = _mm256_set1_ps(t.x.d[g * t.x.rows]);
-    const __m256i zero_point =
-        _mm256_set1_epi32(kFmt == Format::kInt4 ? 8 * t.x.sum[g * t.x.rows] : 0);
+    const int8_t* xq[kR];
+    __m256 d[kR];
+    __m256i zero_point[kR];
+    for (int r = 0; r < kR; ++r) {
+      const int64_t at = g * t.x.rows + r;
+      xq[r] = t.x.q + at * kQ8Group;
+      d[r] = _mm256_set1_ps(t.x.d[at]);
+      zero_point[r] = _mm256_set1_epi32(kFmt == Format::kInt4 ? 8 * t.x.sum[at] : 0);
+    }
     for (int band = 0; band < kBands; ++band) {
       const uint8_t* rows = group + band * kNarrowRows * t.ldq;
       const bool first = band == 0, last = band == kBands - 1;
@@ -345,40 +352,50 @@ void Q8TaskRow(const Q8Task& t) {
             _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
           }
         }
-        __m256i a[4];
-        for (int j = 0; j < 4; ++j) a[j] = _mm256_setzero_si256();
+        __m256i a[kR][4];
+        for (int r = 0; r < kR; ++r) {
+          for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
+        }
         for (int bq = 0; bq < kBandQuads; ++bq) {
           const uint8_t* row = rows + kPer * bq * t.ldq + c;
-          __m256i r[kPer];
-          for (int i = 0; i < kPer; ++i) r[i] = Load32(row + i * t.ldq);
+          __m256i stored[kPer];
+          for (int i = 0; i < kPer; ++i) stored[i] = Load32(row + i * t.ldq);
           __m256i quad[4];
-          Quads<kFmt>(r, quad);
-          int32_t four;
-          std::memcpy(&four, xq + 4 * (band * kBandQuads + bq), sizeof(four));
-          const __m256i xb = _mm256_set1_epi32(four);
+          Quads<kFmt>(stored, quad);
+          __m256i xb[kR];
+          for (int r = 0; r < kR; ++r) {
+            int32_t four;
+            std::memcpy(&four, xq[r] + 4 * (band * kBandQuads + bq), sizeof(four));
+            xb[r] = _mm256_set1_epi32(four);
+          }
           for (int j = 0; j < 4; ++j) {
-            if (kFmt == Format::kInt4) {  // int16 pair sums: a band's 4 quads stay below 2^15
-              a[j] = _mm256_add_epi16(a[j], _mm256_maddubs_epi16(quad[j], xb));
-            } else {
-              const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(quad[j]),
-                                                     _mm256_sign_epi8(xb, quad[j]));
-              a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(p, ones));
+            const __m256i mag = kFmt == Format::kInt4 ? quad[j] : _mm256_abs_epi8(quad[j]);
+            for (int r = 0; r < kR; ++r) {
+              if (kFmt == Format::kInt4) {  // int16 pair sums: a band's 4 quads stay below 2^15
+                a[r][j] = _mm256_add_epi16(a[r][j], _mm256_maddubs_epi16(mag, xb[r]));
+              } else {
+                const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(xb[r], quad[j]));
+                a[r][j] = _mm256_add_epi32(a[r][j], _mm256_madd_epi16(p, ones));
+              }
             }
           }
         }
         __m256 sc[4];
         if (last && !kScaleLater) HalfScales(srow + c, unit, sc);
-        for (int j = 0; j < 4; ++j) {
-          __m256i v = kFmt == Format::kInt4 ? _mm256_madd_epi16(a[j], ones) : a[j];
-          __m256i* carry = reinterpret_cast<__m256i*>(carried + c + 8 * j);
-          v = first ? _mm256_sub_epi32(v, zero_point) : _mm256_add_epi32(v, _mm256_loadu_si256(carry));
-          if (!last) {
-            _mm256_storeu_si256(carry, v);
-            continue;
+        for (int r = 0; r < kR; ++r) {
+          for (int j = 0; j < 4; ++j) {
+            __m256i v = kFmt == Format::kInt4 ? _mm256_madd_epi16(a[r][j], ones) : a[r][j];
+            __m256i* carry = reinterpret_cast<__m256i*>(carried + r * lda + c + 8 * j);
+            v = first ? _mm256_sub_epi32(v, zero_point[r])
+                      : _mm256_add_epi32(v, _mm256_loadu_si256(carry));
+            if (!last) {
+              _mm256_storeu_si256(carry, v);
+              continue;
+            }
+            float* acc = t.acc + r * lda + c + 8 * j;
+            const __m256 f = kScaleLater ? d[r] : _mm256_mul_ps(d[r], sc[j]);
+            _mm256_storeu_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), f, _mm256_loadu_ps(acc)));
           }
-          float* acc = t.acc + c + 8 * j;
-          const __m256 f = kScaleLater ? d : _mm256_mul_ps(d, sc[j]);
-          _mm256_storeu_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), f, _mm256_loadu_ps(acc)));
         }
       }
     }
@@ -386,11 +403,33 @@ void Q8TaskRow(const Q8Task& t) {
   FinishBlock<kFmt, kScaleLater>(t, lda);
 }
 
+// A column block of a small-M task in passes of two rows (and one), each through Q8TaskRows.
+template <Format kFmt, bool kScaleLater>
+void Q8TaskRowPairs(const Q8Task& t) {
+  for (int64_t r0 = 0; r0 < t.m; r0 += 2) {
+    Q8Task pass = t;
+    pass.m = std::min<int64_t>(2, t.m - r0);
+    pass.x = {t.x.q + r0 * kQ8Group, t.x.d + r0, t.x.sum + r0, t.x.rows};
+    pass.y = t.y + r0 * t.ldy;
+    if (pass.m == 2) {
+      Q8TaskRows<kFmt, 2, kScaleLater>(pass);
+    } else {
+      Q8TaskRows<kFmt, 1, kScaleLater>(pass);
+    }
+  }
+}
+
 template <Format kFmt>
 void Q8TaskBlockOf(const Q8Task& t) {
   const bool narrow = t.m <= kNarrowMaxM;
   const bool one_block = t.r1 > t.r0 && t.r0 / t.block_size == (t.r1 - 1) / t.block_size;
-  if (t.m == 1) return one_block ? Q8TaskRow<kFmt, true>(t) : Q8TaskRow<kFmt, false>(t);
+  // Register row pairs up to M = 2, and for int8 (whose stored-quads kernel pays its float
+  // work once per 8-row band) up to kNarrowMaxM: M = 3 / 4 int8 203 -> 165 / 235 -> 194 us
+  // on one thread with the weights in cache (two threads from memory: -3 % / level), where
+  // int4 and NF4 lose 7-12 % to decoding every pass.
+  if (t.m <= 2 || (narrow && kFmt == Format::kInt8)) {
+    return one_block ? Q8TaskRowPairs<kFmt, true>(t) : Q8TaskRowPairs<kFmt, false>(t);
+  }
   constexpr int kWholeGroup = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
   if (narrow) {
     return one_block ? Q8TaskBlockT<kFmt, kNarrowRows, true>(t)
