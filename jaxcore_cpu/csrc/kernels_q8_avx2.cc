@@ -129,8 +129,7 @@ inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, int q0,
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
   }
-#pragma GCC unroll 1
-  for (int qd = q0; qd < q1; ++qd) {
+  const auto quad = [&](int qd) {
     __m256i xb[kRows];
     for (int r = 0; r < kRows; ++r) {
       int32_t four;
@@ -153,6 +152,15 @@ inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, int q0,
         }
       }
     }
+  };
+  // Unrolled twice for int4 (M = 16 and 64 on Zen 4, AVX2: 7-9 % faster); the sign-and-widen
+  // steps of int8 and NF4 keep more registers live, and their unrolled loop spills.
+  if constexpr (kFmt == Format::kInt4) {
+#pragma GCC unroll 2
+    for (int qd = q0; qd < q1; ++qd) quad(qd);
+  } else {
+#pragma GCC unroll 1
+    for (int qd = q0; qd < q1; ++qd) quad(qd);
   }
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < 4; ++j) {
