@@ -13,8 +13,10 @@
 // whose float sums stay in cache (Q8TaskBlockCols) across the task's scale blocks: each
 // group's weight scales enter its float work, or, where the task lies in one scale block
 // (per-channel int8), the end. Small M sweeps 8 stored rows across the block at a time (bound
-// by memory); larger M decodes whole groups and runs 2-row tiles over them (bound by
-// arithmetic).
+// by memory): one or two activation rows keep each chunk's decoded quads in registers
+// (Q8TaskRows), more rows store them for their tiles to share. Larger M decodes whole groups
+// and runs 2-row tiles over them (bound by arithmetic). The activations are quantized here
+// too (Q8QuantizeAvx2, the portable kernels' codes).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -129,14 +131,15 @@ inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, int q0,
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
   }
-  const auto quad = [&](int qd) {
+  // One row-quad's products for the column vectors [j0, j1).
+  const auto quad = [&](int qd, int j0, int j1) {
     __m256i xb[kRows];
     for (int r = 0; r < kRows; ++r) {
       int32_t four;
       std::memcpy(&four, xq[r] + 4 * qd, sizeof(four));
       xb[r] = _mm256_set1_epi32(four);
     }
-    for (int j = 0; j < 4; ++j) {
+    for (int j = j0; j < j1; ++j) {
       const __m256i mag = LoadA32(w.mag[qd][j]);
       if (kFmt == Format::kInt4) {
         // |v * x| <= 15 * 127 per product: the 8 quads' pairs stay below 2^15 in int16.
@@ -153,14 +156,18 @@ inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, int q0,
       }
     }
   };
-  // Unrolled twice for int4 (M = 16 and 64 on Zen 4, AVX2: 7-9 % faster); the sign-and-widen
-  // steps of int8 and NF4 keep more registers live, and their unrolled loop spills.
   if constexpr (kFmt == Format::kInt4) {
+    // Unrolled twice (M = 16 and 64 on Zen 4, AVX2: 7-9 % faster).
 #pragma GCC unroll 2
-    for (int qd = q0; qd < q1; ++qd) quad(qd);
+    for (int qd = q0; qd < q1; ++qd) quad(qd, 0, 4);
   } else {
+    // The sign-and-widen steps of int8 and NF4 keep more registers live: two passes over the
+    // quads, two column vectors each, leave GCC no accumulator to spill (int8 at M = 16, two
+    // threads: -3 %), where all four at once, or unrolled, spill.
 #pragma GCC unroll 1
-    for (int qd = q0; qd < q1; ++qd) quad(qd);
+    for (int qd = q0; qd < q1; ++qd) quad(qd, 0, 2);
+#pragma GCC unroll 1
+    for (int qd = q0; qd < q1; ++qd) quad(qd, 2, 4);
   }
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < 4; ++j) {
@@ -226,7 +233,9 @@ void FinishBlock(const Q8Task& t, int64_t lda) {
     }
   }
   if (wide == t.cols) return;
-  for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.y + mi * t.ldy + wide, t.y + mi * t.ldy + t.cols, 0.0f);
+  for (int64_t mi = 0; mi < t.m; ++mi) {
+    std::fill(t.y + mi * t.ldy + wide, t.y + mi * t.ldy + t.cols, 0.0f);
+  }
   Q8Segment s;
   s.fmt = kFmt;
   s.m = t.m;
@@ -282,7 +291,8 @@ void Q8TaskBlockT(const Q8Task& t) {
         // groups (larger M, bound by arithmetic) fetch the next group's rows of these
         // columns, one group's products ahead, as a task at larger M is too narrow for the
         // former (int8 at M = 16, Zen 4: -8 %).
-        const uint8_t* ahead = kParts > 1 ? rows + c + kPrefetchAhead : group + kStoredRows * t.ldq + c;
+        const uint8_t* ahead =
+            kParts > 1 ? rows + c + kPrefetchAhead : group + kStoredRows * t.ldq + c;
         for (int64_t r = 0; r < kRows; ++r) {
           const uint8_t* line = ahead + r * t.ldq;
           if (line + 63 >= end) break;
