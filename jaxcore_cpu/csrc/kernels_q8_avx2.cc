@@ -92,6 +92,22 @@ inline void Quads(const __m256i* r, __m256i quad[4]) {
 template <Format kFmt>
 constexpr int kRowsPerQuad = kFmt == Format::kInt8 ? 4 : 2;
 
+// Stored rows per group of kQ8Group rows of K.
+template <Format kFmt>
+constexpr int kGroupRows = kQuads * kRowsPerQuad<kFmt>;
+
+// The stored row holding row k of K (nibble-packed formats keep two rows of K per byte).
+template <Format kFmt>
+constexpr int64_t StoredRow(int64_t k) {
+  return kFmt == Format::kInt8 ? k : k >> 1;
+}
+
+// The factor every scale carries: NF4's codes are its values times 127.
+template <Format kFmt>
+inline __m256 ScaleUnit() {
+  return _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
+}
+
 // Decodes row-quads [q0, q1) of kHalves 32-column halves (columns [n, n + 32 * kHalves)) of
 // one group. Each stored row's halves are read back to back: rows a page apart share one L1
 // set, so a line must be used whole before the group's other rows evict it.
@@ -100,7 +116,7 @@ inline void DecodeGroup(const Q8Task& t, int64_t g0, int q0, int q1, int64_t n,
                         GroupQuads* out) {
   constexpr int kPer = kRowsPerQuad<kFmt>;
   for (int qd = q0; qd < q1; ++qd) {
-    const uint8_t* row = t.q + ((kFmt == Format::kInt8 ? g0 : g0 >> 1) + kPer * qd) * t.ldq + n;
+    const uint8_t* row = t.q + (StoredRow<kFmt>(g0) + kPer * qd) * t.ldq + n;
     __m256i r[kHalves][kPer];
     for (int i = 0; i < kPer; ++i) {
       for (int h = 0; h < kHalves; ++h) r[h][i] = Load32(row + i * t.ldq + 32 * h);
@@ -215,7 +231,7 @@ inline void HalfScales(const float* scale, __m256 unit, __m256 sc[4]) {
 template <Format kFmt, bool kScaleLater>
 void FinishBlock(const Q8Task& t, int64_t lda) {
   const int64_t wide = t.cols / 32 * 32;
-  const __m256 unit = _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
+  const __m256 unit = ScaleUnit<kFmt>();
   for (int64_t mi = 0; mi < t.m; ++mi) {
     for (int64_t c = 0; c < wide; c += 32) {
       const float* acc = t.acc + mi * lda + c;
@@ -270,18 +286,18 @@ void Q8TaskBlockT(const Q8Task& t) {
   const int64_t lda = wide + 16;  // padded: rows 4 KiB apart would share L1 sets
   for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + wide, 0.0f);
   // A group is swept over the columns in parts of kRows stored rows each.
-  constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+  constexpr int kStoredRows = kGroupRows<kFmt>;
   static_assert(kStoredRows % kRows == 0, "a part is a whole number of row-quads");
   constexpr int kParts = kStoredRows / kRows;
   constexpr int kPartQuads = kQuads / kParts;
-  const __m256 unit = _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
-  const uint8_t* end = t.q + (kFmt == Format::kInt8 ? t.r1 : t.r1 >> 1) * t.ldq;
+  const __m256 unit = ScaleUnit<kFmt>();
+  const uint8_t* end = t.q + StoredRow<kFmt>(t.r1) * t.ldq;
   GroupQuads quads[2];
   __m256 sc[2][4] = {};
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
-    const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
+    const uint8_t* group = t.q + StoredRow<kFmt>(g0) * t.ldq + t.n0;
     for (int part = 0; part < kParts; ++part) {
       const int q0 = part * kPartQuads, q1 = q0 + kPartQuads;
       const uint8_t* rows = group + part * kRows * t.ldq;
@@ -339,17 +355,17 @@ void Q8TaskRows(const Q8Task& t) {
   const int64_t lda = wide + 16;
   for (int r = 0; r < kR; ++r) std::fill(t.acc + r * lda, t.acc + r * lda + wide, 0.0f);
   int32_t* carried = reinterpret_cast<int32_t*>(t.acc + kR * lda);
-  constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+  constexpr int kStoredRows = kGroupRows<kFmt>;
   constexpr int kBands = kStoredRows / kNarrowRows;
   constexpr int kBandQuads = kQuads / kBands;
   constexpr int kPer = kRowsPerQuad<kFmt>;
-  const __m256 unit = _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
+  const __m256 unit = ScaleUnit<kFmt>();
   const __m256i ones = _mm256_set1_epi16(1);
-  const uint8_t* end = t.q + (kFmt == Format::kInt8 ? t.r1 : t.r1 >> 1) * t.ldq;
+  const uint8_t* end = t.q + StoredRow<kFmt>(t.r1) * t.ldq;
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
-    const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
+    const uint8_t* group = t.q + StoredRow<kFmt>(g0) * t.ldq + t.n0;
     const int8_t* xq[kR];
     __m256 d[kR];
     __m256i zero_point[kR];
@@ -448,13 +464,12 @@ void Q8TaskBlockOf(const Q8Task& t) {
   if (t.m <= 2 || (narrow && kFmt == Format::kInt8)) {
     return one_block ? Q8TaskRowPairs<kFmt, true>(t) : Q8TaskRowPairs<kFmt, false>(t);
   }
-  constexpr int kWholeGroup = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
   if (narrow) {
     return one_block ? Q8TaskBlockT<kFmt, kNarrowRows, true>(t)
                      : Q8TaskBlockT<kFmt, kNarrowRows, false>(t);
   }
-  return one_block ? Q8TaskBlockT<kFmt, kWholeGroup, true>(t)
-                   : Q8TaskBlockT<kFmt, kWholeGroup, false>(t);
+  return one_block ? Q8TaskBlockT<kFmt, kGroupRows<kFmt>, true>(t)
+                   : Q8TaskBlockT<kFmt, kGroupRows<kFmt>, false>(t);
 }
 
 }  // namespace
