@@ -142,8 +142,8 @@ def main():
     parser.add_argument(
         "--isa",
         default=None,
-        help="CPU: pin the native kernels to this instruction set (portable, avx2, avx512; "
-        "default: the best the CPU has), e.g. to compare AVX2 and AVX-512 on one machine",
+        help="CPU: pin the native kernels to this instruction set (portable, avx2, avxvnni, "
+        "avx512; default: the best the CPU has), e.g. to compare AVX2 and AVX-512 on one machine",
     )
     plot_tables.add_plot_option(parser)
     args = parser.parse_args()

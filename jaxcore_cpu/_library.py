@@ -39,10 +39,13 @@ DQ_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq"
 """The FFI target taking NF4's double-quantized scales (codes, group scales, offset)."""
 """The XLA FFI custom-call target the kernels are registered as."""
 
-ISAS: tuple[str, ...] = ("portable", "avx2", "avx512")
-"""Instruction sets the kernels are compiled for, least capable first. ``avx512`` needs
-AVX-512 F/BW/VL/DQ and VNNI (Ice Lake and later Intel server cores, AMD Zen 4 and later); its
-table is the AVX2 one with int8-activation kernels built on ``vpdpbusd``."""
+ISAS: tuple[str, ...] = ("portable", "avx2", "avxvnni", "avx512")
+"""Instruction sets the kernels are compiled for, least capable first. ``avxvnni`` is the
+AVX2 table with 256-bit int8-activation kernels built on ``vpdpbusd``: AVX-VNNI (Intel Alder
+Lake and later client cores) or, encoded for AVX-512, any CPU that has ``avx512``. ``avx512``
+needs AVX-512 F/BW/VL/DQ and VNNI (Ice Lake and later Intel server cores, AMD Zen 4 and
+later); its table is the AVX2 one with 512-bit int8-activation kernels built on
+``vpdpbusd``."""
 
 BUILD_HINT = "bazel build //jaxcore_cpu:libjaxcore_cpu_kernels.so"
 
@@ -197,7 +200,7 @@ def library_path() -> str | None:
 
 
 def isa() -> str:
-    """The instruction set the kernels use now (``"portable"``, ``"avx2"``, ``"avx512"``).
+    """The instruction set the kernels use now (one of :data:`ISAS`, e.g. ``"avx2"``).
 
     Raises:
       LibraryNotFoundError, RuntimeError: as :func:`load`.

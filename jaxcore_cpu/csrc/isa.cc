@@ -17,6 +17,7 @@ Isa Detect() {
       __builtin_cpu_supports("avx512vnni")) {
     return Isa::kAvx512;
   }
+  if (avx2 && CpuHasAvxVnni()) return Isa::kAvxVnni;
   if (avx2) return Isa::kAvx2;
 #endif
   return Isa::kPortable;
@@ -25,6 +26,18 @@ Isa Detect() {
 std::atomic<int> active_isa{-1};
 
 }  // namespace
+
+bool CpuHasAvxVnni() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
 
 Isa DetectIsa() {
   static const Isa detected = Detect();
@@ -50,6 +63,8 @@ const char* IsaName(Isa isa) {
       return "portable";
     case Isa::kAvx2:
       return "avx2";
+    case Isa::kAvxVnni:
+      return "avxvnni";
     case Isa::kAvx512:
       return "avx512";
   }

@@ -64,6 +64,9 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 const KernelTable& KernelsFor(Isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
   if (isa >= Isa::kAvx512) return internal::Avx512Kernels();
+  if (isa >= Isa::kAvxVnni) {
+    return CpuHasAvxVnni() ? internal::AvxVnniKernels() : internal::AvxVnniEvexKernels();
+  }
   if (isa >= Isa::kAvx2) return internal::Avx2Kernels();
 #endif
   return internal::PortableKernels();

@@ -29,9 +29,10 @@ enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
 // M <= kInt8MaxM (AVX2 and AVX-512 VNNI take every M); elsewhere kFloat32.
 enum class Precision : int32_t { kFloat32 = 0, kInt8 = 1 };
 constexpr int64_t kInt8MaxM = 64;
-// Instruction sets the kernels are compiled for, best last. kAvx512 needs AVX-512 F, BW, VL,
-// DQ and VNNI.
-enum class Isa : int32_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+// Instruction sets the kernels are compiled for, best last. kAvxVnni is AVX2 with 256-bit
+// vpdpbusd: AVX-VNNI, or AVX-512 VL + VNNI (which every kAvx512 CPU has). kAvx512 needs
+// AVX-512 F, BW, VL, DQ and VNNI.
+enum class Isa : int32_t { kPortable = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512 = 3 };
 
 // One quantized matmul. All arrays are dense row-major; the caller owns them.
 struct Problem {
@@ -86,6 +87,9 @@ std::string Validate(const Problem& p);
 
 // Best instruction set this CPU supports (cpuid + OS support of the register state).
 Isa DetectIsa();
+// Whether the CPU has AVX-VNNI (the VEX-encoded vpdpbusd); kAvxVnni runs the EVEX encoding
+// of the same kernels on AVX-512 VNNI CPUs without it.
+bool CpuHasAvxVnni();
 // The instruction set Run() uses: DetectIsa(), lowered by SetIsa().
 Isa ActiveIsa();
 // Restricts the kernels to `isa` (must not exceed DetectIsa()); returns false otherwise.

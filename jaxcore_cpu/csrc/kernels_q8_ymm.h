@@ -1,0 +1,491 @@
+// The 256-bit int8-activation kernel (Precision::kInt8) shared by the AVX2 and AVX-VNNI
+// tables: one source, two ways to take products, chosen by the Products policy its
+// including source supplies (and compiled with that source's ISA flags):
+//
+//   struct Products {
+//     // false (AVX2): vpmaddubsw + vpmaddwd; int8 and NF4 codes are signed, so their
+//     //   magnitudes multiply activations carrying their signs.
+//     // true (AVX-VNNI): vpdpbusd sums four unsigned-by-signed byte products into each int32
+//     //   lane; every format goes in as unsigned bytes u with a zero point z (int8 and NF4:
+//     //   u = code + 128, z = 128; int4: the nibble, z = 8), removed through the activation
+//     //   group's code sum, as the AVX-512 kernel does.
+//     static constexpr bool kVnni = ...;
+//     static __m256i Dot(__m256i acc, __m256i u, __m256i x);  // used only where kVnni
+//   };
+//
+// Per group of 32 rows of K and 32 columns, the weight codes are re-laid in registers as
+// eight "quads": 32-byte vectors holding 4 consecutive rows of 8 columns, so one product step
+// sums 4 products per column into int32 lanes. int4 codes are unsigned nibbles, so without
+// VNNI they multiply the signed activations directly (and 8 pairs still fit int16 before
+// widening). The unpacking leaves columns in the order {0-3,16-19}, {4-7,20-23},
+// {8-11,24-27}, {12-15,28-31}; sums stay in that order until the task ends.
+//
+// A task (qmm.cc plans them) is a range of K for a range of columns, taken in column blocks
+// whose float sums stay in cache (Q8TaskBlockCols) across the task's scale blocks: each
+// group's weight scales enter its float work, or, where the task lies in one scale block
+// (per-channel int8), the end. One or two activation rows (bound by memory) sweep 8 stored
+// rows across the block at a time, each chunk's decoded quads kept in registers from decode
+// to products (Q8TaskRows); more rows decode whole groups into memory and run 2-row tiles
+// over them (Q8TaskBlockT). The activations come from Q8QuantizeAvx2 (the portable kernels'
+// codes, in their order).
+//
+// Everything here has internal linkage: each including source compiles its own copy with its
+// own ISA flags, so the linker never merges a VNNI-compiled function into the AVX2 table.
+#ifndef JAXCORE_CPU_CSRC_KERNELS_Q8_YMM_H_
+#define JAXCORE_CPU_CSRC_KERNELS_Q8_YMM_H_
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels.h"
+#include "lanes_avx2.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+namespace {
+
+constexpr int kQuads = kQ8Group / 4;
+constexpr int64_t kPrefetchAhead = 512;
+// Stored rows the one- and two-row kernel sweeps over the columns at a time. Memory serves 8
+// concurrent row streams about twice as fast as the 32 of a whole int8 group (measured on
+// Zen 3: ~28 vs ~14 GB/s).
+constexpr int kNarrowRows = 8;
+
+inline __m256i Load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Interleaves two vectors of row pairs (16-bit units) into quads.
+inline void PairsToQuads(__m256i lo_a, __m256i hi_a, __m256i lo_b, __m256i hi_b, __m256i* quad) {
+  quad[0] = _mm256_unpacklo_epi16(lo_a, lo_b);
+  quad[1] = _mm256_unpackhi_epi16(lo_a, lo_b);
+  quad[2] = _mm256_unpacklo_epi16(hi_a, hi_b);
+  quad[3] = _mm256_unpackhi_epi16(hi_a, hi_b);
+}
+
+// Quads of one group and 32 columns, in memory (registers cannot hold all 32 and GCC spills
+// arrays of vectors badly): quad j of row-quad qd at [qd][j]. `mag` holds what multiplies
+// the activations (Unsigned()); without VNNI, int8 and NF4 keep their codes (signs) in `sgn`.
+struct alignas(32) GroupQuads {
+  uint8_t mag[kQuads][4][32];
+  uint8_t sgn[kQuads][4][32];
+};
+
+inline void Store32(uint8_t* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
+inline __m256i LoadA32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// The four quads of 32 columns from their stored rows' bytes: four rows of int8 codes or two
+// rows of nibble pairs (r[0], r[1]), NF4 through its code book.
+template <Format kFmt>
+inline void Quads(const __m256i* r, __m256i quad[4]) {
+  if (kFmt == Format::kInt8) {
+    PairsToQuads(_mm256_unpacklo_epi8(r[0], r[1]), _mm256_unpackhi_epi8(r[0], r[1]),
+                 _mm256_unpacklo_epi8(r[2], r[3]), _mm256_unpackhi_epi8(r[2], r[3]), quad);
+    return;
+  }
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256i lo0 = _mm256_and_si256(r[0], nibble);
+  __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(r[0], 4), nibble);
+  __m256i lo1 = _mm256_and_si256(r[1], nibble);
+  __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(r[1], 4), nibble);
+  if (kFmt == Format::kNf4) {
+    const __m256i nf4 = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kNf4Int8)));
+    lo0 = _mm256_shuffle_epi8(nf4, lo0);
+    hi0 = _mm256_shuffle_epi8(nf4, hi0);
+    lo1 = _mm256_shuffle_epi8(nf4, lo1);
+    hi1 = _mm256_shuffle_epi8(nf4, hi1);
+  }
+  PairsToQuads(_mm256_unpacklo_epi8(lo0, hi0), _mm256_unpackhi_epi8(lo0, hi0),
+               _mm256_unpacklo_epi8(lo1, hi1), _mm256_unpackhi_epi8(lo1, hi1), quad);
+}
+
+// What multiplies the activations of a decoded quad: int4's nibbles as they are; for int8
+// and NF4 the code plus 128 (VNNI) or its magnitude (AVX2, the sign going to the activations).
+template <class P, Format kFmt>
+inline __m256i Unsigned(__m256i quad) {
+  if (kFmt == Format::kInt4) return quad;
+  if (P::kVnni) return _mm256_xor_si256(quad, _mm256_set1_epi8(static_cast<char>(0x80)));
+  return _mm256_abs_epi8(quad);
+}
+
+// The zero point Unsigned() adds to every code, removed once per group through the
+// activation group's code sum.
+template <class P, Format kFmt>
+constexpr int32_t kZeroPoint = kFmt == Format::kInt4 ? 8 : P::kVnni ? 128 : 0;
+
+// Whether products accumulate as int16 pair sums (widened once per group or band): AVX2's
+// int4, whose 8 quads' pairs stay below 2^15 (|v * x| <= 15 * 127 per product).
+template <class P, Format kFmt>
+constexpr bool kInt16Sums = !P::kVnni && kFmt == Format::kInt4;
+
+// a += the products of the unsigned quad u (and, for AVX2's int8 and NF4, the signs of the
+// codes `sgn`) with the four activation bytes broadcast in x.
+template <class P, Format kFmt>
+inline __m256i Product(__m256i a, __m256i u, __m256i sgn, __m256i x) {
+  if constexpr (P::kVnni) {
+    return P::Dot(a, u, x);
+  } else if constexpr (kInt16Sums<P, kFmt>) {
+    return _mm256_add_epi16(a, _mm256_maddubs_epi16(u, x));
+  } else {
+    const __m256i pairs = _mm256_maddubs_epi16(u, _mm256_sign_epi8(x, sgn));
+    return _mm256_add_epi32(a, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+}
+
+// Product()'s sums as int32 lanes.
+template <class P, Format kFmt>
+inline __m256i Widen(__m256i a) {
+  return kInt16Sums<P, kFmt> ? _mm256_madd_epi16(a, _mm256_set1_epi16(1)) : a;
+}
+
+// Stored rows per quad: four of int8, two of nibble pairs.
+template <Format kFmt>
+constexpr int kRowsPerQuad = kFmt == Format::kInt8 ? 4 : 2;
+
+// Stored rows per group of kQ8Group rows of K.
+template <Format kFmt>
+constexpr int kGroupRows = kQuads * kRowsPerQuad<kFmt>;
+
+// The stored row holding row k of K (nibble-packed formats keep two rows of K per byte).
+template <Format kFmt>
+constexpr int64_t StoredRow(int64_t k) {
+  return kFmt == Format::kInt8 ? k : k >> 1;
+}
+
+// The factor every scale carries: NF4's codes are its values times 127.
+template <Format kFmt>
+inline __m256 ScaleUnit() {
+  return _mm256_set1_ps(kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f);
+}
+
+// Decodes one group for kHalves 32-column halves (columns [n, n + 32 * kHalves)). Each stored
+// row's halves are read back to back: rows a page apart share one L1 set, so a line must be
+// used whole before the group's other rows evict it.
+template <class P, Format kFmt, int kHalves>
+inline void DecodeGroup(const Q8Task& t, int64_t g0, int64_t n, GroupQuads* out) {
+  constexpr int kPer = kRowsPerQuad<kFmt>;
+  for (int qd = 0; qd < kQuads; ++qd) {
+    const uint8_t* row = t.q + (StoredRow<kFmt>(g0) + kPer * qd) * t.ldq + n;
+    __m256i r[kHalves][kPer];
+    for (int i = 0; i < kPer; ++i) {
+      for (int h = 0; h < kHalves; ++h) r[h][i] = Load32(row + i * t.ldq + 32 * h);
+    }
+    for (int h = 0; h < kHalves; ++h) {
+      __m256i quad[4];
+      Quads<kFmt>(r[h], quad);
+      for (int j = 0; j < 4; ++j) {
+        Store32(out[h].mag[qd][j], Unsigned<P, kFmt>(quad[j]));
+        if (!P::kVnni && kFmt != Format::kInt4) Store32(out[h].sgn[qd][j], quad[j]);
+      }
+    }
+  }
+}
+
+// Integer dot products of kRows activation rows' group with the decoded quads (int32
+// lanes, decoder order), zero point not yet removed. Each quad is loaded once for all the
+// rows; the accumulators are named so they stay in registers (kRows <= 2 leaves room).
+template <class P, Format kFmt, int kRows>
+inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, __m256i dot[kRows][4]) {
+  __m256i a[kRows][4];
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
+  }
+  // One row-quad's products for the column vectors [j0, j1).
+  const auto quad = [&](int qd, int j0, int j1) {
+    __m256i xb[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      int32_t four;
+      std::memcpy(&four, xq[r] + 4 * qd, sizeof(four));
+      xb[r] = _mm256_set1_epi32(four);
+    }
+    for (int j = j0; j < j1; ++j) {
+      const __m256i mag = LoadA32(w.mag[qd][j]);
+      const __m256i sgn = P::kVnni || kFmt == Format::kInt4 ? mag : LoadA32(w.sgn[qd][j]);
+      for (int r = 0; r < kRows; ++r) a[r][j] = Product<P, kFmt>(a[r][j], mag, sgn, xb[r]);
+    }
+  };
+  if constexpr (P::kVnni || kFmt == Format::kInt4) {
+    // Unrolled twice (AVX2 int4 at M = 16 and 64 on Zen 4: 7-9 % faster).
+#pragma GCC unroll 2
+    for (int qd = 0; qd < kQuads; ++qd) quad(qd, 0, 4);
+  } else {
+    // The sign-and-widen steps of int8 and NF4 keep more registers live: two passes over the
+    // quads, two column vectors each, leave GCC no accumulator to spill (int8 at M = 16, two
+    // threads: -3 %), where all four at once, or unrolled, spill.
+#pragma GCC unroll 1
+    for (int qd = 0; qd < kQuads; ++qd) quad(qd, 0, 2);
+#pragma GCC unroll 1
+    for (int qd = 0; qd < kQuads; ++qd) quad(qd, 2, 4);
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < 4; ++j) dot[r][j] = Widen<P, kFmt>(a[r][j]);
+  }
+}
+
+// acc[mi] += f * (dot - zero_point * xsum) for kRows rows starting at mi, one half, over
+// group g. f is the row's activation scale d, times the half's weight scales sc (decoder
+// order) unless kScaleLater leaves those for the end of the task.
+template <class P, Format kFmt, int kRows, bool kScaleLater>
+inline void AccumulateRows(const Q8Task& t, int64_t g, int64_t mi, const GroupQuads& w,
+                           const __m256 sc[4], float* acc, int64_t lda) {
+  const int8_t* xq[kRows];
+  for (int r = 0; r < kRows; ++r) xq[r] = t.x.q + (g * t.x.rows + mi + r) * kQ8Group;
+  __m256i dot[kRows][4];
+  DotGroup<P, kFmt, kRows>(xq, w, dot);
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t at = g * t.x.rows + mi + r;
+    const __m256 d = _mm256_set1_ps(t.x.d[at]);
+    float* row = acc + (mi + r) * lda;
+    const __m256i shift = _mm256_set1_epi32(kZeroPoint<P, kFmt> * t.x.sum[at]);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = kZeroPoint<P, kFmt> ? _mm256_sub_epi32(dot[r][j], shift) : dot[r][j];
+      const __m256 f = kScaleLater ? d : _mm256_mul_ps(d, sc[j]);
+      _mm256_storeu_ps(row + 8 * j,
+                       _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), f, _mm256_loadu_ps(row + 8 * j)));
+    }
+  }
+}
+
+// The scales of 32 columns (from `scale`), times `unit`, in decoder order.
+inline void HalfScales(const float* scale, __m256 unit, __m256 sc[4]) {
+  __m256 f[4];
+  for (int j = 0; j < 4; ++j) f[j] = _mm256_mul_ps(_mm256_loadu_ps(scale + 8 * j), unit);
+  FromColumnOrder(f, sc);
+}
+
+// The end of a column block: its sums (rows lda floats apart, decoder order) back to column
+// order into y (times the scales where they waited: kScaleLater); the columns past the last
+// whole 32 element by element, a scale block at a time (Q8SegmentColumns adds into y).
+template <Format kFmt, bool kScaleLater>
+void FinishBlock(const Q8Task& t, int64_t lda) {
+  const int64_t wide = t.cols / 32 * 32;
+  const __m256 unit = ScaleUnit<kFmt>();
+  for (int64_t mi = 0; mi < t.m; ++mi) {
+    for (int64_t c = 0; c < wide; c += 32) {
+      const float* acc = t.acc + mi * lda + c;
+      const __m256 f[4] = {_mm256_loadu_ps(acc), _mm256_loadu_ps(acc + 8),
+                           _mm256_loadu_ps(acc + 16), _mm256_loadu_ps(acc + 24)};
+      __m256 v[4];
+      ToColumnOrder(f, v);
+      float* y = t.y + mi * t.ldy + c;
+      for (int j = 0; j < 4; ++j) {
+        if (kScaleLater) {
+          v[j] = _mm256_mul_ps(v[j], _mm256_mul_ps(_mm256_loadu_ps(t.scale + c + 8 * j), unit));
+        }
+        _mm256_storeu_ps(y + 8 * j, v[j]);
+      }
+    }
+  }
+  if (wide == t.cols) return;
+  for (int64_t mi = 0; mi < t.m; ++mi) {
+    std::fill(t.y + mi * t.ldy + wide, t.y + mi * t.ldy + t.cols, 0.0f);
+  }
+  Q8Segment s;
+  s.fmt = kFmt;
+  s.m = t.m;
+  s.x = t.x;
+  s.q = t.q;
+  s.ldq = t.ldq;
+  s.n0 = t.n0;
+  s.cols = t.cols;
+  s.acc = nullptr;
+  s.y = t.y;
+  s.ldy = t.ldy;
+  for (int64_t r0 = t.r0; r0 < t.r1;) {
+    const int64_t block = r0 / t.block_size;
+    s.r0 = r0;
+    s.r1 = std::min(t.r1, (block + 1) * t.block_size);
+    s.scale = t.scale + (block - t.r0 / t.block_size) * t.lds;
+    Q8SegmentColumns(s, wide, t.cols);
+    r0 = s.r1;
+  }
+}
+
+// One column block of a task of three or more rows (the whole of its K range): each group
+// is decoded for 64 columns at a time into GroupQuads, which 2-row register tiles share. The
+// sums stay in `acc` across the task's scale blocks, each group's weight scales folded into
+// its float work (kScaleLater: one scale block, applied once at the end): a kernel per scale
+// block re-read and re-wrote the result at every block boundary, ~20 % of int4 (64-row
+// blocks) at M = 16 on Zen 4. Columns past the last whole 32 go element by element.
+template <class P, Format kFmt, bool kScaleLater>
+void Q8TaskBlockT(const Q8Task& t) {
+  const int64_t wide = t.cols / 32 * 32;
+  const int64_t lda = wide + 16;  // padded: rows 4 KiB apart would share L1 sets
+  for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + wide, 0.0f);
+  constexpr int kStoredRows = kGroupRows<kFmt>;
+  const __m256 unit = ScaleUnit<kFmt>();
+  const uint8_t* end = t.q + StoredRow<kFmt>(t.r1) * t.ldq;
+  GroupQuads quads[2];
+  __m256 sc[2][4] = {};
+  for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
+    const int64_t g = g0 / kQ8Group;
+    const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
+    const uint8_t* group = t.q + StoredRow<kFmt>(g0) * t.ldq + t.n0;
+    for (int64_t c = 0; c < wide;) {
+      // Into L2, one group's products ahead: the next group's rows of these columns (in L1
+      // the rows, a page apart, would evict each other from their shared set). A look-ahead
+      // along the rows instead is too short for a task's width at larger M (int8 at M = 16,
+      // Zen 4: -8 %).
+      const uint8_t* ahead = group + kStoredRows * t.ldq + c;
+      for (int64_t r = 0; r < kStoredRows; ++r) {
+        const uint8_t* line = ahead + r * t.ldq;
+        if (line + 63 >= end) break;
+        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(line + 63), _MM_HINT_T1);
+      }
+      int halves = 1;
+      if (c + 64 <= wide) {
+        DecodeGroup<P, kFmt, 2>(t, g0, t.n0 + c, quads);
+        halves = 2;
+      } else {
+        DecodeGroup<P, kFmt, 1>(t, g0, t.n0 + c, quads);
+      }
+      for (int h = 0; h < halves; ++h) {
+        if (!kScaleLater) HalfScales(srow + c + 32 * h, unit, sc[h]);
+        float* acc = t.acc + c + 32 * h;
+        int64_t mi = 0;
+        for (; mi + 2 <= t.m; mi += 2) {
+          AccumulateRows<P, kFmt, 2, kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
+        }
+        if (mi < t.m) AccumulateRows<P, kFmt, 1, kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
+      }
+      c += 32 * halves;
+    }
+  }
+  FinishBlock<kFmt, kScaleLater>(t, lda);
+}
+
+// A column block of a task of kR <= 2 rows (small M, bound by memory and decoding): each
+// chunk's quads stay in registers from decode to products, where the kernel for more rows
+// stores them for its row tiles to share. Bands of kNarrowRows stored rows are swept across
+// the block (few concurrent row streams), the group's int32 sums waiting in the scratch
+// (after the float sums) between bands, so the float work comes once per group. Zen 4 pinned
+// to AVX2, one thread, weights in cache, against storing the quads: M = 1 int8 104 -> 66 us,
+// int4 67 -> 51, NF4 86 -> 69 per 512 columns of K = 4096; M = 2 int8 230 -> 96, int4
+// 87 -> 74, NF4 130 -> 102.
+template <class P, Format kFmt, int kR, bool kScaleLater>
+void Q8TaskRows(const Q8Task& t) {
+  static_assert(kR == 1 || kR == 2, "the accumulators of two rows fill the registers");
+  const int64_t wide = t.cols / 32 * 32;
+  const int64_t lda = wide + 16;
+  for (int r = 0; r < kR; ++r) std::fill(t.acc + r * lda, t.acc + r * lda + wide, 0.0f);
+  int32_t* carried = reinterpret_cast<int32_t*>(t.acc + kR * lda);
+  constexpr int kStoredRows = kGroupRows<kFmt>;
+  constexpr int kBands = kStoredRows / kNarrowRows;
+  constexpr int kBandQuads = kQuads / kBands;
+  constexpr int kPer = kRowsPerQuad<kFmt>;
+  const __m256 unit = ScaleUnit<kFmt>();
+  const uint8_t* end = t.q + StoredRow<kFmt>(t.r1) * t.ldq;
+  for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
+    const int64_t g = g0 / kQ8Group;
+    const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
+    const uint8_t* group = t.q + StoredRow<kFmt>(g0) * t.ldq + t.n0;
+    const int8_t* xq[kR];
+    __m256 d[kR];
+    __m256i zero_point[kR];
+    for (int r = 0; r < kR; ++r) {
+      const int64_t at = g * t.x.rows + r;
+      xq[r] = t.x.q + at * kQ8Group;
+      d[r] = _mm256_set1_ps(t.x.d[at]);
+      zero_point[r] = _mm256_set1_epi32(kZeroPoint<P, kFmt> * t.x.sum[at]);
+    }
+    for (int band = 0; band < kBands; ++band) {
+      const uint8_t* rows = group + band * kNarrowRows * t.ldq;
+      const bool first = band == 0, last = band == kBands - 1;
+      for (int64_t c = 0; c < wide; c += 32) {
+        if (c % 64 == 0) {  // into L2, kPrefetchAhead along the band's rows
+          for (int r = 0; r < kNarrowRows; ++r) {
+            const uint8_t* line = rows + r * t.ldq + c + kPrefetchAhead;
+            if (line >= end) break;
+            _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+          }
+        }
+        __m256i a[kR][4];
+        for (int r = 0; r < kR; ++r) {
+          for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
+        }
+        for (int bq = 0; bq < kBandQuads; ++bq) {
+          const uint8_t* row = rows + kPer * bq * t.ldq + c;
+          __m256i stored[kPer];
+          for (int i = 0; i < kPer; ++i) stored[i] = Load32(row + i * t.ldq);
+          __m256i quad[4];
+          Quads<kFmt>(stored, quad);
+          __m256i xb[kR];
+          for (int r = 0; r < kR; ++r) {
+            int32_t four;
+            std::memcpy(&four, xq[r] + 4 * (band * kBandQuads + bq), sizeof(four));
+            xb[r] = _mm256_set1_epi32(four);
+          }
+          for (int j = 0; j < 4; ++j) {
+            // int16 pair sums (AVX2 int4): a band's 4 quads stay below 2^15.
+            const __m256i u = Unsigned<P, kFmt>(quad[j]);
+            for (int r = 0; r < kR; ++r) a[r][j] = Product<P, kFmt>(a[r][j], u, quad[j], xb[r]);
+          }
+        }
+        __m256 sc[4];
+        if (last && !kScaleLater) HalfScales(srow + c, unit, sc);
+        for (int r = 0; r < kR; ++r) {
+          for (int j = 0; j < 4; ++j) {
+            __m256i v = Widen<P, kFmt>(a[r][j]);
+            __m256i* carry = reinterpret_cast<__m256i*>(carried + r * lda + c + 8 * j);
+            v = first ? _mm256_sub_epi32(v, zero_point[r])
+                      : _mm256_add_epi32(v, _mm256_loadu_si256(carry));
+            if (!last) {
+              _mm256_storeu_si256(carry, v);
+              continue;
+            }
+            float* acc = t.acc + r * lda + c + 8 * j;
+            const __m256 f = kScaleLater ? d[r] : _mm256_mul_ps(d[r], sc[j]);
+            _mm256_storeu_ps(acc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), f, _mm256_loadu_ps(acc)));
+          }
+        }
+      }
+    }
+  }
+  FinishBlock<kFmt, kScaleLater>(t, lda);
+}
+
+template <class P, Format kFmt>
+void Q8TaskBlockOf(const Q8Task& t) {
+  const bool one_block = t.r1 > t.r0 && t.r0 / t.block_size == (t.r1 - 1) / t.block_size;
+  // Whole groups from M = 3: against 8-row sweeps (and, for int8, passes of two register
+  // rows) at M = 3 / 4, Zen 4, 2 threads, K = N = 4096 from memory: AVX2 int8 1.24 -> 1.00 /
+  // 1.36 -> 1.11 ms, int4 0.70 -> 0.55 / 0.77 -> 0.57, NF4 0.83 -> 0.76 / 0.94 -> 0.84; AVX-VNNI
+  // (the EVEX build) int8 1.07 -> 0.74 / 1.09 -> 0.78, int4 0.67 -> 0.48 / 0.73 -> 0.53, NF4
+  // 0.67 -> 0.54 / 0.81 -> 0.65. At M <= 2 the register rows stay ahead (int8 0.71 -> 0.63
+  // AVX2, 0.62 -> 0.51 AVX-VNNI at M = 1).
+  if (t.m == 1) {
+    return one_block ? Q8TaskRows<P, kFmt, 1, true>(t) : Q8TaskRows<P, kFmt, 1, false>(t);
+  }
+  if (t.m == 2) {
+    return one_block ? Q8TaskRows<P, kFmt, 2, true>(t) : Q8TaskRows<P, kFmt, 2, false>(t);
+  }
+  return one_block ? Q8TaskBlockT<P, kFmt, true>(t) : Q8TaskBlockT<P, kFmt, false>(t);
+}
+
+// A whole q8_task (KernelTable::q8_task) with products P.
+template <class P>
+void Q8TaskYmm(const Q8Task& t) {
+  ForEachQ8TaskBlock(t, [](const Q8Task& b) {
+    switch (b.fmt) {
+      case Format::kInt8:
+        Q8TaskBlockOf<P, Format::kInt8>(b);
+        break;
+      case Format::kInt4:
+        Q8TaskBlockOf<P, Format::kInt4>(b);
+        break;
+      case Format::kNf4:
+        Q8TaskBlockOf<P, Format::kNf4>(b);
+        break;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace jaxcore_cpu
+
+#endif  // JAXCORE_CPU_CSRC_KERNELS_Q8_YMM_H_
