@@ -445,8 +445,11 @@ def _cpu_main(args):
     )
     if native is not None:
         serves = kernels.registered_kernels("quantized_matmul").get("cpu") is native.IMPLS["cpu"]
+        isa = native.isa()
+        if isa == "avxvnni" and "avx_vnni" not in flags:
+            isa += " in its AVX-512 encoding (this CPU has no AVX-VNNI)"
         print(
-            f"native kernels: ISA {native.isa()} (CPU supports {native.detected_isa()}), "
+            f"native kernels: ISA {isa} (CPU supports {native.detected_isa()}), "
             f"path {args.path}; {native.library_path()}"
             f"{'' if serves else ' (loaded here; jaxcore itself is not using it)'}"
         )
