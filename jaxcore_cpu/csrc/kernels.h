@@ -219,11 +219,6 @@ void Q8TaskAvx2(const Q8Task& t);
 // AVX-VNNI: the AVX2 table with the 256-bit int8-activation kernel on vpdpbusd, built twice
 // from one source: VEX-encoded (AvxVnniKernels, CPUs with AVX-VNNI) and EVEX-encoded
 // (AvxVnniEvexKernels, for AVX-512 VNNI CPUs without AVX-VNNI, where tests check it).
-inline KernelTable AvxVnniTable(void (*q8_task)(const Q8Task&)) {
-  KernelTable t = Avx2Kernels();
-  t.q8_task = q8_task;
-  return t;
-}
 const KernelTable& AvxVnniKernels();
 const KernelTable& AvxVnniEvexKernels();
 // AVX-512 (F, BW, VL, DQ) with VNNI: the AVX2 float32 decoders, a 512-bit float32 GEMM

@@ -32,6 +32,12 @@ struct VnniProducts {
 
 void Q8TaskAvxVnni(const Q8Task& t) { Q8TaskYmm<VnniProducts>(t); }
 
+KernelTable AvxVnniTable() {
+  KernelTable t = Avx2Kernels();
+  t.q8_task = Q8TaskAvxVnni;
+  return t;
+}
+
 }  // namespace
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -39,7 +45,7 @@ const KernelTable& AvxVnniEvexKernels() {
 #else
 const KernelTable& AvxVnniKernels() {
 #endif
-  static const KernelTable table = AvxVnniTable(Q8TaskAvxVnni);
+  static const KernelTable table = AvxVnniTable();
   return table;
 }
 

@@ -9,6 +9,10 @@
 
 namespace jaxcore_cpu {
 namespace internal {
+// Internal linkage: sources built with different ISA flags (AVX2, AVX-VNNI, the AVX-512
+// encoding of AVX-VNNI) each compile their own copy, so the linker cannot hand one of them
+// another's instructions.
+namespace {
 
 // The unpacking's order to column order (v[j] = columns 8 j .. 8 j + 7).
 inline void ToColumnOrder(const __m256 f[4], __m256 v[4]) {
@@ -26,6 +30,7 @@ inline void FromColumnOrder(const __m256 v[4], __m256 f[4]) {
   f[3] = _mm256_permute2f128_ps(v[1], v[3], 0x31);
 }
 
+}  // namespace
 }  // namespace internal
 }  // namespace jaxcore_cpu
 
