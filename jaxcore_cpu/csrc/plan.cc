@@ -1,0 +1,149 @@
+// Planning of the split-K path: see plan.h. The constants are the measured choices.
+#include "plan.h"
+
+#include <algorithm>
+
+namespace jaxcore_cpu {
+namespace internal {
+namespace {
+
+// GEMV: columns per task (each activation row's partial sums stay in L1) and the
+// granularity of its K split.
+constexpr int64_t kGemvCols = 2048;
+constexpr int64_t kGemvRowStep = 4;
+// Floats of padding per row of a split-K task's scratch sums (rows a multiple of 4 KiB
+// apart would share L1 sets).
+constexpr int64_t kAccPad = 16;
+// Tasks per worker the planners aim for, so a busy core simply claims fewer of them.
+constexpr int64_t kTasksPerWorker = 4;
+// Split-K partial sums (written, then read back by the reduction) stay under
+// 1 / kPartialCapShare of the weight's bytes.
+constexpr int64_t kPartialCapShare = 8;
+// The whole-row int8 plan splits K while its partial sums stay under 1 / kPartialShare of
+// the weight's bytes, and cuts the columns no narrower than kMinTaskCols8 (int8) or
+// kMinTaskCols4 (4-bit) columns unless the cap forces it: narrower, each task's rows span
+// more pages than the TLB holds (measured on Zen 4, M = 4..16).
+constexpr int64_t kPartialShare = 32;
+constexpr int64_t kMinTaskCols8 = 1024;
+constexpr int64_t kMinTaskCols4 = 512;
+// ... and keeps one column chunk's partial sums under this many bytes, splitting the
+// columns rather than K beyond it (K = 4096, N = 14336, M = 1 and 2 on Zen 4, 2 threads:
+// four K ranges in two column chunks 4-7 % faster than eight K ranges of whole rows).
+constexpr int64_t kChunkPartialBytes = 256 << 10;
+// Past kQ8TaskNarrowMaxM, a q8_task kernel is bound by arithmetic: its tasks take column
+// chunks over the whole of K (no partial sums) about kWideTaskColsM / M columns wide, at
+// least kWideTaskMinCols, and narrower only to give every worker kTasksPerWorker tasks.
+// Measured on Zen 4, 2 threads, K = N = 4096, against the whole-row plans' K splits:
+// M = 6..16, int8 -8 to -17 %, int4 -3 to -9 %.
+constexpr int64_t kWideTaskColsM = 6144;
+constexpr int64_t kWideTaskMinCols = 256;
+
+// Columns per split-K task: each activation row's partial sums of a task stay in L1.
+int64_t SplitCols(const KernelTable& kt, const Problem& p) {
+  if (!UsesInt8(kt, p)) return std::min(p.n, kGemvCols);
+  return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 64)));
+}
+
+// Bytes of the stored weight's codes.
+int64_t WeightBytes(const Problem& p) {
+  return p.fmt == Format::kInt8 ? p.k * p.n : p.k / 2 * p.n;
+}
+
+// Most K ranges whose partial sums (`rows` x N floats each) stay under 1 / `share` of the
+// weight's bytes.
+int64_t KRangesUnder(const Problem& p, int64_t rows, int64_t share) {
+  const int64_t plane_bytes = std::max<int64_t>(1, rows * p.n * int64_t{sizeof(float)});
+  return std::max<int64_t>(1, WeightBytes(p) / (share * plane_bytes));
+}
+
+// Sets the K ranges of `s`: about `k_tasks` of them, each a multiple of `step` rows long.
+void SetKRanges(const Problem& p, int64_t k_tasks, int64_t step, GemvSplit& s) {
+  s.k_len = std::max(step, RoundUp(CeilDiv(p.k, std::max<int64_t>(1, k_tasks)), step));
+  s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
+}
+
+}  // namespace
+
+bool UsesInt8(const KernelTable& kt, const Problem& p) {
+  return p.precision == Precision::kInt8 && p.m <= kt.q8_max_m &&
+         p.block_size % internal::kQ8Group == 0;
+}
+
+Path Resolve(const KernelTable& kt, const Problem& p, Path path) {
+  if (UsesInt8(kt, p)) return Path::kGemv;
+  if (path != Path::kAuto) return path;
+  return p.m <= internal::kGemvMaxM ? Path::kGemv : Path::kGemm;
+}
+
+int64_t SplitRows(const KernelTable& kt, const Problem& p) {
+  return UsesInt8(kt, p) ? p.m : std::min<int64_t>(p.m, internal::kGemvMaxM);
+}
+
+int64_t AccFloats(const KernelTable& kt, const Problem& p) {
+  const int64_t rows = SplitRows(kt, p);
+  if (UsesInt8(kt, p) && kt.q8_task) return internal::Q8TaskAccFloats(rows, p.n);
+  return rows * (SplitCols(kt, p) + kAccPad);
+}
+
+GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
+  GemvSplit s;
+  const int64_t wanted = kTasksPerWorker * workers;
+  const bool whole_tasks = UsesInt8(kt, p) && kt.q8_task;  // the kernel takes a whole task
+  if (whole_tasks && p.m > internal::kQ8TaskNarrowMaxM) {
+    // Bound by arithmetic: column chunks over the whole of K, where they can be wide enough
+    // (many workers on a narrow weight fall through to the K splits below).
+    const int64_t ncols =
+        std::min(RoundUp(kWideTaskColsM / p.m, 64), RoundUp(CeilDiv(p.n, wanted), 64));
+    if (ncols >= kWideTaskMinCols) {
+      s.ncols = std::min(p.n, ncols);
+      s.col_tasks = CeilDiv(p.n, s.ncols);
+      SetKRanges(p, 1, internal::kQ8Group, s);
+      return s;
+    }
+  }
+  if (whole_tasks && p.m <= internal::kQ8TaskFullWidthMaxM) {
+    // Rows of the weight, whole or in wide column chunks, split along K (the memory-bound
+    // small M, or larger M where column chunks alone would be too narrow). Every K range
+    // beyond the first adds M x N floats of partial sums that are written and read back
+    // (from memory, when the call before evicted the scratch), so K is split only while
+    // those stay under 1 / kPartialShare of the weight's bytes, or further where the
+    // columns' minimum chunk width would leave workers without kTasksPerWorker tasks, but
+    // never past 1 / kPartialCapShare (narrower chunks instead).
+    const int64_t min_cols = p.fmt == Format::kInt8 ? kMinTaskCols8 : kMinTaskCols4;
+    const int64_t forced = CeilDiv(wanted, CeilDiv(p.n, min_cols));
+    SetKRanges(p,
+               std::min({std::max(forced, std::min(wanted, KRangesUnder(p, p.m, kPartialShare))),
+                         KRangesUnder(p, p.m, kPartialCapShare),
+                         CeilDiv(p.k, 4 * internal::kQ8Group)}),
+               internal::kQ8Group, s);
+    s.ncols = std::min(p.n, RoundUp(CeilDiv(p.n, CeilDiv(wanted, s.k_tasks)), 64));
+    // Halve the K ranges into twice the column chunks while one chunk's partial sums (which
+    // the task finishing its last K range adds up alone) pass kChunkPartialBytes.
+    while (s.k_tasks > 1 && s.ncols / 2 >= min_cols &&
+           s.k_tasks * p.m * s.ncols * int64_t{sizeof(float)} > kChunkPartialBytes) {
+      SetKRanges(p, s.k_tasks / 2, internal::kQ8Group, s);
+      s.ncols = RoundUp(CeilDiv(s.ncols, 2), 64);
+    }
+    s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
+    return s;
+  }
+  s.ncols = SplitCols(kt, p);
+  s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
+  const int64_t step = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;
+  SetKRanges(p,
+             std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)), CeilDiv(p.k, 4 * step),
+                       KRangesUnder(p, SplitRows(kt, p), kPartialCapShare)}),
+             step, s);
+  return s;
+}
+
+bool WritesDirectly(const Problem& p, const GemvSplit& s) {
+  return s.k_tasks == 1 && p.out_dtype == DType::kF32;
+}
+
+int64_t PartialFloats(const KernelTable& kt, const Problem& p, const GemvSplit& s) {
+  return WritesDirectly(p, s) ? 0 : s.k_tasks * SplitRows(kt, p) * p.n;
+}
+
+}  // namespace internal
+}  // namespace jaxcore_cpu
