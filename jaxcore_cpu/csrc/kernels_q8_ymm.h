@@ -77,8 +77,9 @@ inline void Store32(uint8_t* p, __m256i v) { _mm256_store_si256(reinterpret_cast
 inline __m256i LoadA32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // The four quads of 32 columns from their stored rows' bytes: four rows of int8 codes or two
-// rows of nibble pairs (r[0], r[1]), NF4 through its code book.
-template <Format kFmt>
+// rows of nibble pairs (r[0], r[1]), NF4 through its code book (with VNNI, the book plus
+// 128: NF4's quads come out unsigned).
+template <class P, Format kFmt>
 inline void Quads(const __m256i* r, __m256i quad[4]) {
   if (kFmt == Format::kInt8) {
     PairsToQuads(_mm256_unpacklo_epi8(r[0], r[1]), _mm256_unpackhi_epi8(r[0], r[1]),
@@ -91,8 +92,9 @@ inline void Quads(const __m256i* r, __m256i quad[4]) {
   __m256i lo1 = _mm256_and_si256(r[1], nibble);
   __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(r[1], 4), nibble);
   if (kFmt == Format::kNf4) {
-    const __m256i nf4 = _mm256_broadcastsi128_si256(
+    __m256i nf4 = _mm256_broadcastsi128_si256(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(kNf4Int8)));
+    if (P::kVnni) nf4 = _mm256_xor_si256(nf4, _mm256_set1_epi8(static_cast<char>(0x80)));
     lo0 = _mm256_shuffle_epi8(nf4, lo0);
     hi0 = _mm256_shuffle_epi8(nf4, hi0);
     lo1 = _mm256_shuffle_epi8(nf4, lo1);
@@ -103,10 +105,11 @@ inline void Quads(const __m256i* r, __m256i quad[4]) {
 }
 
 // What multiplies the activations of a decoded quad: int4's nibbles as they are; for int8
-// and NF4 the code plus 128 (VNNI) or its magnitude (AVX2, the sign going to the activations).
+// and NF4 the code plus 128 (VNNI; Quads() already added it to NF4's) or its magnitude (AVX2,
+// the sign going to the activations).
 template <class P, Format kFmt>
 inline __m256i Unsigned(__m256i quad) {
-  if (kFmt == Format::kInt4) return quad;
+  if (kFmt == Format::kInt4 || (P::kVnni && kFmt == Format::kNf4)) return quad;
   if (P::kVnni) return _mm256_xor_si256(quad, _mm256_set1_epi8(static_cast<char>(0x80)));
   return _mm256_abs_epi8(quad);
 }
@@ -175,7 +178,7 @@ inline void DecodeGroup(const Q8Task& t, int64_t g0, int64_t n, GroupQuads* out)
     }
     for (int h = 0; h < kHalves; ++h) {
       __m256i quad[4];
-      Quads<kFmt>(r[h], quad);
+      Quads<P, kFmt>(r[h], quad);
       for (int j = 0; j < 4; ++j) {
         Store32(out[h].mag[qd][j], Unsigned<P, kFmt>(quad[j]));
         if (!P::kVnni && kFmt != Format::kInt4) Store32(out[h].sgn[qd][j], quad[j]);
@@ -412,7 +415,7 @@ void Q8TaskRows(const Q8Task& t) {
           __m256i stored[kPer];
           for (int i = 0; i < kPer; ++i) stored[i] = Load32(row + i * t.ldq);
           __m256i quad[4];
-          Quads<kFmt>(stored, quad);
+          Quads<P, kFmt>(stored, quad);
           __m256i xb[kR];
           for (int r = 0; r < kR; ++r) {
             int32_t four;
