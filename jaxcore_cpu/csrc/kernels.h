@@ -91,9 +91,18 @@ using MicroKernel = void (*)(int mr, int64_t kc, const float* a, const float* b,
 constexpr int kQ8Group = 32;
 extern const int8_t kNf4Int8[16];
 
+// Where row r (0 <= r < kQ8Group) of a group sits among its stored activation codes.
+inline int Q8CodeAt(Format fmt, int r) {
+  if (fmt == Format::kInt8) return r;
+  return (r & ~7) | ((r & 1) << 2) | ((r & 7) >> 1);
+}
+
 // Group-major, so a group's codes for every activation row are adjacent (rows a page apart
 // would share one L1 set): row mi's codes of group g are q[(g * rows + mi) * kQ8Group ...],
-// its scale d[g * rows + mi] and its code sum sum[g * rows + mi].
+// its scale d[g * rows + mi] and its code sum sum[g * rows + mi]. For the nibble-packed
+// formats (int4, NF4) each eight codes are stored in the order of rows 0 2 4 6 1 3 5 7 (see
+// Q8CodeAt): a stored byte holds two rows of K, so a SIMD decoder's low nibbles of four
+// stored rows meet their activations as one int32, and its high nibbles the next.
 struct Q8Activations {
   const int8_t* q;
   const float* d;
@@ -126,7 +135,7 @@ struct Q8Segment {
 struct Q8Task {
   Format fmt;
   int64_t m;
-  Q8Activations x;      // in the layout the same table's q8_quantize writes
+  Q8Activations x;      // as q8_quantize writes them
   const uint8_t* q;
   int64_t ldq;
   int64_t r0, r1;
@@ -189,8 +198,8 @@ struct KernelTable {
   void (*decode_panel)(const DecodePanel&);
   MicroKernel microkernel;
   // Quantizes one activation row of length k (a multiple of kQ8Group) into the
-  // group-major layout of Q8Activations with `rows` rows (q, d, sum point at its row). A
-  // table may order the codes inside a group for its own kernels (by weight format).
+  // group-major layout of Q8Activations with `rows` rows (q, d, sum point at its row), the
+  // codes in Q8CodeAt's order for `fmt`.
   void (*q8_quantize)(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
                       int32_t* sum);
   void (*q8_segment)(const Q8Segment&);

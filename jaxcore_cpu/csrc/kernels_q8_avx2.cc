@@ -23,13 +23,18 @@ struct MaddubsProducts {
 // and round-to-nearest-even (vcvtps2dq under the default rounding mode, as nearbyint), so
 // the codes are identical, and the same NaN scale for a group holding NaN or infinity. The
 // scalar loop cost ~0.25 ms per 16 x 4096 activations on Zen 4, serial before the kernels.
-void Q8QuantizeAvx2(Format, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
+void Q8QuantizeAvx2(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
                     int32_t* sum) {
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256 most = _mm256_set1_ps(std::numeric_limits<float>::max());
   // packs_epi32 then packs_epi16 leave the 4-code units as a0 b0 c0 d0 | a1 b1 c1 d1 (a..d:
   // the four input vectors, 0/1: their halves); this puts them back in order.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  // Q8CodeAt's order for the nibble-packed formats: rows 0 2 4 6 1 3 5 7 of each eight.
+  const __m256i nibble_order =
+      _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 0, 2, 4, 6, 1, 3, 5,
+                       7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const bool nibbles = fmt != Format::kInt8;
   for (int64_t g = 0; g < k / kQ8Group; ++g) {
     const float* xg = x + g * kQ8Group;
     __m256 v[4], a[4];
@@ -58,8 +63,9 @@ void Q8QuantizeAvx2(Format, const float* x, int64_t k, int64_t rows, int8_t* q, 
     // |codes| <= 127: neither pack saturates.
     const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]),
                                              _mm256_packs_epi32(c[2], c[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                        _mm256_permutevar8x32_epi32(bytes, order));
+    __m256i codes = _mm256_permutevar8x32_epi32(bytes, order);
+    if (nibbles) codes = _mm256_shuffle_epi8(codes, nibble_order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), codes);
     const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));

@@ -25,7 +25,7 @@ inline int32_t WeightCode(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, 
 
 }  // namespace
 
-void Q8QuantizePortable(Format, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
+void Q8QuantizePortable(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
                         int32_t* sum) {
   for (int64_t g = 0; g < k / kQ8Group; ++g) {
     const float* xg = x + g * kQ8Group;
@@ -49,7 +49,7 @@ void Q8QuantizePortable(Format, const float* x, int64_t k, int64_t rows, int8_t*
     int32_t s = 0;
     for (int i = 0; i < kQ8Group; ++i) {
       const int32_t v = static_cast<int32_t>(std::nearbyint(xg[i] * inv));
-      q[g * rows * kQ8Group + i] = static_cast<int8_t>(v);
+      q[g * rows * kQ8Group + Q8CodeAt(fmt, i)] = static_cast<int8_t>(v);
       s += v;
     }
     d[g * rows] = dg;
@@ -70,7 +70,9 @@ void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1) {
         const int64_t at = g * s.x.rows + mi;
         const int8_t* xq = s.x.q + at * kQ8Group;
         int32_t dot = 0;
-        for (int64_t r = 0; r < kQ8Group; ++r) dot += xq[r] * WeightCode(s.fmt, s.q, s.ldq, g0 + r, n);
+        for (int r = 0; r < kQ8Group; ++r) {
+          dot += xq[Q8CodeAt(s.fmt, r)] * WeightCode(s.fmt, s.q, s.ldq, g0 + r, n);
+        }
         dot -= zp * s.x.sum[at];
         total += s.x.d[at] * static_cast<float>(dot);
       }

@@ -14,7 +14,8 @@
 //   };
 //
 // Per group of 32 rows of K and 32 columns, the weight codes are re-laid in registers as
-// eight "quads": 32-byte vectors holding 4 consecutive rows of 8 columns, so one product step
+// eight "quads": 32-byte vectors holding 4 rows of 8 columns (int8: consecutive rows; the
+// nibble-packed formats: rows 0 2 4 6 or 1 3 5 7 of eight, DecodeStep), so one product step
 // sums 4 products per column into int32 lanes. int4 codes are unsigned nibbles, so without
 // VNNI they multiply the signed activations directly (and 8 pairs still fit int16 before
 // widening). The unpacking leaves columns in the order {0-3,16-19}, {4-7,20-23},
@@ -27,7 +28,7 @@
 // rows across the block at a time, each chunk's decoded quads kept in registers from decode
 // to products (Q8TaskRows); more rows decode whole groups into memory and run 2-row tiles
 // over them (Q8TaskBlockT). The activations come from Q8QuantizeAvx2 (the portable kernels'
-// codes, in their order).
+// codes and order).
 //
 // Everything here has internal linkage: each including source compiles its own copy with its
 // own ISA flags, so the linker never merges a VNNI-compiled function into the AVX2 table.
@@ -57,12 +58,16 @@ inline __m256i Load32(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-// Interleaves two vectors of row pairs (16-bit units) into quads.
-inline void PairsToQuads(__m256i lo_a, __m256i hi_a, __m256i lo_b, __m256i hi_b, __m256i* quad) {
-  quad[0] = _mm256_unpacklo_epi16(lo_a, lo_b);
-  quad[1] = _mm256_unpackhi_epi16(lo_a, lo_b);
-  quad[2] = _mm256_unpacklo_epi16(hi_a, hi_b);
-  quad[3] = _mm256_unpackhi_epi16(hi_a, hi_b);
+// Bytewise transpose of four stored rows of 32 columns: out[j] int32 lane i of 128-bit lane
+// L holds the four rows' bytes of column 16 L + 4 j + i (the decoder order of the file
+// comment).
+inline void Transpose4(const __m256i r[4], __m256i out[4]) {
+  const __m256i t0 = _mm256_unpacklo_epi8(r[0], r[1]), t1 = _mm256_unpackhi_epi8(r[0], r[1]);
+  const __m256i t2 = _mm256_unpacklo_epi8(r[2], r[3]), t3 = _mm256_unpackhi_epi8(r[2], r[3]);
+  out[0] = _mm256_unpacklo_epi16(t0, t2);
+  out[1] = _mm256_unpackhi_epi16(t0, t2);
+  out[2] = _mm256_unpacklo_epi16(t1, t3);
+  out[3] = _mm256_unpackhi_epi16(t1, t3);
 }
 
 // Quads of one group and 32 columns, in memory (registers cannot hold all 32 and GCC spills
@@ -76,37 +81,44 @@ struct alignas(32) GroupQuads {
 inline void Store32(uint8_t* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
 inline __m256i LoadA32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 
-// The four quads of 32 columns from their stored rows' bytes: four rows of int8 codes or two
-// rows of nibble pairs (r[0], r[1]), NF4 through its code book (with VNNI, the book plus
-// 128: NF4's quads come out unsigned).
+// Quad steps (four rows of K each) one decode step of four stored rows gives: int8 one, the
+// nibble-packed formats two.
+template <Format kFmt>
+constexpr int kStepQuads = kFmt == Format::kInt8 ? 1 : 2;
+
+// Decodes four stored rows of 32 columns (r) into kStepQuads quad steps. int8: rows 0-3 of K.
+// Nibble-packed: a byte holds rows 2 s and 2 s + 1 of stored row s, so the low nibbles give
+// rows {0, 2, 4, 6} of the eight and the high ones {1, 3, 5, 7}; q8_quantize stores each eight
+// activation codes of these formats in the order 0 2 4 6 1 3 5 7, so both steps meet their
+// activations as one broadcast int32, and no unpack separates the nibbles. NF4 goes through
+// its code book (with VNNI, the book plus 128: its quads come out unsigned).
 template <class P, Format kFmt>
-inline void Quads(const __m256i* r, __m256i quad[4]) {
-  if (kFmt == Format::kInt8) {
-    PairsToQuads(_mm256_unpacklo_epi8(r[0], r[1]), _mm256_unpackhi_epi8(r[0], r[1]),
-                 _mm256_unpacklo_epi8(r[2], r[3]), _mm256_unpackhi_epi8(r[2], r[3]), quad);
-    return;
-  }
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  __m256i lo0 = _mm256_and_si256(r[0], nibble);
-  __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(r[0], 4), nibble);
-  __m256i lo1 = _mm256_and_si256(r[1], nibble);
-  __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(r[1], 4), nibble);
-  if (kFmt == Format::kNf4) {
+inline void DecodeStep(const __m256i r[4], __m256i quad[kStepQuads<kFmt>][4]) {
+  __m256i t[4];
+  Transpose4(r, t);
+  if constexpr (kFmt == Format::kInt8) {
+    for (int j = 0; j < 4; ++j) quad[0][j] = t[j];
+  } else {
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
     __m256i nf4 = _mm256_broadcastsi128_si256(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(kNf4Int8)));
     if (P::kVnni) nf4 = _mm256_xor_si256(nf4, _mm256_set1_epi8(static_cast<char>(0x80)));
-    lo0 = _mm256_shuffle_epi8(nf4, lo0);
-    hi0 = _mm256_shuffle_epi8(nf4, hi0);
-    lo1 = _mm256_shuffle_epi8(nf4, lo1);
-    hi1 = _mm256_shuffle_epi8(nf4, hi1);
+    for (int j = 0; j < 4; ++j) {
+      __m256i lo = _mm256_and_si256(t[j], nibble);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(t[j], 4), nibble);
+      if (kFmt == Format::kNf4) {
+        lo = _mm256_shuffle_epi8(nf4, lo);
+        hi = _mm256_shuffle_epi8(nf4, hi);
+      }
+      quad[0][j] = lo;
+      quad[1][j] = hi;
+    }
   }
-  PairsToQuads(_mm256_unpacklo_epi8(lo0, hi0), _mm256_unpackhi_epi8(lo0, hi0),
-               _mm256_unpacklo_epi8(lo1, hi1), _mm256_unpackhi_epi8(lo1, hi1), quad);
 }
 
 // What multiplies the activations of a decoded quad: int4's nibbles as they are; for int8
-// and NF4 the code plus 128 (VNNI; Quads() already added it to NF4's) or its magnitude (AVX2,
-// the sign going to the activations).
+// and NF4 the code plus 128 (VNNI; DecodeStep() already added it to NF4's) or its magnitude
+// (AVX2, the sign going to the activations).
 template <class P, Format kFmt>
 inline __m256i Unsigned(__m256i quad) {
   if (kFmt == Format::kInt4 || (P::kVnni && kFmt == Format::kNf4)) return quad;
@@ -144,13 +156,9 @@ inline __m256i Widen(__m256i a) {
   return kInt16Sums<P, kFmt> ? _mm256_madd_epi16(a, _mm256_set1_epi16(1)) : a;
 }
 
-// Stored rows per quad: four of int8, two of nibble pairs.
-template <Format kFmt>
-constexpr int kRowsPerQuad = kFmt == Format::kInt8 ? 4 : 2;
-
 // Stored rows per group of kQ8Group rows of K.
 template <Format kFmt>
-constexpr int kGroupRows = kQuads * kRowsPerQuad<kFmt>;
+constexpr int kGroupRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
 
 // The stored row holding row k of K (nibble-packed formats keep two rows of K per byte).
 template <Format kFmt>
@@ -169,19 +177,21 @@ inline __m256 ScaleUnit() {
 // used whole before the group's other rows evict it.
 template <class P, Format kFmt, int kHalves>
 inline void DecodeGroup(const Q8Task& t, int64_t g0, int64_t n, GroupQuads* out) {
-  constexpr int kPer = kRowsPerQuad<kFmt>;
-  for (int qd = 0; qd < kQuads; ++qd) {
-    const uint8_t* row = t.q + (StoredRow<kFmt>(g0) + kPer * qd) * t.ldq + n;
-    __m256i r[kHalves][kPer];
-    for (int i = 0; i < kPer; ++i) {
+  for (int set = 0; set < kGroupRows<kFmt> / 4; ++set) {
+    const uint8_t* row = t.q + (StoredRow<kFmt>(g0) + 4 * set) * t.ldq + n;
+    __m256i r[kHalves][4];
+    for (int i = 0; i < 4; ++i) {
       for (int h = 0; h < kHalves; ++h) r[h][i] = Load32(row + i * t.ldq + 32 * h);
     }
     for (int h = 0; h < kHalves; ++h) {
-      __m256i quad[4];
-      Quads<P, kFmt>(r[h], quad);
-      for (int j = 0; j < 4; ++j) {
-        Store32(out[h].mag[qd][j], Unsigned<P, kFmt>(quad[j]));
-        if (!P::kVnni && kFmt != Format::kInt4) Store32(out[h].sgn[qd][j], quad[j]);
+      __m256i quad[kStepQuads<kFmt>][4];
+      DecodeStep<P, kFmt>(r[h], quad);
+      for (int step = 0; step < kStepQuads<kFmt>; ++step) {
+        const int qd = set * kStepQuads<kFmt> + step;
+        for (int j = 0; j < 4; ++j) {
+          Store32(out[h].mag[qd][j], Unsigned<P, kFmt>(quad[step][j]));
+          if (!P::kVnni && kFmt != Format::kInt4) Store32(out[h].sgn[qd][j], quad[step][j]);
+        }
       }
     }
   }
@@ -379,7 +389,6 @@ void Q8TaskRows(const Q8Task& t) {
   constexpr int kStoredRows = kGroupRows<kFmt>;
   constexpr int kBands = kStoredRows / kNarrowRows;
   constexpr int kBandQuads = kQuads / kBands;
-  constexpr int kPer = kRowsPerQuad<kFmt>;
   const __m256 unit = ScaleUnit<kFmt>();
   const uint8_t* end = t.q + StoredRow<kFmt>(t.r1) * t.ldq;
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
@@ -410,22 +419,27 @@ void Q8TaskRows(const Q8Task& t) {
         for (int r = 0; r < kR; ++r) {
           for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
         }
-        for (int bq = 0; bq < kBandQuads; ++bq) {
-          const uint8_t* row = rows + kPer * bq * t.ldq + c;
-          __m256i stored[kPer];
-          for (int i = 0; i < kPer; ++i) stored[i] = Load32(row + i * t.ldq);
-          __m256i quad[4];
-          Quads<P, kFmt>(stored, quad);
-          __m256i xb[kR];
-          for (int r = 0; r < kR; ++r) {
-            int32_t four;
-            std::memcpy(&four, xq[r] + 4 * (band * kBandQuads + bq), sizeof(four));
-            xb[r] = _mm256_set1_epi32(four);
-          }
-          for (int j = 0; j < 4; ++j) {
-            // int16 pair sums (AVX2 int4): a band's 4 quads stay below 2^15.
-            const __m256i u = Unsigned<P, kFmt>(quad[j]);
-            for (int r = 0; r < kR; ++r) a[r][j] = Product<P, kFmt>(a[r][j], u, quad[j], xb[r]);
+        for (int set = 0; set < kNarrowRows / 4; ++set) {
+          const uint8_t* row = rows + 4 * set * t.ldq + c;
+          __m256i stored[4];
+          for (int i = 0; i < 4; ++i) stored[i] = Load32(row + i * t.ldq);
+          __m256i quad[kStepQuads<kFmt>][4];
+          DecodeStep<P, kFmt>(stored, quad);
+          for (int step = 0; step < kStepQuads<kFmt>; ++step) {
+            const int bq = set * kStepQuads<kFmt> + step;
+            __m256i xb[kR];
+            for (int r = 0; r < kR; ++r) {
+              int32_t four;
+              std::memcpy(&four, xq[r] + 4 * (band * kBandQuads + bq), sizeof(four));
+              xb[r] = _mm256_set1_epi32(four);
+            }
+            for (int j = 0; j < 4; ++j) {
+              // int16 pair sums (AVX2 int4): a band's 4 quads stay below 2^15.
+              const __m256i u = Unsigned<P, kFmt>(quad[step][j]);
+              for (int r = 0; r < kR; ++r) {
+                a[r][j] = Product<P, kFmt>(a[r][j], u, quad[step][j], xb[r]);
+              }
+            }
           }
         }
         __m256 sc[4];
