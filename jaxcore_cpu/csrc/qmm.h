@@ -26,7 +26,7 @@ enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
 // int8 in groups of 32 along K and sums integer products, as llama.cpp does: about twice
 // the arithmetic rate, at a relative error of a few 1e-3 (NF4 codes also round to int8).
 // It applies where block_size is a multiple of 32 and, with the portable kernels,
-// M <= kInt8MaxM (AVX2 and AVX-512 VNNI take every M); elsewhere kFloat32.
+// M <= kInt8MaxM (AVX2, AVX-VNNI and AVX-512 VNNI take every M); elsewhere kFloat32.
 enum class Precision : int32_t { kFloat32 = 0, kInt8 = 1 };
 constexpr int64_t kInt8MaxM = 64;
 // Instruction sets the kernels are compiled for, best last. kAvxVnni is AVX2 with 256-bit
