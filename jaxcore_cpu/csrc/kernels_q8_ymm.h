@@ -18,8 +18,8 @@
 // nibble-packed formats: rows 0 2 4 6 or 1 3 5 7 of eight, DecodeStep), so one product step
 // sums 4 products per column into int32 lanes. int4 codes are unsigned nibbles, so without
 // VNNI they multiply the signed activations directly (and 8 pairs still fit int16 before
-// widening). The unpacking leaves columns in the order {0-3,16-19}, {4-7,20-23},
-// {8-11,24-27}, {12-15,28-31}; sums stay in that order until the task ends.
+// widening). The decoder's byte transpose leaves columns in the order {0-3,16-19},
+// {4-7,20-23}, {8-11,24-27}, {12-15,28-31}; sums stay in that order until the task ends.
 //
 // A task (qmm.cc plans them) is a range of K for a range of columns, taken in column blocks
 // whose float sums stay in cache (Q8TaskBlockCols) across the task's scale blocks: each
