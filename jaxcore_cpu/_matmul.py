@@ -41,8 +41,9 @@ CPU kernels do: roughly twice the arithmetic rate where the weights are 4-bit, a
 relative error of about 1e-3 (worst seen 5e-3 of ``sum |x| |w|``; NF4 codes also round
 to the int8 grid). It applies to weights whose ``block_size`` is a multiple of 32, and to
 every M with the AVX2, AVX-VNNI and AVX-512 VNNI kernels (integer products outrun float32
-FMAs there) or to M <= 64 with the portable ones; other calls run in ``float32``. Under ``int8`` a row
-whose activations hold NaN or infinity comes out all NaN (no int8 code stands for them).
+FMAs there) or to M <= 64 with the portable ones; other calls run in ``float32``. Under
+``int8`` a row whose activations hold NaN or infinity comes out all NaN (no int8 code stands
+for them).
 """
 
 _FORMAT_CODES = {"int8": 0, "int4": 1, "nf4": 2}

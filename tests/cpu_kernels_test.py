@@ -603,7 +603,7 @@ def test_int8_precision_falls_back_to_float32_where_blocks_do_not_fit():
 @pytest.mark.parametrize("case", ["int8-channel", "int4-b64", "nf4-b64"])
 def test_int8_precision_above_m64_only_with_simd(case):
     # The portable kernels take int8 activations up to M = 64 and run float32 beyond; the
-    # AVX2 and AVX-512 VNNI kernels take every M.
+    # AVX2, AVX-VNNI and AVX-512 VNNI kernels take every M.
     rng = np.random.default_rng(37)
     w = CASES[case][0](rng, 128, 70)
     x = jnp.asarray(rng.standard_normal((70, 128)), jnp.float32)

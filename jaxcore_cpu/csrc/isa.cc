@@ -31,7 +31,7 @@ bool CpuHasAvxVnni() {
 #if defined(__x86_64__) || defined(_M_X64)
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
+    return __builtin_cpu_supports("avxvnni") != 0;
   }();
   return has;
 #else

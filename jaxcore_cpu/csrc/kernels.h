@@ -158,6 +158,12 @@ inline int64_t Q8TaskBlockCols(int64_t m, int64_t cols) {
   return std::min((cols + 63) / 64 * 64, std::max<int64_t>(64, fit));
 }
 
+// Whether the task's rows of K lie in one scale block (then its kernels apply the scales once,
+// at the end).
+inline bool InOneScaleBlock(const Q8Task& t) {
+  return t.r1 > t.r0 && t.r0 / t.block_size == (t.r1 - 1) / t.block_size;
+}
+
 // Runs `kernel` on each column block of `t` (Q8TaskBlockCols wide), each over t's whole K
 // range.
 template <typename Kernel>

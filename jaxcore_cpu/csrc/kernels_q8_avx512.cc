@@ -406,8 +406,7 @@ void Q8TaskWide(const Q8Task& t) {
 template <Format kFmt>
 void Q8TaskBlockOf(const Q8Task& t) {
   if (t.m <= kNarrowMaxM) return Q8TaskNarrow<kFmt, kNarrowRows>(t);
-  const bool one_block = t.r1 > t.r0 && t.r0 / t.block_size == (t.r1 - 1) / t.block_size;
-  return one_block ? Q8TaskWide<kFmt, true>(t) : Q8TaskWide<kFmt, false>(t);
+  return InOneScaleBlock(t) ? Q8TaskWide<kFmt, true>(t) : Q8TaskWide<kFmt, false>(t);
 }
 
 void Q8TaskBlock(const Q8Task& t) {

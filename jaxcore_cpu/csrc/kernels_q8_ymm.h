@@ -78,6 +78,13 @@ struct alignas(32) GroupQuads {
   uint8_t sgn[kQuads][4][32];
 };
 
+// Four signed activation bytes broadcast to every int32 lane.
+inline __m256i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
 inline void Store32(uint8_t* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
 inline __m256i LoadA32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -209,11 +216,7 @@ inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, __m256i
   // One row-quad's products for the column vectors [j0, j1).
   const auto quad = [&](int qd, int j0, int j1) {
     __m256i xb[kRows];
-    for (int r = 0; r < kRows; ++r) {
-      int32_t four;
-      std::memcpy(&four, xq[r] + 4 * qd, sizeof(four));
-      xb[r] = _mm256_set1_epi32(four);
-    }
+    for (int r = 0; r < kRows; ++r) xb[r] = Broadcast4(xq[r] + 4 * qd);
     for (int j = j0; j < j1; ++j) {
       const __m256i mag = LoadA32(w.mag[qd][j]);
       const __m256i sgn = P::kVnni || kFmt == Format::kInt4 ? mag : LoadA32(w.sgn[qd][j]);
@@ -428,11 +431,7 @@ void Q8TaskRows(const Q8Task& t) {
           for (int step = 0; step < kStepQuads<kFmt>; ++step) {
             const int bq = set * kStepQuads<kFmt> + step;
             __m256i xb[kR];
-            for (int r = 0; r < kR; ++r) {
-              int32_t four;
-              std::memcpy(&four, xq[r] + 4 * (band * kBandQuads + bq), sizeof(four));
-              xb[r] = _mm256_set1_epi32(four);
-            }
+            for (int r = 0; r < kR; ++r) xb[r] = Broadcast4(xq[r] + 4 * (band * kBandQuads + bq));
             for (int j = 0; j < 4; ++j) {
               // int16 pair sums (AVX2 int4): a band's 4 quads stay below 2^15.
               const __m256i u = Unsigned<P, kFmt>(quad[step][j]);
@@ -467,7 +466,7 @@ void Q8TaskRows(const Q8Task& t) {
 
 template <class P, Format kFmt>
 void Q8TaskBlockOf(const Q8Task& t) {
-  const bool one_block = t.r1 > t.r0 && t.r0 / t.block_size == (t.r1 - 1) / t.block_size;
+  const bool one_block = InOneScaleBlock(t);
   // Whole groups from M = 3: against 8-row sweeps (and, for int8, passes of two register
   // rows) at M = 3 / 4, Zen 4, 2 threads, K = N = 4096 from memory: AVX2 int8 1.24 -> 1.00 /
   // 1.36 -> 1.11 ms, int4 0.70 -> 0.55 / 0.77 -> 0.57, NF4 0.83 -> 0.76 / 0.94 -> 0.84; AVX-VNNI

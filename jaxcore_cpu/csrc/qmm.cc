@@ -69,7 +69,6 @@ inline uint16_t F32ToBf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-
 // Carves the workspace into 64-byte aligned pieces; with a null base it only measures.
 class Carver {
  public:
