@@ -236,9 +236,11 @@ void Q8TaskAvx2(const Q8Task& t);
 // (AvxVnniEvexKernels, for AVX-512 VNNI CPUs without AVX-VNNI, where tests check it).
 const KernelTable& AvxVnniKernels();
 const KernelTable& AvxVnniEvexKernels();
-// AVX-512 (F, BW, VL, DQ) with VNNI: the AVX2 float32 decoders, a 512-bit float32 GEMM
-// micro-kernel and int8-activation kernels built on vpdpbusd, taking every M.
+// AVX-512 (F, BW, VL, DQ) with VNNI: the AVX2 panel decoders, a 512-bit float32 GEMV
+// (4-bit codes looked up with vpermps) and GEMM micro-kernel, and int8-activation kernels
+// built on vpdpbusd, taking every M.
 const KernelTable& Avx512Kernels();
+void GemvSegmentAvx512(const GemvSegment& s);
 void MicroKernelAvx512(int mr, int64_t kc, const float* a, const float* b, float* c,
                        int64_t ldc, bool accumulate, int cols);
 void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, float* out);

@@ -463,6 +463,7 @@ void Q8QuantizeAvx512(Format fmt, const float* x, int64_t k, int64_t rows, int8_
 const KernelTable& Avx512Kernels() {
   static const KernelTable table = [] {
     KernelTable t = Avx2Kernels();
+    t.gemv_segment = GemvSegmentAvx512;
     t.microkernel = MicroKernelAvx512;
     t.expand_dq = ExpandDqAvx512;
     t.q8_quantize = Q8QuantizeAvx512;
