@@ -108,14 +108,16 @@ void Bands(const GemvSegment& s, int64_t wide) {
   if (seg0 >= seg1) return;  // no rows: y is unchanged
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kBand);
-    for (int64_t c = 0; c < wide; c += kCols) BandChunk<kFmt, M>(s, table, sr0, sr1, c, sr0 == seg0);
+    for (int64_t c = 0; c < wide; c += kCols) {
+      BandChunk<kFmt, M>(s, table, sr0, sr1, c, sr0 == seg0);
+    }
   }
   for (int mi = 0; mi < M; ++mi) {
     const float* acc = s.acc + mi * s.ldacc;
     float* y = s.y + mi * s.ldy;
     for (int64_t c = 0; c < wide; c += 16) {
-      _mm512_storeu_ps(y + c, _mm512_fmadd_ps(_mm512_loadu_ps(s.scale + c), _mm512_loadu_ps(acc + c),
-                                              _mm512_loadu_ps(y + c)));
+      const __m512 sc = _mm512_loadu_ps(s.scale + c);
+      _mm512_storeu_ps(y + c, _mm512_fmadd_ps(sc, _mm512_loadu_ps(acc + c), _mm512_loadu_ps(y + c)));
     }
   }
 }
