@@ -116,8 +116,8 @@ void Bands(const GemvSegment& s, int64_t wide) {
     const float* acc = s.acc + mi * s.ldacc;
     float* y = s.y + mi * s.ldy;
     for (int64_t c = 0; c < wide; c += 16) {
-      const __m512 sc = _mm512_loadu_ps(s.scale + c);
-      _mm512_storeu_ps(y + c, _mm512_fmadd_ps(sc, _mm512_loadu_ps(acc + c), _mm512_loadu_ps(y + c)));
+      const __m512 sc = _mm512_loadu_ps(s.scale + c), a = _mm512_loadu_ps(acc + c);
+      _mm512_storeu_ps(y + c, _mm512_fmadd_ps(sc, a, _mm512_loadu_ps(y + c)));
     }
   }
 }
