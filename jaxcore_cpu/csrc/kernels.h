@@ -35,7 +35,8 @@ constexpr int kNr = 16;
 // Largest row count of one GEMM micro-tile: activations are packed in micro-panels of
 // this many rows. The AVX-512 kernel takes them whole; the AVX2 one in two halves.
 constexpr int kMr = 12;
-// Largest M the GEMV kernel takes (it keeps every activation row's partial sums in L1).
+// Largest M a table's GEMV kernel takes by default (KernelTable::gemv_max_m); larger M runs
+// the GEMM path (decoded panels and the micro-kernel).
 constexpr int kGemvMaxM = 4;
 
 // One GEMV segment: rows [r0, r1) of K, all inside one scale block, and columns
@@ -46,7 +47,7 @@ constexpr int kGemvMaxM = 4;
 // acc is the kernel's scratch; y holds the running (scaled) sums.
 struct GemvSegment {
   Format fmt;
-  int m;              // 1..kGemvMaxM
+  int m;              // 1..KernelTable::gemv_max_m
   const float* x;     // x[m][r] = x[m * ldx + r], r logical
   int64_t ldx;
   const uint8_t* q;   // stored row 0 of the weight
@@ -213,6 +214,8 @@ struct KernelTable {
   void (*q8_task)(const Q8Task&) = nullptr;
   // Largest M the int8-activation path takes with this table; larger M runs in float32.
   int64_t q8_max_m = kInt8MaxM;
+  // Largest M the float32 GEMV path takes with this table (gemv_segment's m).
+  int64_t gemv_max_m = kGemvMaxM;
   ExpandDq expand_dq = ExpandDqPortable;
 };
 
@@ -241,6 +244,7 @@ const KernelTable& AvxVnniEvexKernels();
 // built on vpdpbusd, taking every M.
 const KernelTable& Avx512Kernels();
 void GemvSegmentAvx512(const GemvSegment& s);
+constexpr int64_t kGemvAvx512MaxM = 16;  // rows GemvSegmentAvx512 takes
 void MicroKernelAvx512(int mr, int64_t kc, const float* a, const float* b, float* c,
                        int64_t ldc, bool accumulate, int cols);
 void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, float* out);

@@ -464,6 +464,7 @@ const KernelTable& Avx512Kernels() {
   static const KernelTable table = [] {
     KernelTable t = Avx2Kernels();
     t.gemv_segment = GemvSegmentAvx512;
+    t.gemv_max_m = kGemvAvx512MaxM;
     t.microkernel = MicroKernelAvx512;
     t.expand_dq = ExpandDqAvx512;
     t.q8_quantize = Q8QuantizeAvx512;

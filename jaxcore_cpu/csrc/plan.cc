@@ -72,11 +72,11 @@ bool UsesInt8(const KernelTable& kt, const Problem& p) {
 Path Resolve(const KernelTable& kt, const Problem& p, Path path) {
   if (UsesInt8(kt, p)) return Path::kGemv;
   if (path != Path::kAuto) return path;
-  return p.m <= internal::kGemvMaxM ? Path::kGemv : Path::kGemm;
+  return p.m <= kt.gemv_max_m ? Path::kGemv : Path::kGemm;
 }
 
 int64_t SplitRows(const KernelTable& kt, const Problem& p) {
-  return UsesInt8(kt, p) ? p.m : std::min<int64_t>(p.m, internal::kGemvMaxM);
+  return UsesInt8(kt, p) ? p.m : std::min<int64_t>(p.m, kt.gemv_max_m);
 }
 
 int64_t AccFloats(const KernelTable& kt, const Problem& p) {
