@@ -35,8 +35,8 @@ constexpr int kNr = 16;
 // Largest row count of one GEMM micro-tile: activations are packed in micro-panels of
 // this many rows. The AVX-512 kernel takes them whole; the AVX2 one in two halves.
 constexpr int kMr = 12;
-// Largest M a table's GEMV kernel takes by default (KernelTable::gemv_max_m); larger M runs
-// the GEMM path (decoded panels and the micro-kernel).
+// Largest M the portable GEMV kernel takes (KernelTable::gemv_max_m; the SIMD tables take
+// more); larger M runs the GEMM path (decoded panels and the micro-kernel).
 constexpr int kGemvMaxM = 4;
 
 // One GEMV segment: rows [r0, r1) of K, all inside one scale block, and columns
@@ -231,6 +231,7 @@ void DecodePanelPortable(const DecodePanel& d);
 const KernelTable& PortableKernels();
 #if defined(__x86_64__) || defined(_M_X64)
 const KernelTable& Avx2Kernels();
+constexpr int64_t kGemvAvx2MaxM = 8;  // rows the AVX2 GEMV takes
 void Q8QuantizeAvx2(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
                     int32_t* sum);
 void Q8TaskAvx2(const Q8Task& t);

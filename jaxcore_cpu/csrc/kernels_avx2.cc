@@ -4,7 +4,8 @@
 // the sums in registers: int8 widens eight stored bytes per vector (vpmovsxbd) and converts;
 // int4 widens eight bytes (vpmovzxbd) and splits their two nibbles by mask and shift; NF4
 // looks its nibbles up in its 16-entry float code book with in-lane byte shuffles
-// (Nf4Decode32). Larger M, the ragged columns and the GEMM
+// (Nf4Decode32). M = 3..8 keeps all M rows of an 8- or 16-column sliver in registers over 32
+// stored rows (SliverBands), so each decode feeds M FMAs. The ragged columns and the GEMM
 // panels decode eight columns at a time: int4 converts each nibble, and NF4 looks it up with
 // two vpermps and a blend on bit 3.
 #include <immintrin.h>
@@ -278,6 +279,69 @@ int64_t GemvBands(const GemvSegment& s) {
   return wide_cols;
 }
 
+// M = 3..kGemvAvx2MaxM: all M rows of a kW x 8-column sliver (kW = 2 up to M = 4, else 1)
+// in registers over kSliverBand stored rows, each decode feeding M x kW FMAs whose
+// activations come from a row-interleaved copy of the band's (rows of x a multiple of 4 KiB
+// apart would share one L1 set). Returns the columns done (a multiple of 8 * kW).
+constexpr int64_t kSliverBand = 32;
+
+template <Format kFmt, int M>
+int64_t SliverBands(const GemvSegment& s) {
+  constexpr int kW = M <= 4 ? 2 : 1;  // ymm per row: the sums and decodes fit 16 registers
+  constexpr int64_t kPerRow = kFmt == Format::kInt8 ? 1 : 2;
+  const int64_t wide = s.cols / (8 * kW) * (8 * kW);
+  const int64_t seg0 = s.r0 / kPerRow, seg1 = s.r1 / kPerRow;
+  if (seg0 >= seg1) {
+    for (int mi = 0; mi < M; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * wide);
+    return wide;
+  }
+  const Nf4Table t = LoadNf4();
+  for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kSliverBand) {
+    const int64_t sr1 = std::min(seg1, sr0 + kSliverBand);
+    const bool first = sr0 == seg0;
+    alignas(32) float xb[kSliverBand * kPerRow][M];
+    for (int64_t r = 0; r < (sr1 - sr0) * kPerRow; ++r) {
+      for (int mi = 0; mi < M; ++mi) xb[r][mi] = s.x[mi * s.ldx + sr0 * kPerRow + r];
+    }
+    for (int64_t c = 0; c < wide; c += 8 * kW) {
+      __m256 sum[M][kW];
+      for (int mi = 0; mi < M; ++mi) {
+        for (int w = 0; w < kW; ++w) {
+          float* a = s.acc + mi * s.ldacc + c + 8 * w;
+          sum[mi][w] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(a);
+        }
+      }
+      const uint8_t* q = s.q + sr0 * s.ldq + s.n0 + c;
+      for (int64_t r = sr0; r < sr1; ++r, q += s.ldq) {
+        const float* x = xb[(r - sr0) * kPerRow];
+        __m256 lo[kW], hi[kW];
+        for (int w = 0; w < kW; ++w) {
+          const __m256i u = Load8Bytes(q + 8 * w, kFmt == Format::kInt8);
+          if (kFmt == Format::kInt8) {
+            lo[w] = _mm256_cvtepi32_ps(u);
+          } else {
+            DecodePair<kFmt>(t, u, &lo[w], &hi[w]);
+          }
+        }
+        for (int mi = 0; mi < M; ++mi) {
+          const __m256 xv = _mm256_broadcast_ss(x + mi);
+          for (int w = 0; w < kW; ++w) sum[mi][w] = _mm256_fmadd_ps(xv, lo[w], sum[mi][w]);
+        }
+        if (kFmt != Format::kInt8) {
+          for (int mi = 0; mi < M; ++mi) {
+            const __m256 xv = _mm256_broadcast_ss(x + M + mi);
+            for (int w = 0; w < kW; ++w) sum[mi][w] = _mm256_fmadd_ps(xv, hi[w], sum[mi][w]);
+          }
+        }
+      }
+      for (int mi = 0; mi < M; ++mi) {
+        for (int w = 0; w < kW; ++w) _mm256_storeu_ps(s.acc + mi * s.ldacc + c + 8 * w, sum[mi][w]);
+      }
+    }
+  }
+  return wide;
+}
+
 template <Format kFmt, int M>
 void GemvSegmentT(const GemvSegment& s) {
   constexpr int kPerRow = kFmt == Format::kInt8 ? 1 : 2;
@@ -286,7 +350,11 @@ void GemvSegmentT(const GemvSegment& s) {
   int64_t lr = s.r0;
   bool first = true;
   int64_t c0 = 0;
-  if constexpr (M <= 2) c0 = GemvBands<kFmt, M>(s);
+  if constexpr (M <= 2) {
+    c0 = GemvBands<kFmt, M>(s);
+  } else {
+    c0 = SliverBands<kFmt, M>(s);
+  }
   if (vec_cols > c0) {
     for (; lr + kGroup * kPerRow <= s.r1; lr += kGroup * kPerRow, first = false) {
       GemvRows<kFmt, M, kGroup>(s, lr / kPerRow, lr, c0, vec_cols, first);
@@ -322,11 +390,16 @@ void GemvSegmentT(const GemvSegment& s) {
 
 template <Format kFmt>
 void GemvSegmentF(const GemvSegment& s) {
+  static_assert(kGemvAvx2MaxM == 8, "one case per M");
   switch (s.m) {
     case 1: return GemvSegmentT<kFmt, 1>(s);
     case 2: return GemvSegmentT<kFmt, 2>(s);
     case 3: return GemvSegmentT<kFmt, 3>(s);
-    default: return GemvSegmentT<kFmt, 4>(s);
+    case 4: return GemvSegmentT<kFmt, 4>(s);
+    case 5: return GemvSegmentT<kFmt, 5>(s);
+    case 6: return GemvSegmentT<kFmt, 6>(s);
+    case 7: return GemvSegmentT<kFmt, 7>(s);
+    default: return GemvSegmentT<kFmt, 8>(s);
   }
 }
 
@@ -487,6 +560,7 @@ const KernelTable& Avx2Kernels() {
     KernelTable t = {GemvSegmentAvx2, DecodePanelAvx2, MicroKernelAvx2, Q8QuantizeAvx2,
                      Q8SegmentPortable};
     t.q8_task = Q8TaskAvx2;  // the planner then never calls q8_segment
+    t.gemv_max_m = kGemvAvx2MaxM;  // past it the GEMM path: M = 5..8 measured 12-35 % slower
     // Every M: at M = 256 the int8 products take 0.53x (int4) to 0.80x (int8, NF4) of the
     // float32 GEMM's time (Zen 4 pinned to AVX2, 2 threads).
     t.q8_max_m = int64_t{1} << 40;

@@ -252,9 +252,9 @@ void GemvSegmentAvx512(const GemvSegment& s) {
   }
   if (wide == s.cols) return;
   // The last columns, as segments of their own of at most the AVX2 kernel's rows.
-  for (int m0 = 0; m0 < s.m; m0 += kGemvMaxM) {
+  for (int m0 = 0; m0 < s.m; m0 += kGemvAvx2MaxM) {
     GemvSegment rest = s;
-    rest.m = std::min(kGemvMaxM, s.m - m0);
+    rest.m = static_cast<int>(std::min<int64_t>(kGemvAvx2MaxM, s.m - m0));
     rest.x += m0 * s.ldx;
     rest.n0 += wide;
     rest.cols -= wide;
