@@ -113,10 +113,21 @@ CASES = {
     "nf4-b10": (lambda rng, k, n: random_weight(rng, "nf4", k, n, 10), (130,)),
     "nf4-dq": (nf4_double_quant, (64, 128, 192)),
 }
-# (M, N): M around the GEMV/GEMM boundaries (4 with AVX2, 16 with AVX-512) and past the
-# GEMM row tile, N not a multiple of any SIMD width or column tile; plus one N wider than a
-# GEMV column task.
-MN = [(1, 1), (3, 7), (4, 65), (5, 130), (16, 200), (17, 33), (33, 130), (2, 2100)]
+# (M, N): M around the GEMV/GEMM boundaries (8 with AVX2, 16 with AVX-512) and past the
+# GEMM row tile, N not a multiple of any SIMD width or column tile; plus N wider than a GEMV
+# column task (8192 columns at M <= 2, 2048 beyond).
+MN = [
+    (1, 1),
+    (3, 7),
+    (4, 65),
+    (5, 130),
+    (9, 100),
+    (16, 200),
+    (17, 33),
+    (33, 130),
+    (2, 8300),
+    (5, 2100),
+]
 
 
 def shapes(ks):
