@@ -42,7 +42,8 @@ constexpr int64_t kChunkPartialBytes = 256 << 10;
 constexpr int64_t kWideTaskColsM = 6144;
 constexpr int64_t kWideTaskMinCols = 256;
 
-// Columns per split-K task: each activation row's partial sums of a task stay in L1.
+// Columns per split-K task: each activation row's partial sums of a task stay in L1 (in
+// L2 for the float32 GEMV's wider tasks at M <= 2).
 int64_t SplitCols(const KernelTable& kt, const Problem& p) {
   if (!UsesInt8(kt, p)) return std::min(p.n, p.m <= 2 ? kGemvColsSmallM : kGemvCols);
   return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 64)));
