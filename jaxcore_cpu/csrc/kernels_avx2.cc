@@ -273,6 +273,18 @@ int64_t GemvBands(const GemvSegment& s) {
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kGemvBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kGemvBand);
     for (int64_t c = 0; c < wide_cols; c += 32) {
+      // Into L2, kPrefetchBytes along the band's rows and on into the next band's at the end
+      // of the columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2). Integer addresses:
+      // past the weight they name bytes never read, and a prefetch does not fault.
+      if (c % 64 == 0) {
+        const int64_t ahead = c + kPrefetchBytes;
+        const uintptr_t next =
+            reinterpret_cast<uintptr_t>(s.q) + s.n0 +
+            (ahead < wide_cols ? sr0 * s.ldq + ahead : sr1 * s.ldq + ahead - wide_cols);
+        for (int64_t r = 0; r < kGemvBand; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T1);
+        }
+      }
       GemvBandChunk<kFmt, M>(s, planes, sr0, sr1, c, sr0 == seg0);
     }
   }
