@@ -75,6 +75,20 @@ inline void Flush(const GemvSegment& s, int m, int64_t wide) {
   }
 }
 
+// The 16 decoded values of columns [c, c + 16) of stored row `row` (int8: one logical row in
+// lo; 4-bit: rows 2r in lo and 2r + 1 in hi).
+template <Format kFmt>
+inline void DecodeSliverRow(const uint8_t* row, __m512 table, __m512& lo, __m512& hi) {
+  const __m512i u = Load16Bytes(row, kFmt == Format::kInt8);
+  if (kFmt == Format::kInt8) {
+    lo = _mm512_cvtepi32_ps(u);
+    return;
+  }
+  lo = _mm512_permutexvar_ps(u, table);
+  hi = kFmt == Format::kInt4 ? HighNibbleInt4(u)
+                             : _mm512_permutexvar_ps(_mm512_srli_epi32(u, 4), table);
+}
+
 // acc[m][c + i] (i < 64) = (or +=, unless `first`) the sums over stored rows [sr0, sr1).
 template <Format kFmt, int M>
 inline void BandChunk(const GemvSegment& s, __m512 table, int64_t sr0, int64_t sr1, int64_t c,
@@ -91,8 +105,8 @@ inline void BandChunk(const GemvSegment& s, __m512 table, int64_t sr0, int64_t s
     // Row r's products go to set (r - sr0) % kSets; rows come in pairs so the set is known
     // at compile time.
     auto row = [&](int64_t r, const uint8_t* p, int set) {
-      __m512 w[4];
-      for (int j = 0; j < 4; ++j) w[j] = _mm512_cvtepi32_ps(Load16Bytes(p + 16 * j, true));
+      __m512 w[4], unused;
+      for (int j = 0; j < 4; ++j) DecodeSliverRow<kFmt>(p + 16 * j, table, w[j], unused);
       for (int mi = 0; mi < M; ++mi) {
         const __m512 xv = _mm512_set1_ps(s.x[mi * s.ldx + r]);
         for (int j = 0; j < 4; ++j) sum[set][mi][j] = _mm512_fmadd_ps(xv, w[j], sum[set][mi][j]);
@@ -107,12 +121,7 @@ inline void BandChunk(const GemvSegment& s, __m512 table, int64_t sr0, int64_t s
   } else {
     for (int64_t r = sr0; r < sr1; ++r, q += s.ldq) {
       __m512 even[4], odd[4];
-      for (int j = 0; j < 4; ++j) {
-        const __m512i u = Load16Bytes(q + 16 * j, false);
-        even[j] = _mm512_permutexvar_ps(u, table);  // low nibble: row 2r
-        odd[j] = kFmt == Format::kInt4 ? HighNibbleInt4(u)
-                                       : _mm512_permutexvar_ps(_mm512_srli_epi32(u, 4), table);
-      }
+      for (int j = 0; j < 4; ++j) DecodeSliverRow<kFmt>(q + 16 * j, table, even[j], odd[j]);
       for (int mi = 0; mi < M; ++mi) {
         const __m512 xe = _mm512_set1_ps(s.x[mi * s.ldx + 2 * r]);
         const __m512 xo = _mm512_set1_ps(s.x[mi * s.ldx + 2 * r + 1]);
@@ -153,20 +162,6 @@ void Bands(const GemvSegment& s, int64_t wide) {
     }
   }
   Flush(s, M, wide);
-}
-
-// The 16 decoded values of columns [c, c + 16) of stored row `row` (int8: one logical row in
-// lo; 4-bit: rows 2r in lo and 2r + 1 in hi).
-template <Format kFmt>
-inline void DecodeSliverRow(const uint8_t* row, __m512 table, __m512& lo, __m512& hi) {
-  const __m512i u = Load16Bytes(row, kFmt == Format::kInt8);
-  if (kFmt == Format::kInt8) {
-    lo = _mm512_cvtepi32_ps(u);
-    return;
-  }
-  lo = _mm512_permutexvar_ps(u, table);
-  hi = kFmt == Format::kInt4 ? HighNibbleInt4(u)
-                             : _mm512_permutexvar_ps(_mm512_srli_epi32(u, 4), table);
 }
 
 // M = 5..kSliverMaxM: each sliver (16 columns) of a 64-column chunk keeps all M rows' sums in
