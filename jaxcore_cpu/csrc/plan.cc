@@ -41,6 +41,8 @@ constexpr int64_t kChunkPartialBytes = 256 << 10;
 // M = 6..16, int8 -8 to -17 %, int4 -3 to -9 %.
 constexpr int64_t kWideTaskColsM = 6144;
 constexpr int64_t kWideTaskMinCols = 256;
+// The last column chunks of a whole-K plan are this many times narrower (SetTail).
+constexpr int64_t kTailSplit = 3;
 
 // Columns per split-K task: each activation row's partial sums of a task stay in L1 (in
 // L2 for the float32 GEMV's wider tasks at M <= 2).
@@ -65,6 +67,34 @@ int64_t KRangesUnder(const Problem& p, int64_t rows, int64_t share) {
 void SetKRanges(const Problem& p, int64_t k_tasks, int64_t step, GemvSplit& s) {
   s.k_len = std::max(step, RoundUp(CeilDiv(p.k, std::max<int64_t>(1, k_tasks)), step));
   s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
+  s.head_ranges = s.k_tasks;
+}
+
+// Cuts the K ranges whose tasks the workers claim last (the last `workers` tasks) into
+// ranges 1 / kTailSplit as long (multiples of `step`), while the plan keeps at most
+// `max_ranges` K ranges (each adds a plane of partial sums).
+void SetKTail(const Problem& p, int workers, int64_t step, int64_t max_ranges, GemvSplit& s) {
+  const int64_t tail_ranges = CeilDiv(workers, std::max<int64_t>(1, s.col_tasks));
+  const int64_t len = RoundUp(CeilDiv(s.k_len, kTailSplit), step);
+  if (workers < 2 || tail_ranges >= s.k_tasks || len >= s.k_len) return;
+  const int64_t head = s.k_tasks - tail_ranges;
+  const int64_t count = head + CeilDiv(p.k - head * s.k_len, len);
+  if (count > max_ranges) return;
+  s.head_ranges = head;
+  s.tail_len = len;
+  s.k_tasks = count;
+}
+
+// Cuts the last `workers` column chunks' worth of columns of a whole-K plan into chunks
+// 1 / kTailSplit as wide, so that whichever worker claims the last tasks (the late-starting
+// pool thread, or the one that met a slower stretch of memory) finishes soon after the rest.
+void SetTail(const Problem& p, int workers, GemvSplit& s) {
+  s.head_chunks = s.col_tasks;
+  const int64_t tail_cols = RoundUp(CeilDiv(s.ncols, kTailSplit), 64);
+  if (workers < 2 || tail_cols >= s.ncols || p.n <= workers * s.ncols) return;
+  s.head_chunks = CeilDiv(p.n - workers * s.ncols, s.ncols);
+  s.tail_cols = tail_cols;
+  s.col_tasks = s.head_chunks + CeilDiv(p.n - s.head_chunks * s.ncols, tail_cols);
 }
 
 }  // namespace
@@ -103,6 +133,7 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
       s.ncols = std::min(p.n, ncols);
       s.col_tasks = CeilDiv(p.n, s.ncols);
       SetKRanges(p, 1, internal::kQ8Group, s);
+      SetTail(p, workers, s);
       return s;
     }
   }
@@ -130,6 +161,8 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
       s.ncols = RoundUp(CeilDiv(s.ncols, 2), 64);
     }
     s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
+    s.head_chunks = s.col_tasks;
+    SetKTail(p, workers, internal::kQ8Group, KRangesUnder(p, p.m, kPartialCapShare), s);
     return s;
   }
   s.ncols = SplitCols(kt, p);
@@ -139,6 +172,8 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
              std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)), CeilDiv(p.k, 4 * step),
                        KRangesUnder(p, SplitRows(kt, p), kPartialCapShare)}),
              step, s);
+  s.head_chunks = s.col_tasks;
+  SetKTail(p, workers, step, KRangesUnder(p, SplitRows(kt, p), kPartialCapShare), s);
   return s;
 }
 

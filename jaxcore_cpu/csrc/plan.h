@@ -4,6 +4,7 @@
 #ifndef JAXCORE_CPU_CSRC_PLAN_H_
 #define JAXCORE_CPU_CSRC_PLAN_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels.h"
@@ -33,11 +34,42 @@ int64_t AccFloats(const KernelTable& kt, const Problem& p);
 // into its own partial buffer and the buffers are added in K order, so the result does not
 // depend on which thread ran which task (bitwise reproducible for a given thread count).
 struct GemvSplit {
-  int64_t ncols;      // columns per task
+  int64_t ncols;      // columns per task (the first head_chunks column chunks)
   int64_t col_tasks;
-  int64_t k_len;      // rows of K per task, a multiple of the kernel's step
+  int64_t k_len;      // rows of K per task (the first head_ranges K ranges), a multiple
+                      // of the kernel's step
   int64_t k_tasks;
+  // The last tasks claimed are short, so the workers finish close together: column chunks
+  // from head_chunks on are tail_cols wide (< ncols), K ranges from head_ranges on
+  // tail_len long (< k_len). head_chunks = col_tasks, head_ranges = k_tasks: no tail.
+  int64_t head_chunks = 0;
+  int64_t tail_cols = 0;
+  int64_t head_ranges = 0;
+  int64_t tail_len = 0;
 };
+
+// Rows [*k0, *k1) of the split's K range `range` (of K = k rows).
+inline void RangeRows(const GemvSplit& s, int64_t k, int64_t range, int64_t* k0, int64_t* k1) {
+  if (range < s.head_ranges) {
+    *k0 = range * s.k_len;
+    *k1 = std::min(k, *k0 + s.k_len);
+  } else {
+    *k0 = s.head_ranges * s.k_len + (range - s.head_ranges) * s.tail_len;
+    *k1 = std::min(k, *k0 + s.tail_len);
+  }
+}
+
+// Columns [*n0, *n0 + *cols) of the split's column chunk `chunk` (of N = n columns).
+inline void ChunkColumns(const GemvSplit& s, int64_t n, int64_t chunk, int64_t* n0,
+                         int64_t* cols) {
+  if (chunk < s.head_chunks) {
+    *n0 = chunk * s.ncols;
+    *cols = std::min(s.ncols, n - *n0);
+  } else {
+    *n0 = s.head_chunks * s.ncols + (chunk - s.head_chunks) * s.tail_cols;
+    *cols = std::min(s.tail_cols, n - *n0);
+  }
+}
 
 // The split of one pass for `workers` threads.
 GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers);

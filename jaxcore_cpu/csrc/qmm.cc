@@ -237,7 +237,6 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
   const GemvSplit split = SplitOf(kt, p, workers);
   const int64_t ncols = split.ncols;
   const int64_t col_tasks = split.col_tasks;
-  const int64_t k_len = split.k_len;
   const int64_t plane = rows * p.n;
   const int64_t acc_floats = RoundUp(AccFloats(kt, p), kAlign / sizeof(float));
   const int64_t scale_floats = RoundUp(TaskScaleFloats(p, split), kAlign / sizeof(float));
@@ -272,11 +271,11 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
 
   runner.Parallel(col_tasks * split.k_tasks, [&](int64_t task, int worker) {
     const int64_t chunk = task % col_tasks;
-    const int64_t n0 = chunk * ncols;
-    const int64_t cols = std::min(ncols, p.n - n0);
+    int64_t n0 = 0, cols = 0;
+    ChunkColumns(split, p.n, chunk, &n0, &cols);
     const int64_t kt_index = task / col_tasks;
-    const int64_t k0 = kt_index * k_len;
-    const int64_t k1 = std::min(p.k, k0 + k_len);
+    int64_t k0 = 0, k1 = 0;
+    RangeRows(split, p.k, kt_index, &k0, &k1);
     float* partial = planes + kt_index * plane;
     // Double-quant scales are expanded per task, just the blocks and columns it reads: they
     // stay in this worker's cache, and only their int8 codes come from memory.

@@ -44,6 +44,9 @@ const Case kCases[] = {
     // The SIMD int8-activation task kernels: several column blocks (M = 5 and 16), M > 64, a
     // pair of groups then a lone one in each 96-row block.
     {5, 128, 1800, false, 64, 64},  {16, 288, 700, false, 96, 32}, {70, 192, 65, false, 96, 64},
+    // Plans whose last tasks are shorter (on 4 threads): narrower last column chunks (M = 6,
+    // int8 activations) and shorter last K ranges, across scale blocks (M = 1).
+    {6, 64, 4200, false, 32, 32},   {1, 2048, 40, false, 64, 64},
 };
 
 // One Run() of `o` with the given dtypes and path on `runner`, checked against the
