@@ -24,6 +24,7 @@ TABLE_SCRIPTS = [
     "named_linear.py",
     "named_overheads.py",
     "quantized_matmul.py",
+    "quantized_mlp.py",
     "tree_overheads.py",
 ]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
