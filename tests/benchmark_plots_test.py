@@ -118,3 +118,37 @@ def test_benchmark_writes_its_plot(tmp_path, script, args):
     assert f"plot: {path}" in result.stdout
     assert path.read_bytes()[:8] == PNG_MAGIC
     assert len(path.read_bytes()) > 5000, "an empty chart"
+
+
+def test_quantized_mlp_runs_the_block_in_every_precision():
+    # Tiny sizes: the script end to end, whichever kernel serves jaxcore.kernels here (the
+    # native plugin in both precisions, or the reference kernel alone).
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "quantized_mlp.py"),
+            *("--d", "64", "--hidden", "128", "--m", "1", "3", "--reps", "1", "--rotate-mb", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "M = 1: float32 block" in out and "M = 3: float32 block" in out
+    rows = [
+        line.split()
+        for line in out.splitlines()
+        if line.startswith("  ") and line.split()[0] in ("int8", "int4", "nf4")
+    ]
+    assert {r[0] for r in rows} == {"int8", "int4", "nf4"}
+    for row in rows:
+        ms, ratio, err = (float(v) for v in row[-3:])
+        assert ms > 0 and ratio > 0
+        exact = len(row) == 4 or row[1] == "float32"
+        # The exact precision matches the block on the dequantized weights to float32 rounding;
+        # int8 activations to their quantization error.
+        assert err < (1e-5 if exact else 5e-2), row
+    table = out[out.index("ratio to the float32 block:") :]
+    assert table.count("| 1 |") == 1 and table.count("| 3 |") == 1
