@@ -18,6 +18,7 @@ Usage: python3 benchmarks/quantized_mlp.py [--d 4096] [--hidden 14336] [--m 1 16
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 
 import jax
@@ -92,13 +93,10 @@ def main() -> None:
             scale = float(jnp.max(jnp.abs(expected)))
             for prec in precisions:
                 label = name if prec is None else f"{name} {prec}"
-                if prec is None:
+                # Traced here, in this precision (the plugin's choice applies at trace time).
+                with contextlib.nullcontext() if prec is None else native.set_precision(prec):
                     fn = jax.jit(implicit(_mlp))
                     got = fn(x, *pairs[name][0])
-                else:
-                    with native.set_precision(prec):  # traced here, in this precision
-                        fn = jax.jit(implicit(_mlp))
-                        got = fn(x, *pairs[name][0])
                 errors[label] = float(jnp.max(jnp.abs(got - expected))) / scale
                 contenders[label] = (fn, [(x, *p) for p in pairs[name]])
         t = qm._time_rotating(contenders, args.reps)

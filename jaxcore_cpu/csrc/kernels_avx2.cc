@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gemv_bands.h"
 #include "kernels.h"
 #include "lanes_avx2.h"
 
@@ -274,13 +275,9 @@ int64_t GemvBands(const GemvSegment& s) {
     const int64_t sr1 = std::min(seg1, sr0 + kGemvBand);
     for (int64_t c = 0; c < wide_cols; c += 32) {
       // Into L2, kPrefetchBytes along the band's rows and on into the next band's at the end
-      // of the columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2). Integer addresses:
-      // past the weight they name bytes never read, and a prefetch does not fault.
+      // of the columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2).
       if (c % 64 == 0) {
-        const int64_t ahead = c + kPrefetchBytes;
-        const uintptr_t next =
-            reinterpret_cast<uintptr_t>(s.q) + s.n0 +
-            (ahead < wide_cols ? sr0 * s.ldq + ahead : sr1 * s.ldq + ahead - wide_cols);
+        const uintptr_t next = BandAhead(s, sr0, sr1, c + kPrefetchBytes, wide_cols);
         for (int64_t r = 0; r < kGemvBand; ++r) {
           _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T1);
         }
@@ -312,9 +309,7 @@ int64_t SliverBands(const GemvSegment& s) {
     const int64_t sr1 = std::min(seg1, sr0 + kSliverBand);
     const bool first = sr0 == seg0;
     alignas(32) float xb[kSliverBand * kPerRow][M];
-    for (int64_t r = 0; r < (sr1 - sr0) * kPerRow; ++r) {
-      for (int mi = 0; mi < M; ++mi) xb[r][mi] = s.x[mi * s.ldx + sr0 * kPerRow + r];
-    }
+    InterleaveRows<M>(s, sr0 * kPerRow, (sr1 - sr0) * kPerRow, xb);
     for (int64_t c = 0; c < wide; c += 8 * kW) {
       __m256 sum[M][kW];
       for (int mi = 0; mi < M; ++mi) {

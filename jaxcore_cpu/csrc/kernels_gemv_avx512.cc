@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gemv_bands.h"
 #include "kernels.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (a self-initialized variable),
@@ -36,10 +37,8 @@ namespace {
 constexpr int64_t kCols = 64;  // columns per chunk: one cache line of each stored row
 constexpr int64_t kBand = 8;   // stored rows per pass over the segment's columns
 // Bytes ahead along the band's rows that Bands prefetches into L2, running on into the next
-// band's rows (past the segment's too) at the end of the columns: 4-10 % faster at M = 1
-// and 2 from memory (Zen 4, K = 4096, N = 4096 and 14336, 2 threads). The addresses are
-// integers: past the weight's last row they name bytes the kernel never reads, and a
-// prefetch does not fault.
+// band's rows (past the segment's too) at the end of the columns (BandAhead): 4-10 % faster
+// at M = 1 and 2 from memory (Zen 4, K = 4096, N = 4096 and 14336, 2 threads).
 constexpr int64_t kPrefetchAhead = 1024;
 
 // The 16 decoded values of a 4-bit format, indexed by code.
@@ -152,9 +151,7 @@ void Bands(const GemvSegment& s, int64_t wide) {
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kBand);
     for (int64_t c = 0; c < wide; c += kCols) {
-      const int64_t ahead = c + kPrefetchAhead;
-      const uintptr_t next = reinterpret_cast<uintptr_t>(s.q) + s.n0 +
-                             (ahead < wide ? sr0 * s.ldq + ahead : sr1 * s.ldq + ahead - wide);
+      const uintptr_t next = BandAhead(s, sr0, sr1, c + kPrefetchAhead, wide);
       for (int64_t r = 0; r < kBand; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T1);
       }
@@ -180,12 +177,8 @@ void SliverBands(const GemvSegment& s, int64_t wide) {
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kSliverBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kSliverBand);
     const bool first = sr0 == seg0;
-    // The band's activations row-interleaved, so each logical row's M broadcasts come from
-    // one or two cache lines (rows of x a multiple of 4 KiB apart would share an L1 set).
     alignas(64) float xb[kSliverBand * kPerRow][M];
-    for (int64_t r = 0; r < (sr1 - sr0) * kPerRow; ++r) {
-      for (int mi = 0; mi < M; ++mi) xb[r][mi] = s.x[mi * s.ldx + sr0 * kPerRow + r];
-    }
+    InterleaveRows<M>(s, sr0 * kPerRow, (sr1 - sr0) * kPerRow, xb);
     for (int64_t c = 0; c < wide; c += kCols) {
       const uint8_t* rows = s.q + sr0 * s.ldq + s.n0 + c;
       if (c + kCols < wide) {

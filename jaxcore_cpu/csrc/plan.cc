@@ -67,7 +67,6 @@ int64_t KRangesUnder(const Problem& p, int64_t rows, int64_t share) {
 void SetKRanges(const Problem& p, int64_t k_tasks, int64_t step, GemvSplit& s) {
   s.k_len = std::max(step, RoundUp(CeilDiv(p.k, std::max<int64_t>(1, k_tasks)), step));
   s.k_tasks = std::max<int64_t>(1, CeilDiv(p.k, s.k_len));
-  s.head_ranges = s.k_tasks;
 }
 
 // Cuts the K ranges whose tasks the workers claim last (the last `workers` tasks) into
@@ -89,7 +88,6 @@ void SetKTail(const Problem& p, int workers, int64_t step, int64_t max_ranges, G
 // 1 / kTailSplit as wide, so that whichever worker claims the last tasks (the late-starting
 // pool thread, or the one that met a slower stretch of memory) finishes soon after the rest.
 void SetTail(const Problem& p, int workers, GemvSplit& s) {
-  s.head_chunks = s.col_tasks;
   const int64_t tail_cols = RoundUp(CeilDiv(s.ncols, kTailSplit), 64);
   if (workers < 2 || tail_cols >= s.ncols || p.n <= workers * s.ncols) return;
   s.head_chunks = CeilDiv(p.n - workers * s.ncols, s.ncols);
@@ -147,9 +145,10 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
     // never past 1 / kPartialCapShare (narrower chunks instead).
     const int64_t min_cols = p.fmt == Format::kInt8 ? kMinTaskCols8 : kMinTaskCols4;
     const int64_t forced = CeilDiv(wanted, CeilDiv(p.n, min_cols));
+    const int64_t cap = KRangesUnder(p, p.m, kPartialCapShare);
     SetKRanges(p,
                std::min({std::max(forced, std::min(wanted, KRangesUnder(p, p.m, kPartialShare))),
-                         KRangesUnder(p, p.m, kPartialCapShare),
+                         cap,
                          CeilDiv(p.k, 4 * internal::kQ8Group)}),
                internal::kQ8Group, s);
     s.ncols = std::min(p.n, RoundUp(CeilDiv(p.n, CeilDiv(wanted, s.k_tasks)), 64));
@@ -161,19 +160,18 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
       s.ncols = RoundUp(CeilDiv(s.ncols, 2), 64);
     }
     s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
-    s.head_chunks = s.col_tasks;
-    SetKTail(p, workers, internal::kQ8Group, KRangesUnder(p, p.m, kPartialCapShare), s);
+    SetKTail(p, workers, internal::kQ8Group, cap, s);
     return s;
   }
   s.ncols = SplitCols(kt, p);
   s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
   const int64_t step = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;
+  const int64_t cap = KRangesUnder(p, SplitRows(kt, p), kPartialCapShare);
   SetKRanges(p,
              std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)), CeilDiv(p.k, 4 * step),
-                       KRangesUnder(p, SplitRows(kt, p), kPartialCapShare)}),
+                       cap}),
              step, s);
-  s.head_chunks = s.col_tasks;
-  SetKTail(p, workers, step, KRangesUnder(p, SplitRows(kt, p), kPartialCapShare), s);
+  SetKTail(p, workers, step, cap, s);
   return s;
 }
 

@@ -41,7 +41,7 @@ struct GemvSplit {
   int64_t k_tasks;
   // The last tasks claimed are short, so the workers finish close together: column chunks
   // from head_chunks on are tail_cols wide (< ncols), K ranges from head_ranges on
-  // tail_len long (< k_len). head_chunks = col_tasks, head_ranges = k_tasks: no tail.
+  // tail_len long (< k_len). tail_cols = 0, tail_len = 0: no tail.
   int64_t head_chunks = 0;
   int64_t tail_cols = 0;
   int64_t head_ranges = 0;
@@ -50,7 +50,7 @@ struct GemvSplit {
 
 // Rows [*k0, *k1) of the split's K range `range` (of K = k rows).
 inline void RangeRows(const GemvSplit& s, int64_t k, int64_t range, int64_t* k0, int64_t* k1) {
-  if (range < s.head_ranges) {
+  if (s.tail_len == 0 || range < s.head_ranges) {
     *k0 = range * s.k_len;
     *k1 = std::min(k, *k0 + s.k_len);
   } else {
@@ -62,7 +62,7 @@ inline void RangeRows(const GemvSplit& s, int64_t k, int64_t range, int64_t* k0,
 // Columns [*n0, *n0 + *cols) of the split's column chunk `chunk` (of N = n columns).
 inline void ChunkColumns(const GemvSplit& s, int64_t n, int64_t chunk, int64_t* n0,
                          int64_t* cols) {
-  if (chunk < s.head_chunks) {
+  if (s.tail_cols == 0 || chunk < s.head_chunks) {
     *n0 = chunk * s.ncols;
     *cols = std::min(s.ncols, n - *n0);
   } else {
