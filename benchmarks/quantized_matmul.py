@@ -26,7 +26,13 @@ larger) per contender, dense float32 included. One matrix would sit in a 32 MB L
 quantized form and flatter the quantized side.
 
 Timings are medians of --reps interleaved repetitions (each repetition times every
-contender once, so drift hits all of them alike) after a compile-and-warm-up call.
+contender once, so drift hits all of them alike) after a compile-and-warm-up call. On CPU
+each timed call is one jitted program of --chain matmuls (default 8), each by its own weight
+copy and each waiting for the one before, and the time per matmul is the call's time over
+--chain: a model's matmuls run inside one program, and a lone call's dispatch (~0.1-0.2 ms
+through JAX just after another computation, on a 2-vCPU VM) would be timed as part of a
+0.3 ms matmul. ``--chain 1`` times single calls. ONNX Runtime runs --chain sessions back to
+back per timed sample.
 
 Usage: python3 benchmarks/quantized_matmul.py [--k 4096] [--n 4096] [--m 1 16 256]
        python3 benchmarks/quantized_matmul.py --model-shape          # CPU: K=4096, N=14336
@@ -140,6 +146,13 @@ def main():
         "see how each contender copes with a core it cannot have",
     )
     parser.add_argument(
+        "--chain",
+        type=int,
+        default=8,
+        help="CPU: matmuls (each by its own weight copy, in sequence) per timed jitted call; "
+        "1 times single calls (their dispatch included)",
+    )
+    parser.add_argument(
         "--isa",
         default=None,
         help="CPU: pin the native kernels to this instruction set (portable, avx2, avxvnni, "
@@ -148,6 +161,8 @@ def main():
     plot_tables.add_plot_option(parser)
     args = parser.parse_args()
     plot_tables.check_plot_option(parser, args)
+    if args.chain < 1:
+        parser.error(f"--chain must be at least 1, got {args.chain}")
     if args.model_shape:
         args.k, args.n = args.k or 4096, args.n or 14336
     device = jax.devices()[0]
@@ -306,14 +321,45 @@ def _copies(tree, count):
     ]
 
 
+def _copy_count(rotate: int, nbytes: int, chain: int) -> int:
+    """Weight copies for ``chain``-matmul calls to cycle over ``rotate`` bytes: whole sets of
+    ``chain`` distinct copies, at least two sets."""
+    return chain * max(2, math.ceil(rotate / (chain * nbytes)))
+
+
+def _chained(matmul, chain: int):
+    """One jitted program of ``chain`` matmuls ``matmul(x, w)``, one per weight in its list.
+
+    Each matmul's activations pass an optimization barrier with the previous product, so
+    the products run one after another (as a model's layers do), never side by side.
+    """
+
+    def run(x, weights):
+        if len(weights) != chain:
+            raise ValueError(f"expected {chain} weights, got {len(weights)}")
+        outs = []
+        for w in weights:
+            y = matmul(x, w)
+            outs.append(y)
+            x, _ = jax.lax.optimization_barrier((x, y))
+        return outs
+
+    return jax.jit(run)
+
+
+def _sets(copies: list, chain: int) -> list:
+    """The copies as consecutive sets of ``chain``."""
+    return [copies[i : i + chain] for i in range(0, len(copies), chain)]
+
+
 def _nbytes(tree) -> int:
     return sum(a.nbytes for a in jax.tree_util.tree_leaves(tree))
 
 
-def _time_rotating(contenders: dict, reps: int) -> dict:
-    """Median seconds per call; contender = (fn, [args for copy 0, copy 1, ...]).
+def _time_rotating(contenders: dict, reps: int, per_call: int = 1) -> dict:
+    """Median seconds per call over ``per_call``; contender = (fn, [args for copy 0, 1, ...]).
 
-    Each repetition calls every contender once, on its next weight copy.
+    Each repetition calls every contender once, on its next weight copy (or set of copies).
     """
     for fn, arg_sets in contenders.values():
         for args in arg_sets:  # compiles, and touches every copy once
@@ -325,7 +371,7 @@ def _time_rotating(contenders: dict, reps: int) -> dict:
             t0 = time.perf_counter()
             jax.block_until_ready(fn(*args))
             samples[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return {name: statistics.median(s) / per_call for name, s in samples.items()}
 
 
 def _ort_sessions(k, n, block, count, accuracy_level):
@@ -430,6 +476,7 @@ def _usable_cpus() -> int:
 def _cpu_main(args):
     k, n = args.k or 4096, args.n or 4096
     reps = args.reps or 15
+    chain = args.chain
     l3 = _l3_bytes()
     rotate = int((args.rotate_mb or max(128, 4 * (l3 or 0) / 2**20)) * 2**20)
     model, flags = _cpu_model()
@@ -458,14 +505,19 @@ def _cpu_main(args):
     print(
         f"jax {jax.__version__}, plugins for {', '.join(info.platforms) or 'none'}; "
         f"K={k} N={n}, float32 activations; each contender rotates over >= "
-        f"{rotate / 2**20:.0f} MB of weights; median of {reps} interleaved repetitions"
+        f"{rotate / 2**20:.0f} MB of weights; median of {reps} interleaved repetitions; "
+        + (
+            f"{chain} matmuls in sequence per timed jitted call, time per matmul = call / {chain}"
+            if chain > 1
+            else "one matmul per timed call"
+        )
     )
 
     w = jax.random.normal(jax.random.key(0), (k, n), jnp.float32) * 0.02
     weights = _cpu_formats(w)
-    dense_copies = _copies(w, max(2, math.ceil(rotate / w.nbytes)))
+    dense_copies = _copies(w, _copy_count(rotate, w.nbytes, chain))
     copies = {
-        name: _copies(q, max(2, math.ceil(rotate / q.storage_nbytes)))
+        name: _copies(q, _copy_count(rotate, q.storage_nbytes, chain))
         for name, q in weights.items()
     }
     print("\nweights (codes + scales): bytes per weight, copies rotated")
@@ -474,7 +526,7 @@ def _cpu_main(args):
         print(f"  {name:10s} {q.storage_nbytes / (k * n):.4f}  x{len(copies[name])}")
 
     ort_runs, ort_note = {}, None
-    ort_copies = max(2, math.ceil(rotate / (k * n // 2 + k // args.ort_block * n * 4)))
+    ort_copies = _copy_count(rotate, k * n // 2 + k // args.ort_block * n * 4, chain)
     for level, suffix in [(0, ""), (4, "-i8")]:
         made, ort_note = _ort_sessions(k, n, args.ort_block, ort_copies, level)
         if made is None:
@@ -486,18 +538,19 @@ def _cpu_main(args):
     elif ort_note:
         print(f"  {ort_note}")
 
-    dense = jax.jit(lambda x, wd: jnp.dot(x, wd))
-    ref = jax.jit(
+    dense = _chained(jnp.dot, chain)
+    ref = _chained(
         lambda x, q: kernels.reference_quantized_matmul(
             x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size
-        )
+        ),
+        chain,
     )
     precisions = ["float32", "int8"] if args.precision == "both" else [args.precision]
     nat = {}
     if native is not None:
         for prec in precisions:
-            nat[prec] = jax.jit(
-                functools.partial(_native_matmul, native, path=args.path, prec=prec)
+            nat[prec] = _chained(
+                functools.partial(_native_matmul, native, path=args.path, prec=prec), chain
             )
     suffix = {"float32": "", "int8": " i8"}
 
@@ -505,18 +558,19 @@ def _cpu_main(args):
     for m in args.m:
         x = jax.random.normal(jax.random.key(m), (m, k), jnp.float32)
         x_np = np.asarray(x)
-        contenders = {"dense": (dense, [(x, wd) for wd in dense_copies])}
+        contenders = {"dense": (dense, [(x, ws) for ws in _sets(dense_copies, chain)])}
         for name in weights:
+            sets = [(x, qs) for qs in _sets(copies[name], chain)]
             for prec, fn in nat.items():
-                contenders[name + suffix[prec]] = (fn, [(x, q) for q in copies[name]])
+                contenders[name + suffix[prec]] = (fn, sets)
             if not args.no_reference:
-                contenders[f"{name}/ref"] = (ref, [(x, q) for q in copies[name]])
+                contenders[f"{name}/ref"] = (ref, sets)
         for name, (sessions, _) in ort_runs.items():
             contenders[name] = (
-                lambda s, a: s.run(None, {"A": a})[0],
-                [(s, x_np) for s in sessions],
+                lambda group, a: [s.run(None, {"A": a})[0] for s in group],
+                [(group, x_np) for group in _sets(sessions, chain)],
             )
-        t = _time_rotating(contenders, reps)
+        t = _time_rotating(contenders, reps, per_call=chain)
         base = t["dense"]
         print(
             f"\nM = {m}: dense f32 {base * 1e3:.3f} ms, {w.nbytes / base / 1e9:.1f} GB/s of weight"

@@ -1,0 +1,128 @@
+"""benchmarks/quantized_matmul.py on CPU: its chained timing and the script end to end.
+
+The chained call (``--chain L``: L matmuls, each by its own weight copy, in one jitted
+program) is checked against separate ``jnp.dot`` calls, the weight rotation against the
+copies it must cycle over, and the script at tiny sizes for its header, rows and table,
+with whichever kernel serves here (the native plugin, or the reference kernel alone).
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "quantized_matmul.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(SCRIPT.parent))  # the script imports plot_tables beside it
+    try:
+        spec = importlib.util.spec_from_file_location("quantized_matmul_bench", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def _run(*args):
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+
+
+def test_chained_call_returns_each_product_in_sequence(bench):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((3, 16)), jnp.float32)
+    ws = [jnp.asarray(rng.standard_normal((16, 8)), jnp.float32) for _ in range(3)]
+    fn = bench._chained(jnp.dot, 3)
+    outs = fn(x, ws)
+    assert len(outs) == 3
+    for got, w in zip(outs, ws):
+        np.testing.assert_allclose(got, np.asarray(x) @ np.asarray(w), rtol=1e-5, atol=1e-5)
+    # Each product waits for the one before: every dot but the first reads a barrier output.
+    jaxpr = jax.make_jaxpr(fn)(x, ws).jaxpr.eqns[0].params["jaxpr"].jaxpr
+    prims = [e.primitive.name for e in jaxpr.eqns]
+    assert prims.count("dot_general") == 3
+    assert prims.count("optimization_barrier") == 3
+    dots = [e for e in jaxpr.eqns if e.primitive.name == "dot_general"]
+    barriers = [e for e in jaxpr.eqns if e.primitive.name == "optimization_barrier"]
+    for dot, barrier in zip(dots[1:], barriers):
+        assert dot.invars[0] is barrier.outvars[0]
+    with pytest.raises(ValueError, match="expected 3 weights, got 2"):
+        fn(x, ws[:2])
+
+
+def test_copies_come_in_whole_sets_that_cover_the_rotation(bench):
+    assert bench._copy_count(rotate=100, nbytes=10, chain=4) == 12  # 3 sets of 4 >= 100 bytes
+    assert bench._copy_count(rotate=10, nbytes=10, chain=4) == 8  # never fewer than 2 sets
+    assert bench._copy_count(rotate=100, nbytes=10, chain=1) == 10
+    assert bench._sets(list(range(6)), 3) == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_time_rotating_cycles_the_sets_and_divides_by_the_chain(bench):
+    seen = []
+
+    def fn(tag):
+        seen.append(tag)
+        return jnp.zeros(())
+
+    t = bench._time_rotating({"a": (fn, [("s0",), ("s1",)])}, reps=5, per_call=4)
+    # One warm-up call per set, then one call per repetition on the next set.
+    assert seen == ["s0", "s1", "s0", "s1", "s0", "s1", "s0"]
+    assert 0 <= t["a"] < 1
+
+
+def test_script_times_chained_calls_end_to_end():
+    result = _run(
+        *("--k", "64", "--n", "64", "--m", "1", "3", "--reps", "2", "--rotate-mb", "1"),
+        *("--chain", "2"),
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "2 matmuls in sequence per timed jitted call, time per matmul = call / 2" in out
+    assert "M = 1: dense f32" in out and "M = 3: dense f32" in out
+    # Per M, a row per format: native, int8-activation and reference cells, each
+    # "ms ratio GB/s" or three dashes.
+    formats = ("int8", "int8-b32", "int4", "nf4", "nf4-dq")
+    rows = [r for r in (line.split() for line in out.splitlines()) if r and r[0] in formats]
+    timed = [r for r in rows if len(r) == 10]
+    assert sorted(r[0] for r in timed) == sorted(formats * 2)
+    for row in timed:
+        cells = [row[i : i + 3] for i in (1, 4, 7)]
+        timed_cells = [[float(v) for v in c] for c in cells if c != ["-"] * 3]
+        assert timed_cells, row
+        for ms, ratio, gbps in timed_cells:
+            # GB/s prints 0.0 at these sizes; ms and the ratio to dense do not.
+            assert ms > 0 and ratio > 0 and gbps >= 0, row
+    if "native kernels: ISA" in out:
+        table = out[out.index("ratio to dense f32") :]
+        assert table.count("| 1 |") == 1 and table.count("| 3 |") == 1
+
+
+def test_script_times_single_calls_with_chain_one():
+    result = _run(
+        *("--k", "64", "--n", "32", "--m", "2", "--reps", "1", "--rotate-mb", "1"),
+        *("--chain", "1", "--no-reference", "--precision", "int8"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "one matmul per timed call" in result.stdout
+    assert "M = 2: dense f32" in result.stdout
+
+
+def test_script_rejects_a_chain_below_one():
+    result = _run("--chain", "0")
+    assert result.returncode == 2
+    assert "--chain must be at least 1, got 0" in result.stderr
