@@ -80,6 +80,13 @@ struct DecodePanel {
 // C[i][j] = c[i * ldc + j]. Only the first `cols` (<= kNr) columns of C are written.
 using MicroKernel = void (*)(int mr, int64_t kc, const float* a, const float* b, float* c,
                              int64_t ldc, bool accumulate, int cols);
+// The same for two adjacent slivers at once: C's columns j < kNr from b0, the next kNr from
+// b1, and only the first `cols` (kNr < cols <= 2 * kNr) written. Each activation loaded
+// feeds two FMAs, where one sliver at a time issues a load per FMA (Intel's two 512-bit FMA
+// units then wait on the load ports).
+using MicroKernelPair = void (*)(int mr, int64_t kc, const float* a, const float* b0,
+                                 const float* b1, float* c, int64_t ldc, bool accumulate,
+                                 int cols);
 
 // --- int8 activations (Precision::kInt8) ---------------------------------------------
 //
@@ -217,6 +224,8 @@ struct KernelTable {
   // Largest M the float32 GEMV path takes with this table (gemv_segment's m).
   int64_t gemv_max_m = kGemvMaxM;
   ExpandDq expand_dq = ExpandDqPortable;
+  // Optional: two slivers per call (then the GEMM takes its slivers in pairs where it can).
+  MicroKernelPair microkernel_pair = nullptr;
 };
 
 // The portable int8-activation pieces; the SIMD tables reuse them for ragged edges.
@@ -248,6 +257,8 @@ void GemvSegmentAvx512(const GemvSegment& s);
 constexpr int64_t kGemvAvx512MaxM = 16;  // rows GemvSegmentAvx512 takes
 void MicroKernelAvx512(int mr, int64_t kc, const float* a, const float* b, float* c,
                        int64_t ldc, bool accumulate, int cols);
+void MicroKernelPairAvx512(int mr, int64_t kc, const float* a, const float* b0,
+                           const float* b1, float* c, int64_t ldc, bool accumulate, int cols);
 void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 #endif
 

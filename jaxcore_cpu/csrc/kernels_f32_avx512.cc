@@ -8,7 +8,10 @@
 // on two units.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "kernels.h"
 
@@ -24,7 +27,8 @@ static_assert(kNr == 16, "one zmm register per sliver row");
 static_assert(kMr == 12, "twelve named accumulators");
 
 // Named accumulators rather than an array: GCC keeps arrays of vectors on the stack and
-// stores them on every iteration.
+// stores them on every iteration. X(i) for each row of a micro-tile:
+#define JAXCORE_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define JAXCORE_ROW(i)                                                     \
   if constexpr (MR > i) {                                                  \
     c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[k * kMr + i]), bk, c##i);       \
@@ -45,56 +49,82 @@ void MicroKernelT(int64_t kc, const float* a, const float* b, float* c, int64_t 
          c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 bk = _mm512_loadu_ps(b + k * kNr);
-    JAXCORE_ROW(0)
-    JAXCORE_ROW(1)
-    JAXCORE_ROW(2)
-    JAXCORE_ROW(3)
-    JAXCORE_ROW(4)
-    JAXCORE_ROW(5)
-    JAXCORE_ROW(6)
-    JAXCORE_ROW(7)
-    JAXCORE_ROW(8)
-    JAXCORE_ROW(9)
-    JAXCORE_ROW(10)
-    JAXCORE_ROW(11)
+    JAXCORE_FOR_ROWS(JAXCORE_ROW)
   }
   // The masked load and store touch only the first `cols` columns of each row of C.
   const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
-  JAXCORE_STORE(0)
-  JAXCORE_STORE(1)
-  JAXCORE_STORE(2)
-  JAXCORE_STORE(3)
-  JAXCORE_STORE(4)
-  JAXCORE_STORE(5)
-  JAXCORE_STORE(6)
-  JAXCORE_STORE(7)
-  JAXCORE_STORE(8)
-  JAXCORE_STORE(9)
-  JAXCORE_STORE(10)
-  JAXCORE_STORE(11)
+  JAXCORE_FOR_ROWS(JAXCORE_STORE)
 }
 #undef JAXCORE_ROW
 #undef JAXCORE_STORE
+
+// Two slivers: 24 accumulators (c for b0's columns, d for b1's), each activation broadcast
+// once into a register for its two FMAs. Per step of k that is 14 loads for 24 FMAs, where
+// MicroKernelT issues 13 for 12.
+#define JAXCORE_ROW(i)                                                     \
+  if constexpr (MR > i) {                                                  \
+    const __m512 ai = _mm512_set1_ps(a[k * kMr + i]);                      \
+    c##i = _mm512_fmadd_ps(ai, b0k, c##i);                                 \
+    d##i = _mm512_fmadd_ps(ai, b1k, d##i);                                 \
+  }
+
+#define JAXCORE_STORE(i)                                                   \
+  if constexpr (MR > i) {                                                  \
+    float* ci = c + i * ldc;                                               \
+    const __m512 lo = accumulate ? _mm512_add_ps(c##i, _mm512_loadu_ps(ci)) : c##i; \
+    const __m512 hi = accumulate ? _mm512_add_ps(d##i, _mm512_maskz_loadu_ps(mask, ci + kNr)) \
+                                 : d##i;                                   \
+    _mm512_storeu_ps(ci, lo);                                              \
+    _mm512_mask_storeu_ps(ci + kNr, mask, hi);                             \
+  }
+
+template <int MR>
+void MicroKernelPairT(int64_t kc, const float* a, const float* b0, const float* b1, float* c,
+                      int64_t ldc, bool accumulate, int cols) {
+  static_assert(MR >= 1 && MR <= kMr, "micro-tile rows");
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+         c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  __m512 d0 = c0, d1 = c0, d2 = c0, d3 = c0, d4 = c0, d5 = c0, d6 = c0, d7 = c0, d8 = c0,
+         d9 = c0, d10 = c0, d11 = c0;
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0k = _mm512_loadu_ps(b0 + k * kNr);
+    const __m512 b1k = _mm512_loadu_ps(b1 + k * kNr);
+    JAXCORE_FOR_ROWS(JAXCORE_ROW)
+  }
+  // The first sliver's columns are all written (cols > kNr); of the second, cols - kNr.
+  const __mmask16 mask = static_cast<__mmask16>((1u << (cols - kNr)) - 1u);
+  JAXCORE_FOR_ROWS(JAXCORE_STORE)
+}
+#undef JAXCORE_ROW
+#undef JAXCORE_STORE
+#undef JAXCORE_FOR_ROWS
+
+// Each kernel's instances for MR = 1..kMr, indexed by MR - 1.
+template <int... I>
+constexpr std::array<decltype(&MicroKernelT<1>), kMr> SingleTable(std::integer_sequence<int, I...>) {
+  return {&MicroKernelT<I + 1>...};
+}
+template <int... I>
+constexpr std::array<decltype(&MicroKernelPairT<1>), kMr> PairTable(std::integer_sequence<int, I...>) {
+  return {&MicroKernelPairT<I + 1>...};
+}
+constexpr auto kSingle = SingleTable(std::make_integer_sequence<int, kMr>());
+constexpr auto kPair = PairTable(std::make_integer_sequence<int, kMr>());
+
+int TableIndex(int mr) { return std::clamp(mr, 1, kMr) - 1; }
 
 }  // namespace
 
 void MicroKernelAvx512(int mr, int64_t kc, const float* a, const float* b, float* c,
                        int64_t ldc, bool accumulate, int cols) {
-  switch (mr) {
-    case 1: return MicroKernelT<1>(kc, a, b, c, ldc, accumulate, cols);
-    case 2: return MicroKernelT<2>(kc, a, b, c, ldc, accumulate, cols);
-    case 3: return MicroKernelT<3>(kc, a, b, c, ldc, accumulate, cols);
-    case 4: return MicroKernelT<4>(kc, a, b, c, ldc, accumulate, cols);
-    case 5: return MicroKernelT<5>(kc, a, b, c, ldc, accumulate, cols);
-    case 6: return MicroKernelT<6>(kc, a, b, c, ldc, accumulate, cols);
-    case 7: return MicroKernelT<7>(kc, a, b, c, ldc, accumulate, cols);
-    case 8: return MicroKernelT<8>(kc, a, b, c, ldc, accumulate, cols);
-    case 9: return MicroKernelT<9>(kc, a, b, c, ldc, accumulate, cols);
-    case 10: return MicroKernelT<10>(kc, a, b, c, ldc, accumulate, cols);
-    case 11: return MicroKernelT<11>(kc, a, b, c, ldc, accumulate, cols);
-    default: return MicroKernelT<12>(kc, a, b, c, ldc, accumulate, cols);
-  }
+  kSingle[TableIndex(mr)](kc, a, b, c, ldc, accumulate, cols);
+}
+
+void MicroKernelPairAvx512(int mr, int64_t kc, const float* a, const float* b0, const float* b1,
+                           float* c, int64_t ldc, bool accumulate, int cols) {
+  kPair[TableIndex(mr)](kc, a, b0, b1, c, ldc, accumulate, cols);
 }
 
 }  // namespace internal
 }  // namespace jaxcore_cpu
+

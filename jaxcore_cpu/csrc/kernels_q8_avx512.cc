@@ -466,6 +466,7 @@ const KernelTable& Avx512Kernels() {
     t.gemv_segment = GemvSegmentAvx512;
     t.gemv_max_m = kGemvAvx512MaxM;
     t.microkernel = MicroKernelAvx512;
+    t.microkernel_pair = MicroKernelPairAvx512;
     t.expand_dq = ExpandDqAvx512;
     t.q8_quantize = Q8QuantizeAvx512;
     t.q8_task = Q8TaskAvx512;

@@ -365,14 +365,23 @@ void RunGemm(const Problem& p, const Buffers& b, Runner& runner, const KernelTab
       d.panel = panel;
       kt.decode_panel(d);
       const int64_t depth = k1 - k0;
-      for (int64_t j = 0; j * internal::kNr < cols; ++j) {
-        const float* sliver = panel + j * depth * internal::kNr;
-        const int width = static_cast<int>(std::min<int64_t>(internal::kNr, cols - j * internal::kNr));
+      constexpr int64_t kNr = internal::kNr;
+      for (int64_t j = 0; j * kNr < cols;) {
+        const float* sliver = panel + j * depth * kNr;
+        const int64_t left = cols - j * kNr;
+        const bool pair = kt.microkernel_pair != nullptr && left > kNr;
+        const int width = static_cast<int>(std::min<int64_t>(pair ? 2 * kNr : kNr, left));
         for (int64_t m0 = 0; m0 < p.m; m0 += kMr) {
           const int mr = static_cast<int>(std::min<int64_t>(kMr, p.m - m0));
-          kt.microkernel(mr, depth, b.apack + m0 * p.k + k0 * kMr, sliver,
-                         out + m0 * p.n + n0 + j * internal::kNr, p.n, k0 > 0, width);
+          const float* a = b.apack + m0 * p.k + k0 * kMr;
+          float* c = out + m0 * p.n + n0 + j * kNr;
+          if (pair) {
+            kt.microkernel_pair(mr, depth, a, sliver, sliver + depth * kNr, c, p.n, k0 > 0, width);
+          } else {
+            kt.microkernel(mr, depth, a, sliver, c, p.n, k0 > 0, width);
+          }
         }
+        j += pair ? 2 : 1;
       }
     }
   });
