@@ -16,6 +16,7 @@ under ``bazel-bin/``, and skips the module when nothing was built.
 import dataclasses
 import functools
 import re
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -179,6 +180,55 @@ def test_large_blocked_problem_splits_across_tasks():
             with jaxcore_cpu.set_isa(isa):
                 got = np.asarray(fn(x, w.qvalue, w.scale))
             assert_matches(got, x, w.dense, jnp.float32, f"{path} {isa} M={m}")
+
+
+def test_concurrent_calls_from_threads_match_lone_calls():
+    """Calls from several threads at once: each its own pool state, helpers that start late
+    (after their call has ended) kept out of the next call; results bit-identical to lone
+    calls (a plan's partial sums are added in a fixed order whatever the schedule)."""
+    rng = np.random.default_rng(11)
+    w = random_weight(rng, "int4", 512, 700, 64)
+    calls = []
+    for m, path, precision in [
+        (1, "gemv", "float32"),
+        (2, "auto", "int8"),
+        (5, "auto", "int8"),
+        (16, "auto", "float32"),
+        (40, "gemm", "float32"),
+        (3, "gemv", "float32"),
+    ]:
+        x = jnp.asarray(rng.standard_normal((m, 512)), jnp.float32)
+        fn = jax.jit(
+            functools.partial(
+                jaxcore_cpu.quantized_matmul,
+                fmt="int4",
+                block_size=64,
+                path=path,
+                precision=precision,
+            )
+        )
+        calls.append((fn, x, np.asarray(fn(x, w.qvalue, w.scale)), precision))
+    mismatches = []
+
+    def run(index):
+        fn, x, want, _ = calls[index % len(calls)]
+        for _ in range(25):
+            got = np.asarray(fn(x, w.qvalue, w.scale))
+            if not np.array_equal(got, want):
+                mismatches.append(index)
+                return
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not mismatches, f"threads {sorted(set(mismatches))} saw results differ"
+    for _, x, want, precision in calls:  # and the lone results are right
+        if precision == "float32":
+            assert_matches(want, x, w.dense, jnp.float32, f"lone call M={x.shape[0]}")
+        else:
+            assert_int8_close(want, x, w.dense, f"lone int8-activation call M={x.shape[0]}")
 
 
 def test_other_dtypes_are_converted():

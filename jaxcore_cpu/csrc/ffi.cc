@@ -38,11 +38,49 @@ int UsableCores() {
   return static_cast<int>(std::thread::hardware_concurrency());
 }
 
+// What one Parallel() call shares with the pool tasks it schedules. A pool task may start
+// after its call has returned (XLA's pool thread wakes late, or is busy), so the states live
+// in a fixed set of process-lifetime slots rather than on the heap per call: a late task
+// always touches valid memory, and the slot's generation keeps it out of a later call that
+// reuses the slot. No allocation per call.
+struct CallState {
+  // generation << 32 | pool tasks inside the call. A task enters only while the generation is
+  // its call's; the caller retires the generation once no task is inside.
+  std::atomic<uint64_t> entry{0};
+  int64_t num_tasks = 0;
+  const TaskBody* body = nullptr;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::atomic<int> workers{0};
+  std::mutex mu;
+  std::condition_variable finished;
+};
+
+// More concurrent calls than slots run on their calling thread alone.
+constexpr int kCallSlots = 64;
+CallState g_call_states[kCallSlots];
+std::atomic<uint64_t> g_slots_in_use{0};
+
+CallState* AcquireCallState() {
+  uint64_t used = g_slots_in_use.load(std::memory_order_relaxed);
+  while (~used != 0) {
+    const int slot = __builtin_ctzll(~used);
+    if (g_slots_in_use.compare_exchange_weak(used, used | (uint64_t{1} << slot),
+                                             std::memory_order_acquire)) {
+      return &g_call_states[slot];
+    }
+  }
+  return nullptr;
+}
+
+void ReleaseCallState(CallState* s) {
+  g_slots_in_use.fetch_and(~(uint64_t{1} << (s - g_call_states)), std::memory_order_release);
+}
+
 // Spreads tasks over XLA's intra-op thread pool. Workers (the calling thread plus up to
 // num_threads pool tasks) claim task indices from one atomic counter, so a core busy with
 // other work just claims fewer; the caller returns once every task has finished. Pool
-// tasks that start late find no work left and only touch the shared state, which they
-// keep alive.
+// tasks that start late find no work left (or their call gone) and leave at once.
 class PoolRunner final : public Runner {
  public:
   explicit PoolRunner(ffi::ThreadPool* pool)
@@ -56,31 +94,52 @@ class PoolRunner final : public Runner {
 
   int max_workers() const override { return helpers_ + 1; }
 
-  void Parallel(int64_t num_tasks,
-                const std::function<void(int64_t, int)>& body) override {
+  void Parallel(int64_t num_tasks, TaskBody body) override {
     if (num_tasks <= 0) return;
     const int helpers = static_cast<int>(std::min<int64_t>(helpers_, num_tasks - 1));
-    if (helpers == 0) {
+    CallState* s = helpers > 0 ? AcquireCallState() : nullptr;
+    if (s == nullptr) {
       for (int64_t t = 0; t < num_tasks; ++t) body(t, 0);
       return;
     }
-    auto state = std::make_shared<State>();
-    state->num_tasks = num_tasks;
-    state->body = &body;
+    const uint64_t generation = s->entry.load(std::memory_order_relaxed) >> 32;
+    s->num_tasks = num_tasks;
+    s->body = &body;
+    s->next.store(0, std::memory_order_relaxed);
+    s->done.store(0, std::memory_order_relaxed);
+    s->workers.store(0, std::memory_order_relaxed);
     for (int h = 0; h < helpers; ++h) {
-      pool_->Schedule([state] { Work(*state); });
+      pool_->Schedule([s, generation] {
+        uint64_t e = s->entry.load(std::memory_order_acquire);
+        do {
+          if (e >> 32 != generation) return;  // its call has ended
+        } while (!s->entry.compare_exchange_weak(e, e + 1, std::memory_order_acq_rel));
+        Work(*s);
+        s->entry.fetch_sub(1, std::memory_order_release);
+      });
     }
-    Work(*state);
+    Work(*s);
     // The last tasks are in flight on other threads. Spin briefly (they usually end within
     // microseconds), then sleep: on an oversubscribed machine a spinning caller would take
     // the time slices the stragglers need.
     const auto give_up = std::chrono::steady_clock::now() + kSpin;
-    while (std::chrono::steady_clock::now() < give_up) {
-      if (state->done.load(std::memory_order_acquire) >= num_tasks) return;
+    while (s->done.load(std::memory_order_acquire) < num_tasks &&
+           std::chrono::steady_clock::now() < give_up) {
       std::this_thread::yield();
     }
-    std::unique_lock<std::mutex> lock(state->mu);
-    state->finished.wait(lock, [&] { return state->done.load(std::memory_order_acquire) >= num_tasks; });
+    if (s->done.load(std::memory_order_acquire) < num_tasks) {
+      std::unique_lock<std::mutex> lock(s->mu);
+      s->finished.wait(lock, [&] { return s->done.load(std::memory_order_acquire) >= num_tasks; });
+    }
+    // Retire the generation once the tasks inside have left (they have no work left, so
+    // that is at most a few instructions away); tasks that start later see a new one.
+    uint64_t inside = generation << 32;
+    while (!s->entry.compare_exchange_weak(inside, (generation + 1) << 32,
+                                           std::memory_order_acq_rel)) {
+      inside = generation << 32;
+      std::this_thread::yield();
+    }
+    ReleaseCallState(s);
   }
 
  private:
@@ -88,23 +147,13 @@ class PoolRunner final : public Runner {
   // usual imbalance of the last tasks, short against a time slice.
   static constexpr std::chrono::microseconds kSpin{200};
 
-  struct State {
-    int64_t num_tasks = 0;
-    const std::function<void(int64_t, int)>* body = nullptr;
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-    std::atomic<int> slots{0};
-    std::mutex mu;
-    std::condition_variable finished;
-  };
-
-  static void Work(State& s) {
-    int slot = -1;
+  static void Work(CallState& s) {
+    int worker = -1;
     for (;;) {
       const int64_t t = s.next.fetch_add(1, std::memory_order_relaxed);
       if (t >= s.num_tasks) return;
-      if (slot < 0) slot = s.slots.fetch_add(1, std::memory_order_relaxed);
-      (*s.body)(t, slot);
+      if (worker < 0) worker = s.workers.fetch_add(1, std::memory_order_relaxed);
+      (*s.body)(t, worker);
       if (s.done.fetch_add(1, std::memory_order_acq_rel) + 1 == s.num_tasks) {
         std::lock_guard<std::mutex> lock(s.mu);  // so the caller cannot miss the wake-up
         s.finished.notify_all();

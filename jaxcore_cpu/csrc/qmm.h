@@ -12,8 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
+#include <type_traits>
 
 namespace jaxcore_cpu {
 
@@ -60,6 +61,24 @@ struct Problem {
   float scale_offset = 0.0f;
 };
 
+// A task body: a reference to a callable taking (int64_t task, int worker). Unlike
+// std::function it never allocates (Run() makes no allocation per call); it refers to the
+// callable, which must outlive it (a lambda passed straight to Parallel() does).
+class TaskBody {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, TaskBody>>>
+  TaskBody(F&& f)  // NOLINT(google-explicit-constructor): lambdas convert, as to std::function
+      : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* callable, int64_t task, int worker) {
+          (*static_cast<std::remove_reference_t<F>*>(callable))(task, worker);
+        }) {}
+  void operator()(int64_t task, int worker) const { call_(callable_, task, worker); }
+
+ private:
+  void* callable_;
+  void (*call_)(void*, int64_t, int);
+};
+
 // Runs tasks 0..num_tasks-1, each exactly once, possibly in parallel, and returns when
 // all have finished. `worker` passed to the body is in [0, max_workers()) and is unique
 // among the bodies running at one time, so it can index per-worker scratch.
@@ -67,16 +86,14 @@ class Runner {
  public:
   virtual ~Runner() = default;
   virtual int max_workers() const = 0;
-  virtual void Parallel(int64_t num_tasks,
-                        const std::function<void(int64_t task, int worker)>& body) = 0;
+  virtual void Parallel(int64_t num_tasks, TaskBody body) = 0;
 };
 
 // Runs every task on the calling thread (tests, and the fallback without a thread pool).
 class SerialRunner final : public Runner {
  public:
   int max_workers() const override { return 1; }
-  void Parallel(int64_t num_tasks,
-                const std::function<void(int64_t, int)>& body) override {
+  void Parallel(int64_t num_tasks, TaskBody body) override {
     for (int64_t t = 0; t < num_tasks; ++t) body(t, 0);
   }
 };

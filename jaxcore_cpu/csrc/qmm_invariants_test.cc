@@ -77,7 +77,7 @@ class ShuffledRunner final : public Runner {
  public:
   ShuffledRunner(int workers, unsigned seed) : workers_(workers), rng_(seed) {}
   int max_workers() const override { return workers_; }
-  void Parallel(int64_t num_tasks, const std::function<void(int64_t, int)>& body) override {
+  void Parallel(int64_t num_tasks, TaskBody body) override {
     std::vector<int64_t> order(num_tasks);
     for (int64_t t = 0; t < num_tasks; ++t) order[t] = t;
     std::shuffle(order.begin(), order.end(), rng_);

@@ -114,8 +114,7 @@ class ThreadRunner final : public Runner {
   explicit ThreadRunner(int workers) : workers_(workers) {}
   int max_workers() const override { return workers_; }
 
-  void Parallel(int64_t num_tasks,
-                const std::function<void(int64_t, int)>& body) override {
+  void Parallel(int64_t num_tasks, TaskBody body) override {
     if (num_tasks < 0) {
       Fail("Runner::Parallel called with num_tasks = " + std::to_string(num_tasks));
       return;
