@@ -44,8 +44,10 @@ int UsableCores() {
 // always touches valid memory, and the slot's generation keeps it out of a later call that
 // reuses the slot. No allocation per call.
 struct CallState {
-  // generation << 32 | pool tasks inside the call. A task enters only while the generation is
-  // its call's; the caller retires the generation once no task is inside.
+  // generation << 32 | kClosed | pool tasks inside the call. A task enters only while the
+  // generation is its call's and the call is open. Its caller, done, retires the generation
+  // and frees the slot, or, with tasks still inside (about to leave), closes the call and
+  // leaves that to the last of them: the caller never waits on a task that has no work.
   std::atomic<uint64_t> entry{0};
   int64_t num_tasks = 0;
   const TaskBody* body = nullptr;
@@ -73,7 +75,10 @@ CallState* AcquireCallState() {
   return nullptr;
 }
 
-void ReleaseCallState(CallState* s) {
+constexpr uint64_t kClosed = uint64_t{1} << 31;
+constexpr uint64_t kInside = kClosed - 1;
+
+void FreeCallState(CallState* s) {
   g_slots_in_use.fetch_and(~(uint64_t{1} << (s - g_call_states)), std::memory_order_release);
 }
 
@@ -112,10 +117,14 @@ class PoolRunner final : public Runner {
       pool_->Schedule([s, generation] {
         uint64_t e = s->entry.load(std::memory_order_acquire);
         do {
-          if (e >> 32 != generation) return;  // its call has ended
+          if (e >> 32 != generation || (e & kClosed) != 0) return;  // its call has ended
         } while (!s->entry.compare_exchange_weak(e, e + 1, std::memory_order_acq_rel));
         Work(*s);
-        s->entry.fetch_sub(1, std::memory_order_release);
+        const uint64_t before = s->entry.fetch_sub(1, std::memory_order_acq_rel);
+        if ((before & kClosed) != 0 && (before & kInside) == 1) {  // the last one out
+          s->entry.store((generation + 1) << 32, std::memory_order_release);
+          FreeCallState(s);
+        }
       });
     }
     Work(*s);
@@ -131,15 +140,19 @@ class PoolRunner final : public Runner {
       std::unique_lock<std::mutex> lock(s->mu);
       s->finished.wait(lock, [&] { return s->done.load(std::memory_order_acquire) >= num_tasks; });
     }
-    // Retire the generation once the tasks inside have left (they have no work left, so
-    // that is at most a few instructions away); tasks that start later see a new one.
-    uint64_t inside = generation << 32;
-    while (!s->entry.compare_exchange_weak(inside, (generation + 1) << 32,
+    // Every task is done. Retire the generation, or close the call for the last task inside
+    // to retire (tasks that start later are turned away either way).
+    uint64_t e = generation << 32;
+    for (;;) {
+      if ((e & kInside) == 0) {
+        if (s->entry.compare_exchange_weak(e, (generation + 1) << 32,
                                            std::memory_order_acq_rel)) {
-      inside = generation << 32;
-      std::this_thread::yield();
+          return FreeCallState(s);
+        }
+      } else if (s->entry.compare_exchange_weak(e, e | kClosed, std::memory_order_acq_rel)) {
+        return;
+      }
     }
-    ReleaseCallState(s);
   }
 
  private:
