@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
