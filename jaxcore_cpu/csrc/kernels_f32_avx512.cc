@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "kernels.h"
@@ -99,17 +100,16 @@ void MicroKernelPairT(int64_t kc, const float* a, const float* b0, const float* 
 #undef JAXCORE_STORE
 #undef JAXCORE_FOR_ROWS
 
-// Each kernel's instances for MR = 1..kMr, indexed by MR - 1.
-template <int... I>
-constexpr std::array<decltype(&MicroKernelT<1>), kMr> SingleTable(std::integer_sequence<int, I...>) {
-  return {&MicroKernelT<I + 1>...};
+// A kernel's instances for MR = 1..kMr, indexed by MR - 1: instance(mr) names the one for
+// the std::integral_constant mr.
+template <typename Instance, int... I>
+constexpr auto ByRows(Instance instance, std::integer_sequence<int, I...>) {
+  return std::array{instance(std::integral_constant<int, I + 1>{})...};
 }
-template <int... I>
-constexpr std::array<decltype(&MicroKernelPairT<1>), kMr> PairTable(std::integer_sequence<int, I...>) {
-  return {&MicroKernelPairT<I + 1>...};
-}
-constexpr auto kSingle = SingleTable(std::make_integer_sequence<int, kMr>());
-constexpr auto kPair = PairTable(std::make_integer_sequence<int, kMr>());
+constexpr auto kSingle = ByRows([](auto mr) { return &MicroKernelT<mr>; },
+                                std::make_integer_sequence<int, kMr>());
+constexpr auto kPair = ByRows([](auto mr) { return &MicroKernelPairT<mr>; },
+                              std::make_integer_sequence<int, kMr>());
 
 int TableIndex(int mr) { return std::clamp(mr, 1, kMr) - 1; }
 
