@@ -237,6 +237,8 @@ void Q8TaskNarrow(const Q8Task& t) {
     const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
     for (int band = 0; band < kBands; ++band) {
       const uint8_t* rows = group + band * kRows * t.ldq;
+      const int64_t part = (g0 % t.block_size) / kQ8Group * kBands + band;
+      const int64_t parts = t.block_size / kQ8Group * kBands;
       for (int64_t ci = 0; ci < chunks; ++ci) {
         const int64_t c = ci * kChunk;
         const int64_t valid = std::min<int64_t>(kChunk, t.cols - c);
@@ -253,6 +255,8 @@ void Q8TaskNarrow(const Q8Task& t) {
           DecodeSet<kFmt>(rows + 4 * set * t.ldq + c, t.ldq, ChunkMask(valid), &w[kPerSet * set]);
         }
         const bool first = band == 0, last = band == kBands - 1;
+        // This band's share of the next scale block's lines for the chunk.
+        PrefetchNextBlockScales(t, g0, srow, c, kChunk / 16, part, parts);
         __m512 sc[4];
         if (last) ChunkScales<kFmt>(srow + c, valid, sc);
         float* acc = t.acc + c;
@@ -381,6 +385,10 @@ void Q8TaskWide(const Q8Task& t) {
         for (int64_t at = 0; at < t.cols; at += kChunk) {
           _mm_prefetch(reinterpret_cast<const char*>(row + at), _MM_HINT_T1);
         }
+      }
+      // The next step's scales, where it starts a new block (a step is one block at most).
+      if (!kScaleLater && (g0 + kg * kQ8Group) % t.block_size == 0) {
+        PrefetchNextBlockScales(t, g0, srow, c, kChunk / 16);
       }
       __m512 sc[4];
       if (!kScaleLater) ChunkScales<kFmt>(srow + c, std::min<int64_t>(kChunk, t.cols - c), sc);

@@ -352,6 +352,10 @@ void Q8TaskBlockT(const Q8Task& t) {
         _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(line + 63), _MM_HINT_T1);
       }
+      // The next group's scales, where it starts a new block.
+      if (!kScaleLater && (g0 + kQ8Group) % t.block_size == 0) {
+        PrefetchNextBlockScales(t, g0, srow, c, 4);
+      }
       int halves = 1;
       if (c + 64 <= wide) {
         DecodeGroup<P, kFmt, 2>(t, g0, t.n0 + c, quads);
@@ -410,7 +414,11 @@ void Q8TaskRows(const Q8Task& t) {
     for (int band = 0; band < kBands; ++band) {
       const uint8_t* rows = group + band * kNarrowRows * t.ldq;
       const bool first = band == 0, last = band == kBands - 1;
+      const int64_t part = (g0 % t.block_size) / kQ8Group * kBands + band;
+      const int64_t parts = t.block_size / kQ8Group * kBands;
       for (int64_t c = 0; c < wide; c += 32) {
+        // This band's share of the next scale block's lines for the chunk.
+        if (!kScaleLater) PrefetchNextBlockScales(t, g0, srow, c, 2, part, parts);
         if (c % 64 == 0) {  // into L2, kPrefetchAhead along the band's rows
           for (int r = 0; r < kNarrowRows; ++r) {
             const uint8_t* line = rows + r * t.ldq + c + kPrefetchAhead;
