@@ -271,9 +271,11 @@ int64_t GemvBands(const GemvSegment& s) {
     for (int mi = 0; mi < M; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * wide_cols);
     return wide_cols;
   }
+  const int64_t bands = (seg1 - seg0 + kGemvBand - 1) / kGemvBand;
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kGemvBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kGemvBand);
     for (int64_t c = 0; c < wide_cols; c += 32) {
+      PrefetchSegmentScales(s, c, 2, (sr0 - seg0) / kGemvBand, bands);
       // Into L2, kPrefetchBytes along the band's rows and on into the next band's at the end
       // of the columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2).
       if (c % 64 == 0) {

@@ -148,6 +148,7 @@ void Bands(const GemvSegment& s, int64_t wide) {
   const __m512 table = CodeTable(kFmt);
   const int64_t seg0 = s.r0 / kPerRow, seg1 = s.r1 / kPerRow;  // stored rows
   if (seg0 >= seg1) return;  // no rows: y is unchanged
+  const int64_t bands = (seg1 - seg0 + kBand - 1) / kBand;
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kBand);
     for (int64_t c = 0; c < wide; c += kCols) {
@@ -155,6 +156,7 @@ void Bands(const GemvSegment& s, int64_t wide) {
       for (int64_t r = 0; r < kBand; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T1);
       }
+      PrefetchSegmentScales(s, c, kCols / 16, (sr0 - seg0) / kBand, bands);
       BandChunk<kFmt, M>(s, table, sr0, sr1, c, sr0 == seg0);
     }
   }
