@@ -1,6 +1,5 @@
 // Scalar pieces the AVX2 and AVX-512 float32 GEMV kernels share: where a band's prefetch
-// lands, the prefetch of a segment's scales, and the band's activations copied
-// row-interleaved. Plain C++ (no intrinsics).
+// lands, and the band's activations copied row-interleaved. Plain C++ (no intrinsics).
 #ifndef JAXCORE_CPU_CSRC_GEMV_BANDS_H_
 #define JAXCORE_CPU_CSRC_GEMV_BANDS_H_
 
@@ -22,16 +21,6 @@ inline uintptr_t BandAhead(const GemvSegment& s, int64_t sr0, int64_t sr1, int64
                            int64_t wide) {
   return reinterpret_cast<uintptr_t>(s.q) + s.n0 +
          (ahead < wide ? sr0 * s.ldq + ahead : sr1 * s.ldq + ahead - wide);
-}
-
-// Prefetches into L2 band `band`'s share (of `bands`) of the segment's scale lines for the
-// `lines` x 16 columns from c, which the flush at the segment's end reads: each line is asked
-// for once, and a band or more before it is needed. Read on demand, the scales of each call's
-// own weight cost ~10 % at M = 1 (int4 in blocks of 64, Zen 4, 2 threads). Always inlined:
-// GCC takes a function that only prefetches for one without side effects and deletes its calls.
-[[gnu::always_inline]] inline void PrefetchSegmentScales(const GemvSegment& s, int64_t c,
-                                                         int lines, int64_t band, int64_t bands) {
-  for (int64_t l = band; l < lines; l += bands) __builtin_prefetch(s.scale + c + 16 * l, 0, 2);
 }
 
 // xb[r][mi] = x[mi][r0 + r] for the first `rows` logical rows from r0: each row's M

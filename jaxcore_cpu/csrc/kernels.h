@@ -187,21 +187,26 @@ inline void ForEachQ8TaskBlock(const Q8Task& t, Kernel kernel) {
   }
 }
 
-// Prefetches into L2 the scales a q8_task kernel reads when its next scale block starts: the
-// next block's scale row for `lines` cache lines (16 floats each) from column c, where `srow`
-// is this block's row. The rows lie t.lds floats apart (16 KiB at N = 4096, a new page each
-// block) and arrive on demand otherwise: int4 with 64-row blocks at M = 1, each call reading
-// its own weight's scales, ran ~7 % slower (Zen 4, 2 threads). A kernel sweeping a block in
-// `parts` passes over its columns (the bands of its groups) gives pass `part` its share of the
-// lines, so each line is asked for once per block; one pass (parts = 1) takes them all.
-// Always inlined: GCC takes a function that only prefetches for one without side effects and
-// deletes its calls (the prefetches then never run).
+// Prefetches into L2 share `part` of `parts` of the `lines` cache lines (16 floats each) from
+// p: lines part, part + parts, ... A kernel that passes over the same columns `parts` times
+// (bands) asks for each line once; one pass (parts = 1) takes them all. The kernels use it for
+// scales, which otherwise arrive on demand (a block's row of scales lies N floats after the
+// last: a new page per block). Always inlined, as must be any function that only wraps it:
+// GCC takes a function that only prefetches for one without side effects and deletes its
+// calls (the prefetches then never run).
+[[gnu::always_inline]] inline void PrefetchLines(const float* p, int lines, int64_t part = 0,
+                                                 int64_t parts = 1) {
+  for (int64_t l = part; l < lines; l += parts) __builtin_prefetch(p + 16 * l, 0, 2);
+}
+
+// PrefetchLines of the next scale block's row of a q8_task's scales, from column c, where
+// `srow` is this block's row (if the task has a next block): int4 with 64-row blocks at M = 1,
+// each call reading its own weight's scales, ran ~7 % slower without (Zen 4, 2 threads).
 [[gnu::always_inline]] inline void PrefetchNextBlockScales(const Q8Task& t, int64_t g0,
                                                            const float* srow, int64_t c, int lines,
                                                            int64_t part = 0, int64_t parts = 1) {
   if (g0 - g0 % t.block_size + t.block_size >= t.r1) return;  // no next block in this task
-  const float* next = srow + t.lds + c;
-  for (int64_t l = part; l < lines; l += parts) __builtin_prefetch(next + 16 * l, 0, 2);
+  PrefetchLines(srow + t.lds + c, lines, part, parts);
 }
 
 // Floats of scratch a q8_task call needs: m rows of a column block, padded, then two groups'

@@ -275,7 +275,8 @@ int64_t GemvBands(const GemvSegment& s) {
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kGemvBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kGemvBand);
     for (int64_t c = 0; c < wide_cols; c += 32) {
-      PrefetchSegmentScales(s, c, 2, (sr0 - seg0) / kGemvBand, bands);
+      // This band's share of the segment's scale lines for the chunk, which the flush reads.
+      PrefetchLines(s.scale + c, 2, (sr0 - seg0) / kGemvBand, bands);
       // Into L2, kPrefetchBytes along the band's rows and on into the next band's at the end
       // of the columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2).
       if (c % 64 == 0) {
