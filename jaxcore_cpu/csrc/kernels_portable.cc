@@ -89,8 +89,11 @@ void DecodePanelPortable(const DecodePanel& d) {
 
 void ExpandDqPortable(const int8_t* codes, int64_t count, float gs, float offset, float* out) {
   for (int64_t i = 0; i < count; ++i) {
-    float v = static_cast<float>(codes[i]) * gs;
-    v = v + offset;  // two roundings: this file is built without FMA instructions
+    // Two roundings, on every target: the product is exact in double and rounds to the float
+    // product once, and no compiler fuses that conversion with the add (where the target
+    // has fused multiply-adds, as aarch64 always does, it would fuse a float multiply).
+    const float product = static_cast<float>(static_cast<double>(codes[i]) * gs);
+    const float v = product + offset;
     out[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
   }
 }

@@ -39,7 +39,7 @@ constexpr int64_t kGemmDepth = 512;
 constexpr int64_t kSerialQuantizeFloats = int64_t{1} << 16;
 
 // The table SetIsa(isa) makes Kernels() return.
-const KernelTable& KernelsFor(Isa isa) {
+const KernelTable& KernelsFor([[maybe_unused]] Isa isa) {  // only x86-64 has a choice
 #if defined(__x86_64__) || defined(_M_X64)
   if (isa >= Isa::kAvx512) return internal::Avx512Kernels();
   if (isa >= Isa::kAvxVnni) {
