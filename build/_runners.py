@@ -16,6 +16,9 @@ from _toolchain import bazel_command
 RUNNER_SCRIPTS = {
     "bazel": "run_bazel_test_{backend}.sh",
     "asan": "run_bazel_test_asan.sh",
+    # The native CPU kernels cross-compiled for linux-aarch64 (their portable build), their
+    # native test run under qemu-aarch64, and the aarch64 jaxcore-cpu wheel; CPU only.
+    "aarch64": "run_native_aarch64.sh",
     "pytest": "run_pytest_{backend}.sh",
     # The whole pytest suite again on the newest Python found (3.13, else 3.12) with the
     # newest end of the JAX range (build/requirements_lock_3_13.txt); CPU only.
@@ -32,9 +35,13 @@ NATIVE_KERNELS_TARGET = "//jaxcore_cpu:libjaxcore_cpu_kernels.so"
 NATIVE_KERNELS_PATH = "jaxcore_cpu/libjaxcore_cpu_kernels.so"
 
 
+# Runners that test the CPU backend only.
+CPU_ONLY_RUNNERS = ("aarch64", "newest")
+
+
 def default_runners(backend):
-    """The runners `test` runs without --runners: the newest-end job on CPU only."""
-    return [r for r in RUNNER_SCRIPTS if backend == "cpu" or r != "newest"]
+    """The runners `test` runs without --runners: the CPU-only ones on CPU only."""
+    return [r for r in RUNNER_SCRIPTS if backend == "cpu" or r not in CPU_ONLY_RUNNERS]
 
 
 def parse_runners(value, backend):
@@ -51,8 +58,11 @@ def parse_runners(value, backend):
         raise UsageError(
             f"--runners must list {', '.join(RUNNER_SCRIPTS)} (any of them), got {value!r}"
         )
-    if "newest" in runners and backend != "cpu":
-        raise UsageError(f"the newest runner tests the CPU backend only, not --backend={backend}")
+    for runner in CPU_ONLY_RUNNERS:
+        if runner in runners and backend != "cpu":
+            raise UsageError(
+                f"the {runner} runner tests the CPU backend only, not --backend={backend}"
+            )
     return runners
 
 

@@ -18,6 +18,10 @@ BAZEL_DEBIAN_PACKAGES = ("bazel-bootstrap", "bazel-rules-java", "bazel-platforms
 BAZEL_LOCAL_REPOSITORIES = (Path("/usr/share/bazel/rules/java"), Path("/usr/share/bazel/platforms"))
 # Debian packages of the C++ compiler Bazel's autoconfigured toolchain runs (`gcc`, `g++`).
 CXX_DEBIAN_PACKAGES = ("g++",)
+# The aarch64 runner's cross compiler (build/toolchains/aarch64) and the emulator its native
+# test runs under.
+AARCH64_DEBIAN_PACKAGES = ("g++-aarch64-linux-gnu", "qemu-user")
+AARCH64_TOOLS = ("aarch64-linux-gnu-g++", "qemu-aarch64")
 # Prints jaxlib's FFI include directory; jax.ffi.include_dir() is the documented way to get it.
 _FFI_PROBE = "import jax.ffi; print(jax.ffi.include_dir())"
 
@@ -194,3 +198,33 @@ def bazel_command(bazel, args, command, *options_and_targets):
         *args.bazel_options,
         *options_and_targets,
     ]
+
+
+def find_aarch64_tools(*, verbose, dry_run):
+    """Finds the aarch64 cross compiler and qemu-aarch64, installing them where possible.
+
+    The `aarch64` runner builds the native CPU kernels for linux-aarch64 with Debian's cross
+    GCC (Bazel's --config=aarch64) and runs their native test under qemu-aarch64.
+
+    Raises:
+      BuildError: a tool is missing and cannot be installed (not root on Debian/Ubuntu).
+    """
+    missing = [tool for tool in AARCH64_TOOLS if not shutil.which(tool)]
+    if not missing:
+        return
+    if dry_run:
+        print(fmt(["apt-get", "install", "-y", *AARCH64_DEBIAN_PACKAGES]))
+        return
+    apt_install(
+        AARCH64_DEBIAN_PACKAGES,
+        reason=f"The aarch64 cross compiler and emulator ({', '.join(missing)})",
+        verbose=verbose,
+        hint="install an aarch64-linux-gnu GCC cross compiler and qemu-user, or leave the "
+        "aarch64 runner out (--runners)",
+    )
+    still = [tool for tool in missing if not shutil.which(tool)]
+    if still:
+        raise BuildError(
+            f"apt-get installed {' '.join(AARCH64_DEBIAN_PACKAGES)} but {', '.join(still)} "
+            "is not on PATH"
+        )

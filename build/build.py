@@ -66,7 +66,7 @@ from _locks import (  # noqa: E402
     python_version,
 )
 from _runners import RUNNER_SCRIPTS, run_runners  # noqa: E402
-from _toolchain import bazel_command, find_bazel  # noqa: E402
+from _toolchain import bazel_command, find_aarch64_tools, find_bazel  # noqa: E402
 from _wheels import (  # noqa: E402
     NATIVE_WHEELS,
     check_wheel,
@@ -225,6 +225,8 @@ def cmd_test(args):
     if args.configure_only:
         return cmd_setup(args)
     python, bazel = setup(args)
+    if "aarch64" in args.runner_list:
+        find_aarch64_tools(verbose=args.verbose, dry_run=args.dry_run)
     run_runners(args.runner_list, python=python, bazel=bazel, args=args)
     if not args.dry_run:
         log("all tests passed")

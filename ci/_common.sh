@@ -182,6 +182,31 @@ ci_bazel_asan_job() {
   ci_finish
 }
 
+# The native kernels for linux-aarch64 (.bazelrc's aarch64 config): their native test under
+# qemu-aarch64, then the aarch64 jaxcore-cpu wheel.
+ci_native_aarch64_job() {
+  JOB_STATUS=0
+  ci_setup cpu
+  local tool
+  for tool in aarch64-linux-gnu-g++ qemu-aarch64; do
+    if [[ "$JAXCORE_DRY_RUN" != 1 ]] && ! command -v "$tool" >/dev/null; then
+      ci_die "$tool is missing: run 'python3 build/build.py test --runners=aarch64', which installs it (Debian/Ubuntu: apt-get install g++-aarch64-linux-gnu qemu-user)"
+    fi
+  done
+  local code=0
+  ci_log "native tests built for aarch64, run under qemu-aarch64"
+  ci_bazel_test --config=aarch64 -- "${CI_NATIVE_TESTS[@]}" || code=$?
+  ci_phase_done "aarch64 (bazel, native tests under qemu)" "$code"
+  local -a startup options
+  eval "startup=($JAXCORE_BAZEL_STARTUP_OPTIONS)"
+  eval "options=($JAXCORE_BAZEL_OPTIONS)"
+  code=0
+  ci_run "$JAXCORE_BAZEL" "${startup[@]}" build --config=ci --config=aarch64 "${options[@]}" -- \
+    //jaxcore/tools:jaxcore_cpu_wheel || code=$?
+  ci_phase_done "aarch64 (bazel, the jaxcore-cpu wheel)" "$code"
+  ci_finish
+}
+
 # Bazel job on accelerators: platform $1 (cuda, rocm, tpu), test suite $2 (gpu, tpu).
 ci_bazel_accelerator_job() {
   local platform="$1" suite="$2"

@@ -6,6 +6,7 @@ interpreter, which has jax and jaxlib), so no test touches the real .jaxcore_con
 installs anything or needs a Bazel server.
 """
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -413,6 +414,7 @@ def test_test_command_dry_run_lists_the_ci_scripts(repo):
         f"{repo.bazel} build //jaxcore_cpu:libjaxcore_cpu_kernels.so",
         f"bash {repo.path / 'ci' / 'run_bazel_test_cpu.sh'}",
         f"bash {repo.path / 'ci' / 'run_bazel_test_asan.sh'}",
+        f"bash {repo.path / 'ci' / 'run_native_aarch64.sh'}",
         f"bash {repo.path / 'ci' / 'run_pytest_cpu.sh'}",
         f"bash {repo.path / 'ci' / 'run_pytest_newest.sh'}",
         f"bash {repo.path / 'ci' / 'run_docs.sh'}",
@@ -463,7 +465,8 @@ def test_unknown_runner_is_refused(repo):
     )
     assert result.returncode == 2
     assert (
-        "--runners must list bazel, asan, pytest, newest, docs, lint (any of them)" in result.stderr
+        "--runners must list bazel, asan, aarch64, pytest, newest, docs, lint (any of them)"
+        in result.stderr
     )
     assert not (repo.path / ".jaxcore_configure.bazelrc").exists()
 
@@ -475,7 +478,7 @@ def test_bazelrc_imports_generated_settings_last():
         "try-import %workspace%/.bazelrc.user",
     ]
     text = "\n".join(lines)
-    for config in ("cpu", "cuda", "rocm", "tpu", "ci", "asan"):
+    for config in ("cpu", "cuda", "rocm", "tpu", "ci", "asan", "aarch64"):
         assert f"build:{config} " in text or f"test:{config} " in text, config
     assert "test --test_output=errors" in text
 
@@ -646,7 +649,10 @@ def test_python_version_and_python_bin_path_exclude_each_other(repo):
     assert "give --python_bin_path or --python_version, not both" in result.stderr
 
 
-def test_newest_runner_is_cpu_only_and_left_out_for_accelerators(repo):
+@pytest.mark.parametrize(
+    "runner, script", [("newest", "run_pytest_newest.sh"), ("aarch64", "run_native_aarch64.sh")]
+)
+def test_cpu_only_runners_are_left_out_for_accelerators(repo, runner, script):
     result = repo.run(
         "test",
         "--dry_run",
@@ -655,15 +661,46 @@ def test_newest_runner_is_cpu_only_and_left_out_for_accelerators(repo):
         f"--python_bin_path={sys.executable}",
     )
     assert result.returncode == 0, result.stderr
-    assert "run_pytest_newest.sh" not in result.stdout
+    assert script not in result.stdout
     assert f"bash {repo.path / 'ci' / 'run_pytest_tpu.sh'}" in result.stdout.splitlines()
     result = repo.run(
         "test",
         "--dry_run",
         "--backend=tpu",
-        "--runners=newest",
+        f"--runners={runner}",
         f"--bazel_path={repo.bazel}",
         f"--python_bin_path={sys.executable}",
     )
     assert result.returncode == 2
-    assert "the newest runner tests the CPU backend only, not --backend=tpu" in result.stderr
+    assert f"the {runner} runner tests the CPU backend only, not --backend=tpu" in result.stderr
+
+
+def test_aarch64_runner_installs_its_cross_tools_or_names_them(repo, tmp_path):
+    bin_dir = tmp_path / "nocross"
+    bin_dir.mkdir()
+    for tool in ("bash", "sh", "env", "gcc", "g++", sys.executable):
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, bin_dir / Path(tool).name)
+    run = functools.partial(
+        repo.run,
+        "test",
+        "--runners=aarch64",
+        f"--bazel_path={repo.bazel}",
+        f"--python_bin_path={sys.executable}",
+    )
+    # A dry run prints the apt-get command it would run, then the job.
+    result = run("--dry_run", extra_env={"PATH": str(bin_dir)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    install = "apt-get install -y g++-aarch64-linux-gnu qemu-user"
+    assert install in lines
+    assert lines.index(install) < lines.index(f"bash {repo.path / 'ci' / 'run_native_aarch64.sh'}")
+    # Without apt-get (no Debian root) it says what to install and runs nothing.
+    result = run(extra_env={"PATH": str(bin_dir)})
+    assert result.returncode == 1
+    assert "The aarch64 cross compiler and emulator (aarch64-linux-gnu-g++, qemu-aarch64)" in (
+        result.stderr
+    )
+    assert "apt-get install g++-aarch64-linux-gnu qemu-user" in result.stderr
+    assert "run_native_aarch64.sh" not in result.stdout + result.stderr.split("missing")[0]

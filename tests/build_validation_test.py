@@ -257,7 +257,15 @@ def test_lint_runs_after_docs_by_default_on_every_backend(scratch):
     scratch.load()
     runners = sys.modules["_runners"]
     assert runners.RUNNER_SCRIPTS["lint"] == "run_lint.sh"
-    assert runners.default_runners("cpu") == ["bazel", "asan", "pytest", "newest", "docs", "lint"]
+    assert runners.default_runners("cpu") == [
+        "bazel",
+        "asan",
+        "aarch64",
+        "pytest",
+        "newest",
+        "docs",
+        "lint",
+    ]
     assert runners.default_runners("tpu") == ["bazel", "asan", "pytest", "docs", "lint"]
     # The README's test command (which `.ci/run` runs) takes the default runners.
     assert "python3 build/build.py test\n" in (REPO / "README.md").read_text()
