@@ -1,5 +1,6 @@
 // Portable kernels: plain C++ the compiler may auto-vectorize for the baseline ISA. They
 // define the arithmetic every SIMD variant must reproduce, and run on any CPU.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -29,16 +30,65 @@ const float kNf4Code[16] = {
 
 namespace {
 
-void GemvSegmentPortable(const GemvSegment& s) {
-  for (int mi = 0; mi < s.m; ++mi) {
-    std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * s.cols);
+// Column pieces the float32 GEMV decodes one stored row at a time (on the stack, in L1).
+constexpr int64_t kGemvPiece = 256;
+
+// The unscaled decoded weights of columns [0, cols) of one stored row q: int8 gives its one
+// logical row in lo; the 4-bit formats give row 2 s in lo and 2 s + 1 in hi. One loop per
+// format without branches, which compilers vectorize (the NF4 table lookups stay scalar).
+template <Format kFmt>
+inline void DecodeStoredRow(const uint8_t* q, int64_t cols, float* lo, float* hi) {
+  for (int64_t c = 0; c < cols; ++c) {
+    if constexpr (kFmt == Format::kInt8) {
+      lo[c] = static_cast<float>(static_cast<int8_t>(q[c]));
+    } else if constexpr (kFmt == Format::kInt4) {
+      lo[c] = static_cast<float>(q[c] & 0x0F) - kInt4ZeroPoint;
+      hi[c] = static_cast<float>(q[c] >> 4) - kInt4ZeroPoint;
+    } else {
+      lo[c] = kNf4Code[q[c] & 0x0F];
+      hi[c] = kNf4Code[q[c] >> 4];
+    }
   }
-  for (int64_t r = s.r0; r < s.r1; ++r) {
-    for (int mi = 0; mi < s.m; ++mi) {
-      const float xv = s.x[mi * s.ldx + r];
-      float* acc = s.acc + mi * s.ldacc;
-      for (int64_t c = 0; c < s.cols; ++c) {
-        acc[c] += xv * Unscaled(s.fmt, s.q, s.ldq, r, s.n0 + c);
+}
+
+// acc[m][c] = sum over the segment's rows r (in order) of x[m][r] * u[r][c]. Each stored row
+// is read whole (the memory streams it), decoded and summed in one pass per activation row,
+// or a piece of columns at a time decoded once for all of them.
+template <Format kFmt>
+void GemvSegmentOf(const GemvSegment& s) {
+  constexpr int64_t kPerRow = kFmt == Format::kInt8 ? 1 : 2;
+  // Decoding a row again per activation row beats storing it where decoding is cheap: int8
+  // always, int4 up to two rows (x86-64 SSE2 build, K = N = 4096, 2 threads).
+  const bool fused = kFmt == Format::kInt8 || s.m == 1 || (kFmt == Format::kInt4 && s.m <= 2);
+  alignas(64) float lo[kGemvPiece], hi[kGemvPiece];
+  for (int mi = 0; mi < s.m; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * s.cols);
+  for (int64_t r = s.r0; r < s.r1; r += kPerRow) {
+    const uint8_t* q = s.q + (r / kPerRow) * s.ldq + s.n0;
+    if (fused) {
+      for (int mi = 0; mi < s.m; ++mi) {
+        float* acc = s.acc + mi * s.ldacc;
+        const float x0 = s.x[mi * s.ldx + r];
+        const float x1 = kPerRow == 2 ? s.x[mi * s.ldx + r + 1] : 0.0f;
+        for (int64_t c = 0; c < s.cols; ++c) {
+          float u0, u1 = 0.0f;
+          DecodeStoredRow<kFmt>(q + c, 1, &u0, &u1);
+          acc[c] += x0 * u0;
+          if (kPerRow == 2) acc[c] += x1 * u1;
+        }
+      }
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < s.cols; c0 += kGemvPiece) {
+      const int64_t cols = std::min(kGemvPiece, s.cols - c0);
+      DecodeStoredRow<kFmt>(q + c0, cols, lo, hi);
+      for (int mi = 0; mi < s.m; ++mi) {
+        float* acc = s.acc + mi * s.ldacc + c0;
+        const float x0 = s.x[mi * s.ldx + r];
+        for (int64_t c = 0; c < cols; ++c) acc[c] += x0 * lo[c];
+        if (kPerRow == 2) {
+          const float x1 = s.x[mi * s.ldx + r + 1];
+          for (int64_t c = 0; c < cols; ++c) acc[c] += x1 * hi[c];
+        }
       }
     }
   }
@@ -49,18 +99,78 @@ void GemvSegmentPortable(const GemvSegment& s) {
   }
 }
 
-void MicroKernelPortable(int mr, int64_t kc, const float* a, const float* b, float* c,
-                         int64_t ldc, bool accumulate, int cols) {
-  float tile[kMr][kNr] = {};
+void GemvSegmentPortable(const GemvSegment& s) {
+  switch (s.fmt) {
+    case Format::kInt8:
+      return GemvSegmentOf<Format::kInt8>(s);
+    case Format::kInt4:
+      return GemvSegmentOf<Format::kInt4>(s);
+    case Format::kNf4:
+      return GemvSegmentOf<Format::kNf4>(s);
+  }
+}
+
+// Rows [i0, i0 + R) of a micro-tile: R x kNr sums in an array the compiler keeps in vector
+// registers (R = 4: 16 accumulators, within aarch64's 32 NEON registers).
+template <int R>
+inline void MicroRows(int i0, int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                      bool accumulate, int cols) {
+  float tile[R][kNr] = {};
   for (int64_t k = 0; k < kc; ++k) {
-    for (int i = 0; i < mr; ++i) {
-      const float av = a[k * kMr + i];
-      for (int j = 0; j < kNr; ++j) tile[i][j] += av * b[k * kNr + j];
+    const float* bk = b + k * kNr;
+    for (int i = 0; i < R; ++i) {
+      const float av = a[k * kMr + i0 + i];
+      for (int j = 0; j < kNr; ++j) tile[i][j] += av * bk[j];
     }
   }
-  for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < cols; ++j) {
-      c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i][j] : tile[i][j];
+  for (int i = 0; i < R; ++i) {
+    float* row = c + (i0 + i) * ldc;
+    for (int j = 0; j < cols; ++j) row[j] = accumulate ? row[j] + tile[i][j] : tile[i][j];
+  }
+}
+
+void MicroKernelPortable(int mr, int64_t kc, const float* a, const float* b, float* c,
+                         int64_t ldc, bool accumulate, int cols) {
+  int i0 = 0;
+  for (; i0 + 4 <= mr; i0 += 4) MicroRows<4>(i0, kc, a, b, c, ldc, accumulate, cols);
+  for (; i0 < mr; ++i0) MicroRows<1>(i0, kc, a, b, c, ldc, accumulate, cols);
+}
+
+// DecodePanelPortable for one format: each logical row's kNr-wide pieces, branch-free.
+template <Format kFmt>
+void DecodePanelOf(const DecodePanel& d) {
+  const int64_t rows = d.r1 - d.r0;
+  const int64_t whole = d.cols / kNr;  // slivers with every column
+  for (int64_t r = d.r0; r < d.r1; ++r) {
+    const float* srow = d.scale + (r / d.block_size) * d.lds + d.n0;
+    const uint8_t* q = d.q + (kFmt == Format::kInt8 ? r : r >> 1) * d.ldq + d.n0;
+    const int shift = kFmt != Format::kInt8 && (r & 1) ? 4 : 0;
+    for (int64_t j = 0; j < whole; ++j) {
+      float* out = d.panel + j * rows * kNr + (r - d.r0) * kNr;
+      const uint8_t* qj = q + j * kNr;
+      const float* sj = srow + j * kNr;
+      for (int i = 0; i < kNr; ++i) {
+        float u;
+        if constexpr (kFmt == Format::kInt8) {
+          u = static_cast<float>(static_cast<int8_t>(qj[i]));
+        } else if constexpr (kFmt == Format::kInt4) {
+          u = static_cast<float>((qj[i] >> shift) & 0x0F) - kInt4ZeroPoint;
+        } else {
+          u = kNf4Code[(qj[i] >> shift) & 0x0F];
+        }
+        out[i] = u * sj[i];
+      }
+    }
+  }
+  if (whole * kNr == d.cols) return;
+  // The last, partial sliver element by element, zero past the columns.
+  float* out = d.panel + whole * rows * kNr;
+  for (int64_t r = d.r0; r < d.r1; ++r) {
+    const float* srow = d.scale + (r / d.block_size) * d.lds;
+    for (int i = 0; i < kNr; ++i) {
+      const int64_t c = whole * kNr + i;
+      out[(r - d.r0) * kNr + i] =
+          c < d.cols ? Unscaled(kFmt, d.q, d.ldq, r, d.n0 + c) * srow[d.n0 + c] : 0.0f;
     }
   }
 }
@@ -68,22 +178,13 @@ void MicroKernelPortable(int mr, int64_t kc, const float* a, const float* b, flo
 }  // namespace
 
 void DecodePanelPortable(const DecodePanel& d) {
-  const int64_t rows = d.r1 - d.r0;
-  const int64_t slivers = (d.cols + kNr - 1) / kNr;
-  for (int64_t j = 0; j < slivers; ++j) {
-    float* out = d.panel + j * rows * kNr;
-    for (int64_t r = d.r0; r < d.r1; ++r) {
-      const float* srow = d.scale + (r / d.block_size) * d.lds;
-      for (int i = 0; i < kNr; ++i) {
-        const int64_t c = j * kNr + i;
-        float w = 0.0f;
-        if (c < d.cols) {
-          const int64_t n = d.n0 + c;
-          w = Unscaled(d.fmt, d.q, d.ldq, r, n) * srow[n];
-        }
-        out[(r - d.r0) * kNr + i] = w;
-      }
-    }
+  switch (d.fmt) {
+    case Format::kInt8:
+      return DecodePanelOf<Format::kInt8>(d);
+    case Format::kInt4:
+      return DecodePanelOf<Format::kInt4>(d);
+    case Format::kNf4:
+      return DecodePanelOf<Format::kNf4>(d);
   }
 }
 

@@ -1,6 +1,7 @@
 // Portable int8-activation kernels (Precision::kInt8): the integer arithmetic every SIMD
 // variant reproduces exactly (integer sums are exact, so only the float32 flush order can
 // differ between instruction sets).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -81,7 +82,78 @@ void Q8SegmentColumns(const Q8Segment& s, int64_t c0, int64_t c1) {
   }
 }
 
-void Q8SegmentPortable(const Q8Segment& s) { Q8SegmentColumns(s, 0, s.cols); }
+namespace {
+
+// Columns one pass of Q8SegmentOf takes.
+constexpr int64_t kQ8Piece = 64;
+
+// The weight codes of logical row r (g0 + i of a group) for columns [0, cols): int8's code,
+// int4's nibble (the zero point is removed through the activation sums) or NF4's int8 code.
+template <Format kFmt>
+inline void WeightRow(const uint8_t* q, int64_t ldq, int64_t r, int64_t cols, int16_t* w) {
+  const uint8_t* row = q + (kFmt == Format::kInt8 ? r : r >> 1) * ldq;
+  const int shift = kFmt != Format::kInt8 && (r & 1) ? 4 : 0;
+  for (int64_t c = 0; c < cols; ++c) {
+    if constexpr (kFmt == Format::kInt8) {
+      w[c] = static_cast<int8_t>(row[c]);
+    } else if constexpr (kFmt == Format::kInt4) {
+      w[c] = (row[c] >> shift) & 0x0F;
+    } else {
+      w[c] = kNf4Int8[(row[c] >> shift) & 0x0F];
+    }
+  }
+}
+
+// Q8SegmentColumns' arithmetic, vectorizable: per piece of columns and group, each weight row
+// is decoded once for every activation row, and each row's int32 sums run over the piece's
+// columns (exact, so in any order); the float sums per column follow Q8SegmentColumns' order
+// (group by group, then scale times unit times the total).
+template <Format kFmt>
+void Q8SegmentOf(const Q8Segment& s) {
+  static_assert(kInt8MaxM <= 64, "the totals of every activation row stay on the stack");
+  const int32_t zp = kFmt == Format::kInt4 ? 8 : 0;
+  const float unit = kFmt == Format::kNf4 ? 1.0f / 127.0f : 1.0f;
+  alignas(64) int16_t w[kQ8Group][kQ8Piece];
+  alignas(64) int32_t dot[kQ8Piece];
+  alignas(64) float total[kInt8MaxM][kQ8Piece];
+  for (int64_t c0 = 0; c0 < s.cols; c0 += kQ8Piece) {
+    const int64_t cols = std::min(kQ8Piece, s.cols - c0);
+    for (int64_t mi = 0; mi < s.m; ++mi) std::fill(total[mi], total[mi] + cols, 0.0f);
+    for (int64_t g0 = s.r0; g0 < s.r1; g0 += kQ8Group) {
+      for (int i = 0; i < kQ8Group; ++i) WeightRow<kFmt>(s.q + s.n0 + c0, s.ldq, g0 + i, cols, w[i]);
+      const int64_t g = g0 / kQ8Group;
+      for (int64_t mi = 0; mi < s.m; ++mi) {
+        const int64_t at = g * s.x.rows + mi;
+        const int8_t* xq = s.x.q + at * kQ8Group;
+        std::fill(dot, dot + cols, -zp * s.x.sum[at]);
+        for (int i = 0; i < kQ8Group; ++i) {
+          const int32_t xv = xq[Q8CodeAt(kFmt, i)];
+          for (int64_t c = 0; c < cols; ++c) dot[c] += xv * w[i][c];
+        }
+        const float dg = s.x.d[at];
+        for (int64_t c = 0; c < cols; ++c) total[mi][c] += dg * static_cast<float>(dot[c]);
+      }
+    }
+    for (int64_t mi = 0; mi < s.m; ++mi) {
+      float* y = s.y + mi * s.ldy + c0;
+      const float* sc = s.scale + c0;
+      for (int64_t c = 0; c < cols; ++c) y[c] += sc[c] * unit * total[mi][c];
+    }
+  }
+}
+
+}  // namespace
+
+void Q8SegmentPortable(const Q8Segment& s) {
+  switch (s.fmt) {
+    case Format::kInt8:
+      return Q8SegmentOf<Format::kInt8>(s);
+    case Format::kInt4:
+      return Q8SegmentOf<Format::kInt4>(s);
+    case Format::kNf4:
+      return Q8SegmentOf<Format::kNf4>(s);
+  }
+}
 
 }  // namespace internal
 }  // namespace jaxcore_cpu
