@@ -725,3 +725,51 @@ def test_ffi_rejects_an_unknown_precision_code():
             block_size=np.int64(32),
             precision=np.int32(7),
         ).block_until_ready()
+
+
+# ------------------------------------------------- CPUs with only the portable kernels
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_portable_only_cpu_gives_the_reference_kernel_all_but_one_row(monkeypatch, precision):
+    """Where the CPU has no SIMD table (aarch64), the registry's implementations leave M > 1 to
+    the reference kernel (faster there) and keep M = 1; the direct API stays native."""
+    from jaxcore_cpu import _library, _matmul
+
+    impl = _matmul.IMPLS_BY_PRECISION[precision]
+    dq_impl = _matmul.DQ_IMPLS_BY_PRECISION[precision]
+    rng = np.random.default_rng(31)
+    w = quant.ArrayNF4.quantize(jnp.asarray(rng.standard_normal((128, 96)), jnp.float32), 64)
+    wdq = quant.ArrayNF4.quantize(
+        jnp.asarray(rng.standard_normal((128, 96)), jnp.float32), 64, double_quant=True
+    )
+    static = dict(fmt="nf4", block_size=64, out_dtype=np.dtype(np.float32))
+
+    def lowered(fn, *args):
+        return jax.jit(functools.partial(fn, **static)).lower(*args).as_text()
+
+    for detected, native_rows in [("portable", (1,)), (jaxcore_cpu.detected_isa(), (1, 2, 16))]:
+        monkeypatch.setattr(_library, "detected_isa", lambda d=detected: d)
+        for m in (1, 2, 16):
+            x = jnp.asarray(rng.standard_normal((m, 128)), jnp.float32)
+            plain = lowered(impl, x, w.qvalue, w.scale)
+            dq = lowered(dq_impl, x, wdq.qvalue, wdq.scale, wdq.scale_group_scale, wdq.scale_offset)
+            native = m in native_rows
+            assert (TARGET in plain) == native, (detected, m)
+            assert ("jaxcore_cpu_quantized_matmul_dq" in dq) == native, (detected, m)
+            got = impl(x, w.qvalue, w.scale, **static)
+            assert_int8_close(got, x, np_dequant("nf4", w.qvalue, w.scale, 64), (detected, m))
+            got_dq = dq_impl(
+                x, wdq.qvalue, wdq.scale, wdq.scale_group_scale, wdq.scale_offset, **static
+            )
+            np.testing.assert_allclose(
+                np.asarray(got_dq),
+                np.asarray(x @ wdq.materialize()),
+                rtol=2e-2,
+                atol=2e-2 * float(np.abs(np.asarray(x @ wdq.materialize())).max()),
+            )
+    monkeypatch.setattr(_library, "detected_isa", lambda: "portable")
+    direct = jax.jit(
+        lambda x: jaxcore_cpu.quantized_matmul(x, w.qvalue, w.scale, fmt="nf4", block_size=64)
+    )
+    assert TARGET in direct.lower(jnp.zeros((16, 128), jnp.float32)).as_text()
