@@ -24,8 +24,8 @@
 // A task (qmm.cc plans them) is a range of K for a range of columns, taken in column blocks
 // whose float sums stay in cache (Q8TaskBlockCols) across the task's scale blocks: each
 // group's weight scales enter its float work, or, where the task lies in one scale block
-// (per-channel int8), the end. One or two activation rows (bound by memory) sweep 8 stored
-// rows across the block at a time, each chunk's decoded quads kept in registers from decode
+// (per-channel int8), the end. One or two activation rows (bound by memory) sweep 8 or 16
+// stored rows across the block at a time (kNarrowRows), each chunk's decoded quads kept in registers from decode
 // to products (Q8TaskRows); more rows decode whole groups into memory and run 2-row tiles
 // over them (Q8TaskBlockT). The activations come from Q8QuantizeAvx2 (the portable kernels'
 // codes and order).
@@ -49,10 +49,15 @@ namespace {
 
 constexpr int kQuads = kQ8Group / 4;
 constexpr int64_t kPrefetchAhead = 512;
-// Stored rows the one- and two-row kernel sweeps over the columns at a time. Memory serves 8
-// concurrent row streams about twice as fast as the 32 of a whole int8 group (measured on
-// Zen 3: ~28 vs ~14 GB/s).
-constexpr int kNarrowRows = 8;
+// Stored rows the one- and two-row kernel sweeps over the columns at a time: 8 for AVX2's
+// int8, whose products are slow enough that memory must serve it well (8 concurrent row
+// streams ran about twice as fast as the 32 of a whole int8 group on Zen 3: ~28 vs ~14 GB/s);
+// a whole group of 16 for the nibble-packed formats and for VNNI's int8, which then keep
+// their sums in registers for the group instead of carrying them from band to band (Zen 4,
+// 2 threads, K = N = 4096, M = 1-2: AVX2 NF4 -8 to -10 %, int4 level; AVX-VNNI int4 -8 to
+// -14 %, NF4 -4 %, int8 -9 to -11 %; AVX2 int8 +11 % at M = 1, so it keeps 8).
+template <class P, Format kFmt>
+constexpr int kNarrowRows = kFmt == Format::kInt8 && !P::kVnni ? 8 : 16;
 
 inline __m256i Load32(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -381,8 +386,9 @@ void Q8TaskBlockT(const Q8Task& t) {
 // A column block of a task of kR <= 2 rows (small M, bound by memory and decoding): each
 // chunk's quads stay in registers from decode to products, where the kernel for more rows
 // stores them for its row tiles to share. Bands of kNarrowRows stored rows are swept across
-// the block (few concurrent row streams), the group's int32 sums waiting in the scratch
-// (after the float sums) between bands, so the float work comes once per group. Zen 4 pinned
+// the block (few concurrent row streams); where a group takes several bands (AVX2's int8),
+// its int32 sums wait in the scratch (after the float sums) between them, so the float work
+// comes once per group. Zen 4 pinned
 // to AVX2, one thread, weights in cache, against storing the quads: M = 1 int8 104 -> 66 us,
 // int4 67 -> 51, NF4 86 -> 69 per 512 columns of K = 4096; M = 2 int8 230 -> 96, int4
 // 87 -> 74, NF4 130 -> 102.
@@ -394,7 +400,8 @@ void Q8TaskRows(const Q8Task& t) {
   for (int r = 0; r < kR; ++r) std::fill(t.acc + r * lda, t.acc + r * lda + wide, 0.0f);
   int32_t* carried = reinterpret_cast<int32_t*>(t.acc + kR * lda);
   constexpr int kStoredRows = kGroupRows<kFmt>;
-  constexpr int kBands = kStoredRows / kNarrowRows;
+  constexpr int kBandRows = kNarrowRows<P, kFmt>;
+  constexpr int kBands = kStoredRows / kBandRows;
   constexpr int kBandQuads = kQuads / kBands;
   const __m256 unit = ScaleUnit<kFmt>();
   const uint8_t* end = t.q + StoredRow<kFmt>(t.r1) * t.ldq;
@@ -412,7 +419,7 @@ void Q8TaskRows(const Q8Task& t) {
       zero_point[r] = _mm256_set1_epi32(kZeroPoint<P, kFmt> * t.x.sum[at]);
     }
     for (int band = 0; band < kBands; ++band) {
-      const uint8_t* rows = group + band * kNarrowRows * t.ldq;
+      const uint8_t* rows = group + band * kBandRows * t.ldq;
       const bool first = band == 0, last = band == kBands - 1;
       const int64_t part = (g0 % t.block_size) / kQ8Group * kBands + band;
       const int64_t parts = t.block_size / kQ8Group * kBands;
@@ -420,7 +427,7 @@ void Q8TaskRows(const Q8Task& t) {
         // This band's share of the next scale block's lines for the chunk.
         if (!kScaleLater) PrefetchNextBlockScales(t, g0, srow, c, 2, part, parts);
         if (c % 64 == 0) {  // into L2, kPrefetchAhead along the band's rows
-          for (int r = 0; r < kNarrowRows; ++r) {
+          for (int r = 0; r < kBandRows; ++r) {
             const uint8_t* line = rows + r * t.ldq + c + kPrefetchAhead;
             if (line >= end) break;
             _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
@@ -430,7 +437,7 @@ void Q8TaskRows(const Q8Task& t) {
         for (int r = 0; r < kR; ++r) {
           for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
         }
-        for (int set = 0; set < kNarrowRows / 4; ++set) {
+        for (int set = 0; set < kBandRows / 4; ++set) {
           const uint8_t* row = rows + 4 * set * t.ldq + c;
           __m256i stored[4];
           for (int i = 0; i < 4; ++i) stored[i] = Load32(row + i * t.ldq);
@@ -441,7 +448,7 @@ void Q8TaskRows(const Q8Task& t) {
             __m256i xb[kR];
             for (int r = 0; r < kR; ++r) xb[r] = Broadcast4(xq[r] + 4 * (band * kBandQuads + bq));
             for (int j = 0; j < 4; ++j) {
-              // int16 pair sums (AVX2 int4): a band's 4 quads stay below 2^15.
+              // int16 pair sums (AVX2 int4): a group's 8 quads stay below 2^15.
               const __m256i u = Unsigned<P, kFmt>(quad[step][j]);
               for (int r = 0; r < kR; ++r) {
                 a[r][j] = Product<P, kFmt>(a[r][j], u, quad[step][j], xb[r]);
