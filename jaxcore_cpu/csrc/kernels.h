@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "qmm.h"
 
@@ -15,6 +16,23 @@ namespace internal {
 // The NF4 code book (jaxcore/kernels/_nf4.py), index = stored nibble.
 extern const float kNf4Code[16];
 constexpr float kInt4ZeroPoint = 8.0f;
+
+// Calls f(FormatTag<fmt>{}) with the format as a compile-time constant: the kernels are
+// templates on it (`decltype(tag)::value` inside a generic lambda), chosen once per call.
+template <Format kFmt>
+using FormatTag = std::integral_constant<Format, kFmt>;
+
+template <typename F>
+inline void WithFormat(Format fmt, F&& f) {
+  switch (fmt) {
+    case Format::kInt8:
+      return f(FormatTag<Format::kInt8>{});
+    case Format::kInt4:
+      return f(FormatTag<Format::kInt4>{});
+    case Format::kNf4:
+      return f(FormatTag<Format::kNf4>{});
+  }
+}
 
 // The stored 4-bit code of logical row r, column n of a nibble-packed weight.
 inline uint8_t Nibble(const uint8_t* q, int64_t ldq, int64_t r, int64_t n) {

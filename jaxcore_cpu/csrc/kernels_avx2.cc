@@ -414,11 +414,7 @@ void GemvSegmentF(const GemvSegment& s) {
 }
 
 void GemvSegmentAvx2(const GemvSegment& s) {
-  switch (s.fmt) {
-    case Format::kInt8: return GemvSegmentF<Format::kInt8>(s);
-    case Format::kInt4: return GemvSegmentF<Format::kInt4>(s);
-    case Format::kNf4: return GemvSegmentF<Format::kNf4>(s);
-  }
+  WithFormat(s.fmt, [&](auto tag) { GemvSegmentF<decltype(tag)::value>(s); });
 }
 
 // --- Panel decoding ------------------------------------------------------------------
@@ -476,11 +472,7 @@ void DecodeFullSlivers(const DecodePanel& d, int64_t slivers) {
 void DecodePanelAvx2(const DecodePanel& d) {
   const int64_t rows = d.r1 - d.r0;
   const int64_t full = d.cols / kNr;
-  switch (d.fmt) {
-    case Format::kInt8: DecodeFullSlivers<Format::kInt8>(d, full); break;
-    case Format::kInt4: DecodeFullSlivers<Format::kInt4>(d, full); break;
-    case Format::kNf4: DecodeFullSlivers<Format::kNf4>(d, full); break;
-  }
+  WithFormat(d.fmt, [&](auto tag) { DecodeFullSlivers<decltype(tag)::value>(d, full); });
   if (full * kNr < d.cols) {
     // The ragged last sliver, element by element: vector loads could run past the row.
     DecodePanel ragged = d;

@@ -243,17 +243,7 @@ void BandsOf(const GemvSegment& s, int64_t wide) {
 void GemvSegmentAvx512(const GemvSegment& s) {
   const int64_t wide = s.cols / kCols * kCols;
   if (wide > 0) {
-    switch (s.fmt) {
-      case Format::kInt8:
-        BandsOf<Format::kInt8>(s, wide);
-        break;
-      case Format::kInt4:
-        BandsOf<Format::kInt4>(s, wide);
-        break;
-      case Format::kNf4:
-        BandsOf<Format::kNf4>(s, wide);
-        break;
-    }
+    WithFormat(s.fmt, [&](auto tag) { BandsOf<decltype(tag)::value>(s, wide); });
   }
   if (wide == s.cols) return;
   // The last columns, as segments of their own of at most the AVX2 kernel's rows.

@@ -100,14 +100,7 @@ void GemvSegmentOf(const GemvSegment& s) {
 }
 
 void GemvSegmentPortable(const GemvSegment& s) {
-  switch (s.fmt) {
-    case Format::kInt8:
-      return GemvSegmentOf<Format::kInt8>(s);
-    case Format::kInt4:
-      return GemvSegmentOf<Format::kInt4>(s);
-    case Format::kNf4:
-      return GemvSegmentOf<Format::kNf4>(s);
-  }
+  WithFormat(s.fmt, [&](auto tag) { GemvSegmentOf<decltype(tag)::value>(s); });
 }
 
 // Rows [i0, i0 + R) of a micro-tile: R x kNr sums in an array the compiler keeps in vector
@@ -178,14 +171,7 @@ void DecodePanelOf(const DecodePanel& d) {
 }  // namespace
 
 void DecodePanelPortable(const DecodePanel& d) {
-  switch (d.fmt) {
-    case Format::kInt8:
-      return DecodePanelOf<Format::kInt8>(d);
-    case Format::kInt4:
-      return DecodePanelOf<Format::kInt4>(d);
-    case Format::kNf4:
-      return DecodePanelOf<Format::kNf4>(d);
-  }
+  WithFormat(d.fmt, [&](auto tag) { DecodePanelOf<decltype(tag)::value>(d); });
 }
 
 void ExpandDqPortable(const int8_t* codes, int64_t count, float gs, float offset, float* out) {

@@ -418,14 +418,7 @@ void Q8TaskBlockOf(const Q8Task& t) {
 }
 
 void Q8TaskBlock(const Q8Task& t) {
-  switch (t.fmt) {
-    case Format::kInt8:
-      return Q8TaskBlockOf<Format::kInt8>(t);
-    case Format::kInt4:
-      return Q8TaskBlockOf<Format::kInt4>(t);
-    case Format::kNf4:
-      return Q8TaskBlockOf<Format::kNf4>(t);
-  }
+  WithFormat(t.fmt, [&](auto tag) { Q8TaskBlockOf<decltype(tag)::value>(t); });
 }
 
 void Q8TaskAvx512(const Q8Task& t) { ForEachQ8TaskBlock(t, Q8TaskBlock); }

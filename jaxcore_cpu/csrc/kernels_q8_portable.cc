@@ -148,14 +148,7 @@ void Q8SegmentOf(const Q8Segment& s) {
 }  // namespace
 
 void Q8SegmentPortable(const Q8Segment& s) {
-  switch (s.fmt) {
-    case Format::kInt8:
-      return Q8SegmentOf<Format::kInt8>(s);
-    case Format::kInt4:
-      return Q8SegmentOf<Format::kInt4>(s);
-    case Format::kNf4:
-      return Q8SegmentOf<Format::kNf4>(s);
-  }
+  WithFormat(s.fmt, [&](auto tag) { Q8SegmentOf<decltype(tag)::value>(s); });
 }
 
 }  // namespace internal

@@ -501,17 +501,7 @@ void Q8TaskBlockOf(const Q8Task& t) {
 template <class P>
 void Q8TaskYmm(const Q8Task& t) {
   ForEachQ8TaskBlock(t, [](const Q8Task& b) {
-    switch (b.fmt) {
-      case Format::kInt8:
-        Q8TaskBlockOf<P, Format::kInt8>(b);
-        break;
-      case Format::kInt4:
-        Q8TaskBlockOf<P, Format::kInt4>(b);
-        break;
-      case Format::kNf4:
-        Q8TaskBlockOf<P, Format::kNf4>(b);
-        break;
-    }
+    WithFormat(b.fmt, [&](auto tag) { Q8TaskBlockOf<P, decltype(tag)::value>(b); });
   });
 }
 
