@@ -7,7 +7,8 @@ one ``jaxcore_cpu`` would load, and ``--b``) into one process, registers each as
 XLA FFI target, and times them in alternation (A B, then B A) on the same weights, so
 drift hits both alike. For each format and M it prints each build's fastest and median time
 per matmul and the median of the paired B / A ratios, with how many pairs B won; the two
-builds' results are checked to agree first.
+builds' results are checked to agree first. It ends with the table of B / A ratios (--plot
+PATH draws it).
 
 Each timed call is one jitted program of --chain matmuls (each by its own weight copy, each
 waiting for the one before), rotating over two such sets, so every matmul reads its weight
@@ -33,6 +34,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax
 import jax.numpy as jnp
 import numpy as np
+import plot_tables  # benchmarks/, the script's directory
 
 _FORMATS = {"int8": (0, np.int8, 1), "int4": (1, np.uint8, 2), "nf4": (2, np.uint8, 2)}
 _PRECISIONS = {"float32": 0, "int8": 1}
@@ -174,7 +176,9 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=20, help="timed pairs per format and M")
     parser.add_argument("--chain", type=int, default=8, help="products per timed call")
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args(argv)
+    plot_tables.check_plot_option(parser, args)
     args.a = args.a or _default_library()
     if args.a is None:
         parser.error("--a is required where jaxcore_cpu cannot find its library")
@@ -192,7 +196,21 @@ def main(argv=None):
         f"{2 * args.chain} weight copies; {args.reps} alternating pairs; fastest / median ms "
         "per product"
     )
-    compare(args)
+    rows = compare(args)
+    ratio = {(r["fmt"], r["m"]): r["ratio"] for r in rows}
+    print("\nB / A, median of the paired ratios (below 1: B is faster):")
+    print("  | M | " + " | ".join(args.formats) + " |")
+    print("  |---|" + "---|" * len(args.formats))
+    for m in args.m:
+        print(f"  | {m} | " + " | ".join(f"{ratio[f, m]:.3f}" for f in args.formats) + " |")
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot,
+            f"B / A time, {args.precision} activations, K={args.k} N={args.n}",
+            "M",
+            list(args.formats),
+            [(str(m), [ratio[f, m] for f in args.formats]) for m in args.m],
+        )
 
 
 if __name__ == "__main__":

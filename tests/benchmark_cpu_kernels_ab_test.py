@@ -6,6 +6,7 @@ library without the FFI handler, and arguments that break the layout.
 """
 
 import ctypes.util
+import importlib.util
 import os
 import re
 import shutil
@@ -82,6 +83,22 @@ def test_times_both_builds_for_every_format_and_m(libraries, precision):
         a_min, a_med, b_min, b_med, ratio = map(float, row[2:7])
         assert 0 < a_min <= a_med and 0 < b_min <= b_med and ratio > 0, row
         assert int(row[8]) == 2 and 0 <= int(row[7]) <= 2, row
+    # The closing table repeats each format's ratio per M.
+    table = out[out.index("B / A, median") :]
+    assert "| M | int8 | int4 | nf4 |" in table
+    for m in ("1", "3"):
+        cells = re.search(rf"^  \| {m} \| (.*) \|$", table, re.M).group(1).split(" | ")
+        assert cells == [r[6] for r in rows if r[1] == m], (m, cells)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed"
+)
+def test_plot_draws_the_ratio_table(libraries, tmp_path):
+    png = tmp_path / "ab.png"
+    result = _run("--a", libraries[0], "--b", libraries[1], *TINY, "--m", "1", "--plot", str(png))
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_missing_library_is_named(libraries):

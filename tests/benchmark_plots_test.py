@@ -20,6 +20,7 @@ BENCHMARKS = REPO / "benchmarks"
 TABLE_SCRIPTS = [
     "accelerator_scheduler.py",
     "build_times.py",
+    "cpu_kernels_ab.py",
     "implicit_overheads.py",
     "named_linear.py",
     "named_overheads.py",
