@@ -170,10 +170,12 @@ inline void GemvRows(const GemvSegment& s, int64_t sr, int64_t lr, int64_t c0,
 }
 
 // Stored rows [sr0, sr1) times columns [c, c + 32) for M <= 2 activation rows, summed in
-// registers and written (`first`) or added to acc in column order.
+// registers and written (`first`) or added to acc in column order. int4 multiplies the
+// nibbles v as they are and subtracts zero_shift[mi] (8 times the band's activations of row
+// mi) once: sum x (v - 8) = sum x v - 8 sum x.
 template <Format kFmt, int M>
 inline void GemvBandChunk(const GemvSegment& s, const Nf4Planes& planes, int64_t sr0,
-                          int64_t sr1, int64_t c, bool first) {
+                          int64_t sr1, int64_t c, bool first, const float* zero_shift) {
   static_assert(M <= 2, "accumulators for at most two activation rows");
   constexpr int kSets = M == 1 ? 2 : 1;  // M = 1: even/odd rows in separate FMA chains
   __m256 sum[kSets][M][4];
@@ -203,15 +205,14 @@ inline void GemvBandChunk(const GemvSegment& s, const Nf4Planes& planes, int64_t
   }
   // int4: each 8 bytes widen straight from memory to int32 lanes in column order, both
   // nibbles of them (rows 2r and 2r + 1) split by mask and shift: one shuffle-port op per 16
-  // weights, where the code-book decoder below needs six.
+  // weights, where the code-book decoder below needs six. The zero point waits for the end.
   for (int64_t r = sr0; kFmt == Format::kInt4 && r < sr1; ++r, q += s.ldq) {
     const __m256i nibble = _mm256_set1_epi32(0x0F);
-    const __m256i zero_point = _mm256_set1_epi32(8);
     __m256 even[4], odd[4];
     for (int j = 0; j < 4; ++j) {
       const __m256i raw = Load8Bytes(q + 8 * j, false);
-      even[j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(raw, nibble), zero_point));
-      odd[j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(raw, 4), zero_point));
+      even[j] = _mm256_cvtepi32_ps(_mm256_and_si256(raw, nibble));
+      odd[j] = _mm256_cvtepi32_ps(_mm256_srli_epi32(raw, 4));
     }
     for (int mi = 0; mi < M; ++mi) {
       const __m256 xe = _mm256_broadcast_ss(s.x + mi * s.ldx + 2 * r);
@@ -241,6 +242,7 @@ inline void GemvBandChunk(const GemvSegment& s, const Nf4Planes& planes, int64_t
     __m256 total[4], v[4];
     for (int j = 0; j < 4; ++j) {
       total[j] = kSets == 2 ? _mm256_add_ps(sum[0][mi][j], sum[1][mi][j]) : sum[0][mi][j];
+      if (kFmt == Format::kInt4) total[j] = _mm256_sub_ps(total[j], _mm256_set1_ps(zero_shift[mi]));
     }
     if (kFmt == Format::kNf4) {
       ToColumnOrder(total, v);  // the byte-plane decoder's order
@@ -274,6 +276,11 @@ int64_t GemvBands(const GemvSegment& s) {
   const int64_t bands = (seg1 - seg0 + kGemvBand - 1) / kGemvBand;
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kGemvBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kGemvBand);
+    float zero_shift[M] = {};
+    for (int mi = 0; kFmt == Format::kInt4 && mi < M; ++mi) {
+      for (int64_t r = 2 * sr0; r < 2 * sr1; ++r) zero_shift[mi] += s.x[mi * s.ldx + r];
+      zero_shift[mi] *= kInt4ZeroPoint;
+    }
     for (int64_t c = 0; c < wide_cols; c += 32) {
       // This band's share of the segment's scale lines for the chunk, which the flush reads.
       PrefetchLines(s.scale + c, 2, (sr0 - seg0) / kGemvBand, bands);
@@ -285,7 +292,7 @@ int64_t GemvBands(const GemvSegment& s) {
           _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T1);
         }
       }
-      GemvBandChunk<kFmt, M>(s, planes, sr0, sr1, c, sr0 == seg0);
+      GemvBandChunk<kFmt, M>(s, planes, sr0, sr1, c, sr0 == seg0, zero_shift);
     }
   }
   return wide_cols;
