@@ -31,10 +31,11 @@ import time
 # Run from a checkout without installing jaxcore.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+import _chain  # benchmarks/, the script's directory (as plot_tables)
 import jax
 import jax.numpy as jnp
 import numpy as np
-import plot_tables  # benchmarks/, the script's directory
+import plot_tables
 
 _FORMATS = {"int8": (0, np.int8, 1), "int4": (1, np.uint8, 2), "nf4": (2, np.uint8, 2)}
 _PRECISIONS = {"float32": 0, "int8": 1}
@@ -56,10 +57,11 @@ def _load(path: str, target: str, isa: str | None) -> None:
 
 
 def _chained(target: str, n: int, fmt: str, block_size: int, precision: str, chain: int):
-    """A jitted ``f(x, codes, scales)`` running ``chain`` products through ``target``."""
+    """A jitted ``f(x, [(codes, scales), ...])`` running ``chain`` products through ``target``."""
     code, _, _ = _FORMATS[fmt]
 
-    def product(x, q, s):
+    def product(x, weight):
+        q, s = weight
         out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
         return jax.ffi.ffi_call(target, out)(
             x,
@@ -71,16 +73,7 @@ def _chained(target: str, n: int, fmt: str, block_size: int, precision: str, cha
             precision=np.int32(_PRECISIONS[precision]),
         )
 
-    @jax.jit
-    def run(x, codes, scales):
-        outs = []
-        for q, s in zip(codes, scales):
-            outs.append(product(x, q, s))
-            # The next product's activations wait for this one: they run in sequence.
-            x, _ = jax.lax.optimization_barrier((x, outs[-1]))
-        return outs
-
-    return run
+    return _chain.chained(product, chain)
 
 
 def _weights(fmt: str, k: int, n: int, block_size: int, copies: int, rng):
@@ -104,10 +97,8 @@ def compare(args) -> list[dict]:
     rows = []
     for fmt in args.formats:
         codes, scales = _weights(fmt, args.k, args.n, args.block_size, 2 * args.chain, rng)
-        sets = [
-            (codes[: args.chain], scales[: args.chain]),
-            (codes[args.chain :], scales[args.chain :]),
-        ]
+        weights = list(zip(codes, scales))
+        sets = [weights[: args.chain], weights[args.chain :]]
         runs = {
             tag: _chained(
                 f"jaxcore_cpu_ab_{tag}", args.n, fmt, args.block_size, args.precision, args.chain
@@ -116,18 +107,18 @@ def compare(args) -> list[dict]:
         }
         for m in args.m:
             x = jnp.asarray(rng.standard_normal((m, args.k), dtype=np.float32))
-            first = {tag: [np.asarray(o) for o in run(x, *sets[0])] for tag, run in runs.items()}
+            first = {tag: [np.asarray(o) for o in run(x, sets[0])] for tag, run in runs.items()}
             for got_a, got_b in zip(first["a"], first["b"]):
                 scale = max(1e-30, float(np.max(np.abs(got_a))))
                 if float(np.max(np.abs(got_a - got_b))) > 1e-3 * scale:
                     raise SystemExit(f"error: the builds disagree on {fmt} at M = {m}")
             for run in runs.values():
-                jax.block_until_ready(run(x, *sets[1]))
+                jax.block_until_ready(run(x, sets[1]))
             times = {"a": [], "b": []}
             for rep in range(args.reps):
                 for tag in "ab" if rep % 2 == 0 else "ba":
                     start = time.perf_counter()
-                    jax.block_until_ready(runs[tag](x, *sets[(rep // 2) % 2]))
+                    jax.block_until_ready(runs[tag](x, sets[(rep // 2) % 2]))
                     times[tag].append((time.perf_counter() - start) / args.chain)
             a, b = np.array(times["a"]), np.array(times["b"])
             rows.append(

@@ -55,10 +55,11 @@ import time
 # Run from a checkout without installing jaxcore.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+import _chain  # benchmarks/, the script's directory (as plot_tables)
 import jax
 import jax.numpy as jnp
 import numpy as np
-import plot_tables  # benchmarks/, the script's directory
+import plot_tables
 
 import jaxcore
 from jaxcore import kernels, quant
@@ -327,24 +328,7 @@ def _copy_count(rotate: int, nbytes: int, chain: int) -> int:
     return chain * max(2, math.ceil(rotate / (chain * nbytes)))
 
 
-def _chained(matmul, chain: int):
-    """One jitted program of ``chain`` matmuls ``matmul(x, w)``, one per weight in its list.
-
-    Each matmul's activations pass an optimization barrier with the previous product, so
-    the products run one after another (as a model's layers do), never side by side.
-    """
-
-    def run(x, weights):
-        if len(weights) != chain:
-            raise ValueError(f"expected {chain} weights, got {len(weights)}")
-        outs = []
-        for w in weights:
-            y = matmul(x, w)
-            outs.append(y)
-            x, _ = jax.lax.optimization_barrier((x, y))
-        return outs
-
-    return jax.jit(run)
+_chained = _chain.chained  # one jitted program of `chain` matmuls in sequence
 
 
 def _sets(copies: list, chain: int) -> list:

@@ -100,6 +100,32 @@ def find_bazel(bazel_path, *, min_version, verbose, dry_run):
     return bazel
 
 
+def _install_missing(tools, packages, *, reason, hint, verbose, dry_run):
+    """Installs Debian `packages` when any of `tools` is not on PATH.
+
+    Returns:
+      True when every tool is on PATH now; False in a dry run that printed the apt-get command
+      instead.
+
+    Raises:
+      BuildError: a tool is missing and cannot be installed (not root on Debian/Ubuntu), or is
+        still missing after apt-get.
+    """
+    missing = [tool for tool in tools if not shutil.which(tool)]
+    if not missing:
+        return True
+    if dry_run:
+        print(fmt(["apt-get", "install", "-y", *packages]))
+        return False
+    apt_install(packages, reason=f"{reason} ({', '.join(missing)})", verbose=verbose, hint=hint)
+    still = [tool for tool in missing if not shutil.which(tool)]
+    if still:
+        raise BuildError(
+            f"apt-get installed {' '.join(packages)} but {', '.join(still)} is not on PATH"
+        )
+    return True
+
+
 def find_cxx_compiler(*, ci_version, verbose, dry_run):
     """Finds the compiler Bazel's C++ toolchain runs, installing Debian's g++ where possible.
 
@@ -115,22 +141,15 @@ def find_cxx_compiler(*, ci_version, verbose, dry_run):
       The compiler's `--version` line, which the generated bazelrc records.
     """
     cc = os.environ.get("CC") or "gcc"
-    missing = [tool for tool in dict.fromkeys([cc, "gcc", "g++"]) if not shutil.which(tool)]
-    if missing:
-        if dry_run:
-            print(fmt(["apt-get", "install", "-y", *CXX_DEBIAN_PACKAGES]))
-            return "unknown (not installed yet)"
-        apt_install(
-            CXX_DEBIAN_PACKAGES,
-            reason=f"The C++ compiler for the native CPU kernels ({', '.join(missing)})",
-            verbose=verbose,
-            hint="install GCC's C and C++ compilers (gcc and g++ on PATH, or set CC)",
-        )
-        still = [tool for tool in missing if not shutil.which(tool)]
-        if still:
-            raise BuildError(
-                f"apt-get installed {' '.join(CXX_DEBIAN_PACKAGES)} but {', '.join(still)} is not on PATH"
-            )
+    if not _install_missing(
+        dict.fromkeys([cc, "gcc", "g++"]),
+        CXX_DEBIAN_PACKAGES,
+        reason="The C++ compiler for the native CPU kernels",
+        hint="install GCC's C and C++ compilers (gcc and g++ on PATH, or set CC)",
+        verbose=verbose,
+        dry_run=dry_run,
+    ):
+        return "unknown (not installed yet)"
     result = probe([cc, "--version"], what="for its version")
     line = (result.stdout.strip().splitlines() or [""])[0].strip()
     if result.returncode != 0 or not line:
@@ -209,22 +228,12 @@ def find_aarch64_tools(*, verbose, dry_run):
     Raises:
       BuildError: a tool is missing and cannot be installed (not root on Debian/Ubuntu).
     """
-    missing = [tool for tool in AARCH64_TOOLS if not shutil.which(tool)]
-    if not missing:
-        return
-    if dry_run:
-        print(fmt(["apt-get", "install", "-y", *AARCH64_DEBIAN_PACKAGES]))
-        return
-    apt_install(
+    _install_missing(
+        AARCH64_TOOLS,
         AARCH64_DEBIAN_PACKAGES,
-        reason=f"The aarch64 cross compiler and emulator ({', '.join(missing)})",
-        verbose=verbose,
+        reason="The aarch64 cross compiler and emulator",
         hint="install an aarch64-linux-gnu GCC cross compiler and qemu-user, or leave the "
         "aarch64 runner out (--runners)",
+        verbose=verbose,
+        dry_run=dry_run,
     )
-    still = [tool for tool in missing if not shutil.which(tool)]
-    if still:
-        raise BuildError(
-            f"apt-get installed {' '.join(AARCH64_DEBIAN_PACKAGES)} but {', '.join(still)} "
-            "is not on PATH"
-        )

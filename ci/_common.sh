@@ -104,9 +104,11 @@ ci_finish() {
   exit "$JOB_STATUS"
 }
 
-# One `bazel test` with the CI config and the caller's extra options (which come last, so
-# they win).
-ci_bazel_test() {
+# One `bazel $1` (test, build) with the CI config and the caller's extra options (which come
+# last, so they win); targets after `--`.
+ci_bazel() {
+  local command="$1"
+  shift
   local -a startup options
   # The options are shell words (build.py writes them with shlex.quote).
   eval "startup=($JAXCORE_BAZEL_STARTUP_OPTIONS)"
@@ -120,7 +122,12 @@ ci_bazel_test() {
       break
     fi
   done
-  ci_run "$JAXCORE_BAZEL" "${startup[@]}" test --config=ci "${args[@]}" "${options[@]}" "${targets[@]}"
+  ci_run "$JAXCORE_BAZEL" "${startup[@]}" "$command" --config=ci "${args[@]}" "${options[@]}" \
+    "${targets[@]}"
+}
+
+ci_bazel_test() {
+  ci_bazel test "$@"
 }
 
 # Builds the native CPU kernel library with Bazel and exports its absolute path as
@@ -197,12 +204,8 @@ ci_native_aarch64_job() {
   ci_log "native tests built for aarch64, run under qemu-aarch64"
   ci_bazel_test --config=aarch64 -- "${CI_NATIVE_TESTS[@]}" || code=$?
   ci_phase_done "aarch64 (bazel, native tests under qemu)" "$code"
-  local -a startup options
-  eval "startup=($JAXCORE_BAZEL_STARTUP_OPTIONS)"
-  eval "options=($JAXCORE_BAZEL_OPTIONS)"
   code=0
-  ci_run "$JAXCORE_BAZEL" "${startup[@]}" build --config=ci --config=aarch64 "${options[@]}" -- \
-    //jaxcore/tools:jaxcore_cpu_wheel || code=$?
+  ci_bazel build --config=aarch64 -- //jaxcore/tools:jaxcore_cpu_wheel || code=$?
   ci_phase_done "aarch64 (bazel, the jaxcore-cpu wheel)" "$code"
   ci_finish
 }

@@ -284,19 +284,10 @@ def _native_serves(m: int) -> bool:
 def _make_impl(precision: str) -> Callable[..., jax.Array]:
     def impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False):
         del interpret
+        static = dict(fmt=fmt, block_size=block_size, out_dtype=out_dtype, precision=precision)
         if not _native_serves(x2d.shape[0]):
-            return reference_quantized_matmul(
-                x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
-            )
-        return quantized_matmul(
-            x2d,
-            qvalue,
-            scale,
-            fmt=fmt,
-            block_size=block_size,
-            out_dtype=out_dtype,
-            precision=precision,
-        )
+            return _reference(x2d, qvalue, scale, path="auto", **static)
+        return quantized_matmul(x2d, qvalue, scale, **static)
 
     impl.__name__ = impl.__qualname__ = f"quantized_matmul_impl_{precision}"
     impl.__doc__ = f"""Kernel ``quantized_matmul`` for ``"cpu"`` with ``precision="{precision}"``.
@@ -318,22 +309,10 @@ with one is never replayed for another (jaxcore keys its trace caches on the reg
 
 def _make_dq_impl(precision: str) -> Callable[..., jax.Array]:
     def impl(x2d, qvalue, codes, group_scale, offset, *, fmt: str, block_size: int, out_dtype):
+        static = dict(fmt=fmt, block_size=block_size, out_dtype=out_dtype, precision=precision)
         if not _native_serves(x2d.shape[0]):
-            scale = _plugin_api.expand_dq_scales(codes, group_scale, offset)
-            return reference_quantized_matmul(
-                x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
-            )
-        return quantized_matmul_dq(
-            x2d,
-            qvalue,
-            codes,
-            group_scale,
-            offset,
-            fmt=fmt,
-            block_size=block_size,
-            out_dtype=out_dtype,
-            precision=precision,
-        )
+            return _reference_dq(x2d, qvalue, codes, group_scale, offset, path="auto", **static)
+        return quantized_matmul_dq(x2d, qvalue, codes, group_scale, offset, **static)
 
     impl.__name__ = impl.__qualname__ = f"quantized_matmul_dq_impl_{precision}"
     impl.__doc__ = f"""Kernel ``{_plugin_api.DQ_KERNEL_NAME}`` for ``"cpu"``, ``precision="{precision}"``.

@@ -240,9 +240,10 @@ inline void GemvBandChunk(const GemvSegment& s, const Nf4Planes& planes, int64_t
   }
   for (int mi = 0; mi < M; ++mi) {
     __m256 total[4], v[4];
+    const __m256 shift = _mm256_set1_ps(zero_shift[mi]);
     for (int j = 0; j < 4; ++j) {
       total[j] = kSets == 2 ? _mm256_add_ps(sum[0][mi][j], sum[1][mi][j]) : sum[0][mi][j];
-      if (kFmt == Format::kInt4) total[j] = _mm256_sub_ps(total[j], _mm256_set1_ps(zero_shift[mi]));
+      if (kFmt == Format::kInt4) total[j] = _mm256_sub_ps(total[j], shift);
     }
     if (kFmt == Format::kNf4) {
       ToColumnOrder(total, v);  // the byte-plane decoder's order

@@ -25,9 +25,9 @@
 // whose float sums stay in cache (Q8TaskBlockCols) across the task's scale blocks: each
 // group's weight scales enter its float work, or, where the task lies in one scale block
 // (per-channel int8), the end. One or two activation rows (bound by memory) sweep 8 or 16
-// stored rows across the block at a time (kNarrowRows), each chunk's decoded quads kept in registers from decode
-// to products (Q8TaskRows); more rows decode whole groups into memory and run 2-row tiles
-// over them (Q8TaskBlockT). The activations come from Q8QuantizeAvx2 (the portable kernels'
+// stored rows across the block at a time (kNarrowRows), each chunk's decoded quads kept in
+// registers from decode to products (Q8TaskRows); more rows decode whole groups into memory
+// and run 2-row tiles over them (Q8TaskBlockT). The activations come from Q8QuantizeAvx2 (the portable kernels'
 // codes and order).
 //
 // Everything here has internal linkage: each including source compiles its own copy with its
@@ -388,10 +388,9 @@ void Q8TaskBlockT(const Q8Task& t) {
 // stores them for its row tiles to share. Bands of kNarrowRows stored rows are swept across
 // the block (few concurrent row streams); where a group takes several bands (AVX2's int8),
 // its int32 sums wait in the scratch (after the float sums) between them, so the float work
-// comes once per group. Zen 4 pinned
-// to AVX2, one thread, weights in cache, against storing the quads: M = 1 int8 104 -> 66 us,
-// int4 67 -> 51, NF4 86 -> 69 per 512 columns of K = 4096; M = 2 int8 230 -> 96, int4
-// 87 -> 74, NF4 130 -> 102.
+// comes once per group. Zen 4 pinned to AVX2, one thread, weights in cache, against storing
+// the quads: M = 1 int8 104 -> 66 us, int4 67 -> 51, NF4 86 -> 69 per 512 columns of K = 4096;
+// M = 2 int8 230 -> 96, int4 87 -> 74, NF4 130 -> 102.
 template <class P, Format kFmt, int kR, bool kScaleLater>
 void Q8TaskRows(const Q8Task& t) {
   static_assert(kR == 1 || kR == 2, "the accumulators of two rows fill the registers");
