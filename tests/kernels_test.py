@@ -255,6 +255,42 @@ def test_quantized_matmul_leading_dims_and_dtypes(fmt, isolated_registry):
     )
 
 
+def _check_empty_products(q, k, n):
+    for lead in [(0,), (2, 0), (0, 3)]:
+        x = jnp.ones((*lead, k), jnp.bfloat16)
+        y = jax.jit(lambda x: kernels.quantized_matmul(x, q))(x)
+        assert y.shape == (*lead, n) and y.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(y, jnp.dot(x, jnp.ones((k, n), jnp.bfloat16)))
+        yt = kernels.quantized_matmul_transposed(jnp.ones((*lead, n)), q)
+        assert yt.shape == (*lead, k) and yt.dtype == jnp.float32 and not np.any(yt)
+    gx = jax.grad(lambda x: jnp.sum(kernels.quantized_matmul(x, q)))(jnp.ones((0, k)))
+    assert gx.shape == (0, k)
+    yv = jax.vmap(lambda x: kernels.quantized_matmul(x, q))(jnp.ones((3, 0, k)))
+    assert yv.shape == (3, 0, n)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_products_are_zeros_and_reach_no_kernel(fmt, isolated_registry):
+    rng = np.random.default_rng(12)
+    qvalue, scale = random_layout(rng, fmt, 64, 8, 32)
+    q = FakeQuant(fmt, qvalue, scale, 32)
+    cpu, tpu = RecordingKernel(100.0), RecordingKernel(200.0)
+    kernels.register_kernel("quantized_matmul", "cpu", cpu)
+    kernels.register_kernel("quantized_matmul", "tpu", tpu)
+    _check_empty_products(q, 64, 8)
+    assert cpu.calls == [] and tpu.calls == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_products_with_the_installed_kernels(fmt):
+    # Every installed plugin's kernel is a branch of the dispatch, traced whatever the
+    # platform: an empty batch once reached the TPU kernel's tile choice (block_m=0) and
+    # raised on CPU.
+    rng = np.random.default_rng(13)
+    qvalue, scale = random_layout(rng, fmt, 64, 8, 32)
+    _check_empty_products(FakeQuant(fmt, qvalue, scale, 32), 64, 8)
+
+
 def test_quantized_matmul_axis1_storage_swaps_kernels(isolated_registry):
     rng = np.random.default_rng(5)
     qvalue, scale = random_layout(rng, "int8", 64, 12, 64)

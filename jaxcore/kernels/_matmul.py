@@ -330,6 +330,11 @@ def _apply(x, q, preferred_element_type, transposed: bool):
         )
     out_dtype = np.dtype(x.dtype if preferred_element_type is None else preferred_element_type)
     lead = x.shape[:-1]
+    columns = logical[0] if transposed else logical[1]
+    if math.prod(lead) == 0 or columns == 0 or contracted == 0:
+        # An empty product (no rows, e.g. an empty batch, or an empty weight) is zeros, as
+        # for a dense matmul; the platform kernels and their tile choices never see it.
+        return jnp.zeros((*lead, columns), out_dtype)
     x2d = x.reshape(math.prod(lead), contracted)
     # In the stored (K, N) layout, x @ S runs the dispatched kernel and x @ S.T the transposed
     # reference; a weight stored along axis 1 is S.T, which swaps the two.
