@@ -209,3 +209,33 @@ def test_ffi_target_refuses_malformed_operands(what, edit, message):
         np.float32(0.5),
     )
     assert np.isfinite(np.asarray(good)).all(), what
+
+
+def test_x_at_w_under_disable_jit(native_cpu_kernels):
+    # With jit disabled the product still compiles to the plugin's kernels (the double-quant
+    # one for x @ w, the reference for the transposed gradient) instead of recursing.
+    rng = np.random.default_rng(9)
+    q = _weight(rng, 128, 40)
+    x = jnp.asarray(rng.standard_normal((3, 128)), jnp.float32)
+    w = np.asarray(q.materialize(), np.float64)
+    with jax.disable_jit():
+        y = x @ q
+        gx = jax.grad(lambda x: jnp.sum(x @ q))(x)
+    np.testing.assert_allclose(y, np.asarray(x, np.float64) @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(gx, np.ones((3, 40)) @ w.T, rtol=1e-5, atol=1e-4)
+
+
+def test_direct_calls_under_disable_jit(native_cpu_kernels):
+    rng = np.random.default_rng(10)
+    q = _weight(rng, 128, 40)
+    qvalue, codes, group_scale, offset = _parts(q)
+    scale = plugin_api.expand_dq_scales(codes, group_scale, offset)
+    x = jnp.asarray(rng.standard_normal((2, 128)), jnp.float32)
+    want = np.asarray(x, np.float64) @ np.asarray(q.materialize(), np.float64)
+    with jax.disable_jit():
+        y = jaxcore_cpu.quantized_matmul(x, qvalue, scale, fmt="nf4", block_size=64)
+        ydq = jaxcore_cpu.quantized_matmul_dq(
+            x, qvalue, codes, group_scale, offset, fmt="nf4", block_size=64
+        )
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(ydq, want, rtol=1e-5, atol=1e-4)

@@ -291,6 +291,27 @@ def test_empty_products_with_the_installed_kernels(fmt):
     _check_empty_products(FakeQuant(fmt, qvalue, scale, 32), 64, 8)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantized_matmul_under_disable_jit(fmt):
+    # The primitives' eager implementation is a jitted bind: with jit disabled it must still
+    # compile (as JAX's own primitives do), not run the bind eagerly and recurse.
+    rng = np.random.default_rng(14)
+    qvalue, scale = random_layout(rng, fmt, 64, 8, 32)
+    q = FakeQuant(fmt, qvalue, scale, 32)
+    w = np_dequant(fmt, qvalue, scale, 32)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    xt = rng.standard_normal((3, 8)).astype(np.float32)
+    with jax.disable_jit():
+        y = kernels.quantized_matmul(x, q)
+        yt = kernels.quantized_matmul_transposed(xt, q)
+        gx = jax.grad(lambda x: jnp.sum(kernels.quantized_matmul(x, q)))(x)
+        yv = jax.vmap(lambda x: kernels.quantized_matmul(x, q))(x[:, None])
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(yt, xt.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(gx, np.ones((3, 8)) @ w.T, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(yv[:, 0], y, rtol=1e-6, atol=1e-6)
+
+
 def test_quantized_matmul_axis1_storage_swaps_kernels(isolated_registry):
     rng = np.random.default_rng(5)
     qvalue, scale = random_layout(rng, "int8", 64, 12, 64)

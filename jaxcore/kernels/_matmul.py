@@ -231,9 +231,16 @@ def _transpose_dq(ct, x2d, qvalue, codes, group_scale, offset, *, cfg: _Config):
     return dx, None, None, None, None
 
 
+def _impl(prim, *args, cfg: _Config):
+    # Compiled even under `jax.disable_jit()`, as JAX's own primitives are: the jitted bind
+    # would otherwise run eagerly and land back here, forever.
+    with jax.disable_jit(False):
+        return _eager(prim, cfg)(*args)
+
+
 for _prim in (_matmul_p, _matmul_t_p, _matmul_dq_p):
     _prim.def_effectful_abstract_eval(functools.partial(_abstract_eval, _prim))
-    _prim.def_impl(lambda *args, _prim=_prim, cfg: _eager(_prim, cfg)(*args))
+    _prim.def_impl(functools.partial(_impl, _prim))
     mlir.register_lowering(_prim, functools.partial(_lower, _prim))
     batching.primitive_batchers[_prim] = _batching.matmul_batch_rule(_prim.bind)
 for _prim in (_matmul_p, _matmul_t_p):

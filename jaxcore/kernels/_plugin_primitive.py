@@ -57,7 +57,10 @@ def platform_primitive(
         return jax.core.ShapedArray((x.shape[0], qvalue.shape[1]), out_dtype)
 
     def impl(*args, **static):  # eager use: compile for the current backend
-        return jax.jit(functools.partial(prim.bind, **static))(*args)
+        # Even under `jax.disable_jit()` (as JAX's own primitives): the jitted bind would
+        # otherwise run eagerly and land back here, forever.
+        with jax.disable_jit(False):
+            return jax.jit(functools.partial(prim.bind, **static))(*args)
 
     def lower_kernel(platform, ctx, *args, **static):
         if fallback_for_export and _jax_internals.lowering_for_export(ctx):
