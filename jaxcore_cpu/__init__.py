@@ -5,9 +5,9 @@ The kernels live in a C++ library, ``libjaxcore_cpu_kernels.so`` (built by Bazel
 int8 (per-channel and blocked), int4 and NF4 (also with double-quantized scales, which
 arrive expanded), a GEMV path for small M and a cache-blocked GEMM path for large M,
 float32 and bfloat16 activations, SIMD code for AVX2 + FMA (and, for int8 activations,
-AVX-512 VNNI) chosen at run time with a portable fallback (no NEON kernels yet),
-multi-threaded on XLA's intra-op thread pool, in two precisions (exact float32, or int8
-activations: :func:`set_precision`).
+AVX-512 VNNI) chosen at run time with a portable fallback (on aarch64 with NEON code-book
+lookups for NF4; no NEON dot-product kernels yet), multi-threaded on XLA's intra-op thread
+pool, in two precisions (exact float32, or int8 activations: :func:`set_precision`).
 
 ``import jaxcore`` finds this package and calls :func:`initialize`, which loads the
 library and registers its kernel as ``jaxcore.kernels``' ``quantized_matmul`` for

@@ -6,6 +6,10 @@
 
 #include "kernels.h"
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
 namespace jaxcore_cpu {
 namespace internal {
 
@@ -33,12 +37,66 @@ namespace {
 // Column pieces the float32 GEMV decodes one stored row at a time (on the stack, in L1).
 constexpr int64_t kGemvPiece = 256;
 
+// Whether NF4's code book is looked up 16 codes at a time (NEON's tbl, on every aarch64 CPU),
+// rather than one scalar table read per weight.
+#if defined(__aarch64__)
+constexpr bool kNf4Vector = true;
+
+// Byte i of NF4's float32 code c in book[i] lane c.
+struct Nf4BytePlanes {
+  uint8x16_t book[4];
+};
+
+inline Nf4BytePlanes LoadNf4BytePlanes() {
+  Nf4BytePlanes p;
+  for (int i = 0; i < 4; ++i) {
+    uint8_t bytes[16];
+    for (int c = 0; c < 16; ++c) {
+      uint32_t bits;
+      std::memcpy(&bits, &kNf4Code[c], sizeof(bits));
+      bytes[c] = static_cast<uint8_t>(bits >> (8 * i));
+    }
+    p.book[i] = vld1q_u8(bytes);
+  }
+  return p;
+}
+
+// NF4's float32 codes of 16 nibbles (one per byte of v), in column order: the four byte
+// planes looked up with tbl, then interleaved back into floats.
+inline void Nf4Codes16(const Nf4BytePlanes& p, uint8x16_t v, float* out) {
+  uint8x16_t plane[4];
+  for (int i = 0; i < 4; ++i) plane[i] = vqtbl1q_u8(p.book[i], v);
+  const uint8x16_t lo01 = vzip1q_u8(plane[0], plane[1]), hi01 = vzip2q_u8(plane[0], plane[1]);
+  const uint8x16_t lo23 = vzip1q_u8(plane[2], plane[3]), hi23 = vzip2q_u8(plane[2], plane[3]);
+  const uint16x8_t parts[4] = {
+      vzip1q_u16(vreinterpretq_u16_u8(lo01), vreinterpretq_u16_u8(lo23)),
+      vzip2q_u16(vreinterpretq_u16_u8(lo01), vreinterpretq_u16_u8(lo23)),
+      vzip1q_u16(vreinterpretq_u16_u8(hi01), vreinterpretq_u16_u8(hi23)),
+      vzip2q_u16(vreinterpretq_u16_u8(hi01), vreinterpretq_u16_u8(hi23))};
+  for (int j = 0; j < 4; ++j) vst1q_f32(out + 4 * j, vreinterpretq_f32_u16(parts[j]));
+}
+#else
+constexpr bool kNf4Vector = false;
+#endif
+
 // The unscaled decoded weights of columns [0, cols) of one stored row q: int8 gives its one
 // logical row in lo; the 4-bit formats give row 2 s in lo and 2 s + 1 in hi. One loop per
-// format without branches, which compilers vectorize (the NF4 table lookups stay scalar).
+// format without branches, which compilers vectorize (NF4's table lookups stay scalar, but
+// for kNf4Vector).
 template <Format kFmt>
 inline void DecodeStoredRow(const uint8_t* q, int64_t cols, float* lo, float* hi) {
-  for (int64_t c = 0; c < cols; ++c) {
+  int64_t c = 0;
+#if defined(__aarch64__)
+  if constexpr (kFmt == Format::kNf4) {
+    const Nf4BytePlanes planes = LoadNf4BytePlanes();
+    for (; c + 16 <= cols; c += 16) {
+      const uint8x16_t bytes = vld1q_u8(q + c);
+      Nf4Codes16(planes, vandq_u8(bytes, vdupq_n_u8(0x0F)), lo + c);
+      Nf4Codes16(planes, vshrq_n_u8(bytes, 4), hi + c);
+    }
+  }
+#endif
+  for (; c < cols; ++c) {
     if constexpr (kFmt == Format::kInt8) {
       lo[c] = static_cast<float>(static_cast<int8_t>(q[c]));
     } else if constexpr (kFmt == Format::kInt4) {
@@ -59,7 +117,9 @@ void GemvSegmentOf(const GemvSegment& s) {
   constexpr int64_t kPerRow = kFmt == Format::kInt8 ? 1 : 2;
   // Decoding a row again per activation row beats storing it where decoding is cheap: int8
   // always, int4 up to two rows (x86-64 SSE2 build, K = N = 4096, 2 threads).
-  const bool fused = kFmt == Format::kInt8 || s.m == 1 || (kFmt == Format::kInt4 && s.m <= 2);
+  // (NF4 decoded 16 at a time, kNf4Vector, always takes the pieces.)
+  const bool fused = kFmt == Format::kInt8 || (s.m == 1 && !(kFmt == Format::kNf4 && kNf4Vector)) ||
+                     (kFmt == Format::kInt4 && s.m <= 2);
   alignas(64) float lo[kGemvPiece], hi[kGemvPiece];
   for (int mi = 0; mi < s.m; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * s.cols);
   for (int64_t r = s.r0; r < s.r1; r += kPerRow) {
