@@ -44,3 +44,20 @@ def test_data_parallel_product_gradient_and_jvp(axis_type, quantize):
     # The product is linear in x: its jvp along v is v @ W.
     _, tangent = jax.jit(lambda x, v: jax.jvp(product, (x,), (v,)))(x, x)
     np.testing.assert_allclose(np.asarray(tangent), x_np @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("axis_type", [jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit])
+def test_empty_shards_give_empty_products_that_vary(axis_type):
+    # An empty batch splits into empty shards: the product is zeros (no kernel runs), and
+    # varies over the mesh axis like the activations, in the forward pass and the gradient.
+    q = ArrayInt8.quantize(jnp.ones((128, 16), jnp.float32))
+    mesh = _mesh(axis_type)
+    x = jax.device_put(np.zeros((0, 128), np.float32), NamedSharding(mesh, P("x")))
+    product = jax.shard_map(
+        lambda x: kernels.quantized_matmul(x, q), mesh=mesh, in_specs=P("x"), out_specs=P("x")
+    )
+    with jax.set_mesh(mesh):
+        y = jax.jit(product)(x)
+        grad = jax.jit(jax.grad(lambda x: jnp.sum(product(x))))(x)
+    assert y.shape == (0, 16) and y.dtype == jnp.float32
+    assert grad.shape == (0, 128)

@@ -341,7 +341,7 @@ def _apply(x, q, preferred_element_type, transposed: bool):
     if math.prod(lead) == 0 or columns == 0 or contracted == 0:
         # An empty product (no rows, e.g. an empty batch, or an empty weight) is zeros, as
         # for a dense matmul; the platform kernels and their tile choices never see it.
-        return jnp.zeros((*lead, columns), out_dtype)
+        return _vary_alike(jnp.zeros((*lead, columns), out_dtype), x, qvalue)[0]
     x2d = x.reshape(math.prod(lead), contracted)
     # In the stored (K, N) layout, x @ S runs the dispatched kernel and x @ S.T the transposed
     # reference; a weight stored along axis 1 is S.T, which swaps the two.

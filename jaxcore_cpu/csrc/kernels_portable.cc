@@ -117,8 +117,9 @@ void GemvSegmentOf(const GemvSegment& s) {
   constexpr int64_t kPerRow = kFmt == Format::kInt8 ? 1 : 2;
   // Decoding a row again per activation row beats storing it where decoding is cheap: int8
   // always, int4 up to two rows (x86-64 SSE2 build, K = N = 4096, 2 threads).
-  // (NF4 decoded 16 at a time, kNf4Vector, always takes the pieces.)
-  const bool fused = kFmt == Format::kInt8 || (s.m == 1 && !(kFmt == Format::kNf4 && kNf4Vector)) ||
+  // NF4 decoded 16 at a time (kNf4Vector) always takes the pieces.
+  const bool nf4_pieces = kFmt == Format::kNf4 && kNf4Vector;
+  const bool fused = kFmt == Format::kInt8 || (s.m == 1 && !nf4_pieces) ||
                      (kFmt == Format::kInt4 && s.m <= 2);
   alignas(64) float lo[kGemvPiece], hi[kGemvPiece];
   for (int mi = 0; mi < s.m; ++mi) std::memset(s.acc + mi * s.ldacc, 0, sizeof(float) * s.cols);
