@@ -38,9 +38,10 @@ const Case kCases[] = {
     {17, 130, 63, true, 0, 0},    {33, 130, 130, false, 65, 26}, {1, 130, 63, false, 13, 10},
     {33, 64, 5, true, 0, 0},      {7, 6, 130, true, 0, 0},     {17, 2, 17, false, 1, 2},
     {3, 256, 130, false, 64, 64}, {33, 520, 63, false, 8, 8},  {5, 64, 1, false, 32, 32},
-    // Blocks that are multiples of 32, where Precision::kInt8 takes its own kernels.
+    // Blocks that are multiples of 32, where Precision::kInt8 takes its own kernels (M = 130:
+    // also the GEMM over two row blocks, the second ragged).
     {16, 512, 100, false, 128, 64}, {2, 1024, 70, true, 0, 0},  {64, 96, 33, false, 96, 32},
-    {4, 192, 77, false, 32, 64},
+    {4, 192, 77, false, 32, 64},    {130, 96, 70, false, 32, 32},
     // The SIMD int8-activation task kernels: several column blocks (M = 5 and 16), M > 64, a
     // pair of groups then a lone one in each 96-row block.
     {5, 128, 1800, false, 64, 64},  {16, 288, 700, false, 96, 32}, {70, 192, 65, false, 96, 64},
