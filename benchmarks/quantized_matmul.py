@@ -328,9 +328,6 @@ def _copy_count(rotate: int, nbytes: int, chain: int) -> int:
     return chain * max(2, math.ceil(rotate / (chain * nbytes)))
 
 
-_chained = _chain.chained  # one jitted program of `chain` matmuls in sequence
-
-
 def _sets(copies: list, chain: int) -> list:
     """The copies as consecutive sets of ``chain``."""
     return [copies[i : i + chain] for i in range(0, len(copies), chain)]
@@ -522,8 +519,8 @@ def _cpu_main(args):
     elif ort_note:
         print(f"  {ort_note}")
 
-    dense = _chained(jnp.dot, chain)
-    ref = _chained(
+    dense = _chain.chained(jnp.dot, chain)
+    ref = _chain.chained(
         lambda x, q: kernels.reference_quantized_matmul(
             x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size
         ),
@@ -533,7 +530,7 @@ def _cpu_main(args):
     nat = {}
     if native is not None:
         for prec in precisions:
-            nat[prec] = _chained(
+            nat[prec] = _chain.chained(
                 functools.partial(_native_matmul, native, path=args.path, prec=prec), chain
             )
     suffix = {"float32": "", "int8": " i8"}

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "qmm.h"
@@ -32,6 +33,23 @@ inline void WithFormat(Format fmt, F&& f) {
     case Format::kNf4:
       return f(FormatTag<Format::kNf4>{});
   }
+}
+
+// A 16-entry float32 code book as byte planes: plane[i][c] is byte i of codes[c]. Byte
+// shuffles (AVX2's vpshufb, NEON's tbl) look 16 codes up per plane, and interleaving the four
+// planes' results gives the codes back as floats.
+struct CodeBytePlanes {
+  uint8_t plane[4][16];
+};
+
+inline CodeBytePlanes BytePlanesOf(const float codes[16]) {
+  CodeBytePlanes p;
+  for (int c = 0; c < 16; ++c) {
+    uint32_t bits;
+    std::memcpy(&bits, &codes[c], sizeof(bits));
+    for (int i = 0; i < 4; ++i) p.plane[i][c] = static_cast<uint8_t>(bits >> (8 * i));
+  }
+  return p;
 }
 
 // The stored 4-bit code of logical row r, column n of a nibble-packed weight.

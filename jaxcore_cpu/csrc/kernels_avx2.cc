@@ -64,15 +64,11 @@ struct Nf4Planes {
 
 // Byte planes of a 16-entry float code book (NF4's, or int4's v - 8).
 inline Nf4Planes LoadCodePlanes(const float codes[16]) {
-  alignas(16) uint8_t planes[4][16];
-  for (int v = 0; v < 16; ++v) {
-    uint32_t bits;
-    std::memcpy(&bits, &codes[v], sizeof(bits));
-    for (int i = 0; i < 4; ++i) planes[i][v] = static_cast<uint8_t>(bits >> (8 * i));
-  }
+  const CodeBytePlanes planes = BytePlanesOf(codes);
   Nf4Planes p;
   for (int i = 0; i < 4; ++i) {
-    p.byte[i] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(planes[i])));
+    p.byte[i] = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(planes.plane[i])));
   }
   return p;
 }

@@ -42,22 +42,16 @@ constexpr int64_t kGemvPiece = 256;
 #if defined(__aarch64__)
 constexpr bool kNf4Vector = true;
 
-// Byte i of NF4's float32 code c in book[i] lane c.
+// NF4's code book as byte planes (BytePlanesOf), in registers: book[i] lane c is byte i of
+// code c. The planes are split once per process.
 struct Nf4BytePlanes {
   uint8x16_t book[4];
 };
 
 inline Nf4BytePlanes LoadNf4BytePlanes() {
+  static const CodeBytePlanes bytes = BytePlanesOf(kNf4Code);
   Nf4BytePlanes p;
-  for (int i = 0; i < 4; ++i) {
-    uint8_t bytes[16];
-    for (int c = 0; c < 16; ++c) {
-      uint32_t bits;
-      std::memcpy(&bits, &kNf4Code[c], sizeof(bits));
-      bytes[c] = static_cast<uint8_t>(bits >> (8 * i));
-    }
-    p.book[i] = vld1q_u8(bytes);
-  }
+  for (int i = 0; i < 4; ++i) p.book[i] = vld1q_u8(bytes.plane[i]);
   return p;
 }
 

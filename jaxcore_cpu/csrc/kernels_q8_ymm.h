@@ -27,8 +27,8 @@
 // (per-channel int8), the end. One or two activation rows (bound by memory) sweep 8 or 16
 // stored rows across the block at a time (kNarrowRows), each chunk's decoded quads kept in
 // registers from decode to products (Q8TaskRows); more rows decode whole groups into memory
-// and run 2-row tiles over them (Q8TaskBlockT). The activations come from Q8QuantizeAvx2 (the portable kernels'
-// codes and order).
+// and run 2-row tiles over them (Q8TaskBlockT). The activations come from Q8QuantizeAvx2
+// (the portable kernels' codes and order).
 //
 // Everything here has internal linkage: each including source compiles its own copy with its
 // own ISA flags, so the linker never merges a VNNI-compiled function into the AVX2 table.
