@@ -40,7 +40,14 @@ from ._library import (
     library_path,
     set_isa,
 )
-from ._matmul import PATHS, PRECISIONS, quantized_matmul, quantized_matmul_dq
+from ._matmul import (
+    PATHS,
+    PRECISIONS,
+    TRANSPOSED_MAX_M,
+    quantized_matmul,
+    quantized_matmul_dq,
+    quantized_matmul_transposed,
+)
 from ._precision import PRECISION_ENV_VAR, PrecisionSetting, precision, set_precision
 
 __all__ = [
@@ -56,6 +63,8 @@ __all__ = [
     "PRECISIONS",
     "PRECISION_ENV_VAR",
     "PrecisionSetting",
+    "TRANSPOSED_IMPLS",
+    "TRANSPOSED_MAX_M",
     "available_isas",
     "describe",
     "detected_isa",
@@ -65,6 +74,7 @@ __all__ = [
     "precision",
     "quantized_matmul",
     "quantized_matmul_dq",
+    "quantized_matmul_transposed",
     "set_isa",
     "set_precision",
 ]
@@ -80,9 +90,16 @@ DQ_IMPLS = {"cpu": _matmul.DQ_IMPLS_BY_PRECISION[precision()]}
 """The implementation of ``jaxcore.kernels``' double-quant kernel (NF4 with compressed
 scales, ``plugin_api.DQ_KERNEL_NAME``) registered for each platform served."""
 
+TRANSPOSED_IMPLS = {"cpu": _matmul.transposed_impl}
+"""The implementation of ``jaxcore.kernels``' transposed product (``x @ W.T``, the gradient
+of ``x @ W``; ``plugin_api.TRANSPOSED_KERNEL_NAME``) registered for each platform served."""
+
 _register = _plugin_api.plugin_initializer(__name__, PLATFORMS, IMPLS)
 _register_dq = _plugin_api.plugin_initializer(
     __name__, PLATFORMS, DQ_IMPLS, kernel_name=_plugin_api.DQ_KERNEL_NAME
+)
+_register_t = _plugin_api.plugin_initializer(
+    __name__, PLATFORMS, TRANSPOSED_IMPLS, kernel_name=_plugin_api.TRANSPOSED_KERNEL_NAME
 )
 
 
@@ -109,6 +126,7 @@ def initialize(platforms: Sequence[str] | None = None) -> None:
         raise
     _register(platforms)
     _register_dq(platforms)
+    _register_t(platforms)
 
 
 def describe() -> str:

@@ -33,6 +33,11 @@ DQ_KERNEL_NAME = "quantized_matmul_dq"
 ``impl(x2d, qvalue, codes, group_scale, offset, *, fmt, block_size, out_dtype) -> (M, N)``
 (layout: ``jaxcore.kernels._dq_scales``). Platforms without one expand the scales and run
 their ``quantized_matmul`` kernel."""
+TRANSPOSED_KERNEL_NAME = "quantized_matmul_transposed"
+"""Kernels of ``x @ W.T`` for a weight stored in the (K, N) layout (gradients of ``x @ W``
+with respect to ``x``, tied embeddings):
+``impl(x2d, qvalue, scale, *, fmt, block_size, out_dtype) -> (M, K)``. Platforms without
+one run the slab-wise reference."""
 
 
 class _Config(NamedTuple):
@@ -48,6 +53,7 @@ class _Config(NamedTuple):
     impls: tuple[tuple[str, Callable], ...]
     interpret_on: str | None
     dq_impls: tuple[tuple[str, Callable], ...] = ()
+    t_impls: tuple[tuple[str, Callable], ...] = ()
 
     def returning(self, dtype) -> _Config:
         return self._replace(out_dtype=np.dtype(dtype))
@@ -91,10 +97,13 @@ def _scale_gradient(a2d, b2d, qvalue, scale_aval, cfg: _Config):
     )
 
 
-def _transposed_reference(x2d, qvalue, scale, cfg: _Config):
-    return _reference.reference_quantized_matmul_transposed(
-        x2d, qvalue, scale, fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype
-    )
+def _dispatch_transposed(x2d, qvalue, scale, cfg: _Config):
+    """``x2d @ W.T`` through the registered TRANSPOSED_KERNEL_NAME kernels (the slab-wise
+    reference as the default)."""
+    static: dict[str, Any] = dict(fmt=cfg.fmt, block_size=cfg.block_size, out_dtype=cfg.out_dtype)
+    branches = {platform: functools.partial(impl, **static) for platform, impl in cfg.t_impls}
+    default = functools.partial(_reference.reference_quantized_matmul_transposed, **static)
+    return jax.lax.platform_dependent(x2d, qvalue, scale, default=default, **branches)
 
 
 # x2d @ W and x2d @ W.T for a weight W stored in the (K, N) layout, as primitives. Each is
@@ -110,7 +119,7 @@ _matmul_t_p = Primitive("quantized_matmul_transposed")
 _matmul_dq_p = Primitive("quantized_matmul_dq")
 _FORWARD: dict[Primitive, Callable[..., Any]] = {
     _matmul_p: _dispatch,
-    _matmul_t_p: _transposed_reference,
+    _matmul_t_p: _dispatch_transposed,
     _matmul_dq_p: _dispatch_dq,
 }
 _OTHER = {_matmul_p: _matmul_t_p, _matmul_t_p: _matmul_p}
@@ -343,11 +352,15 @@ def _apply(x, q, preferred_element_type, transposed: bool):
         # for a dense matmul; the platform kernels and their tile choices never see it.
         return _vary_alike(jnp.zeros((*lead, columns), out_dtype), x, qvalue)[0]
     x2d = x.reshape(math.prod(lead), contracted)
-    # In the stored (K, N) layout, x @ S runs the dispatched kernel and x @ S.T the transposed
-    # reference; a weight stored along axis 1 is S.T, which swaps the two.
+    # In the stored (K, N) layout, x @ S runs the dispatched kernel and x @ S.T the dispatched
+    # transposed one; a weight stored along axis 1 is S.T, which swaps the two.
     impls = _registry.registered_kernels(KERNEL_NAME)
     interpret_on = _interpret.interpret_platform(KERNEL_NAME, impls)
-    cfg = _Config(fmt, int(block_size), out_dtype, tuple(impls.items()), interpret_on)
+    # Gradients of x @ W run x @ W.T (and the other way round), so both kinds join the config.
+    t_impls = tuple(_registry.registered_kernels(TRANSPOSED_KERNEL_NAME).items())
+    cfg = _Config(
+        fmt, int(block_size), out_dtype, tuple(impls.items()), interpret_on, t_impls=t_impls
+    )
     stored_product = transposed == (axis == 1)
     dq_impls = _registry.registered_kernels(DQ_KERNEL_NAME)
     dq = _double_quant_parts(q) if stored_product and dq_impls and interpret_on is None else None
@@ -393,8 +406,9 @@ def quantized_matmul_transposed(x: jax.Array, q, *, preferred_element_type=None)
     """Computes ``x @ W.T`` for dense ``x`` of shape (..., N) and a quantized (K, N) weight ``q``.
 
     Used for contractions along a weight's output axis (tied embeddings, ``q @ dense``) and
-    for gradients. For a weight blocked along K (``axis=0``) it runs the portable slab-wise
-    reference on every platform; for one stored transposed (``axis=1``, e.g.
+    for gradients. For a weight blocked along K (``axis=0``) it runs the kernel registered as
+    ``TRANSPOSED_KERNEL_NAME`` for the platform (the CPU plugin's native one), else the
+    portable slab-wise reference; for one stored transposed (``axis=1``, e.g.
     ``ArrayInt8.quantize(E, axis=1)`` of an embedding table) ``x @ W.T`` is the stored layout's
     plain product, so the registered, platform-dispatched kernel runs.
 

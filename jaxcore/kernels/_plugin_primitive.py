@@ -33,6 +33,7 @@ def platform_primitive(
     platforms: Sequence[str],
     *,
     fallback_for_export: bool = False,
+    columns: Callable[..., int] | None = None,
 ) -> Callable[..., jax.Array]:
     """Makes ``bind(x, qvalue, *scales, **static) -> (M, N)`` for a quantized-matmul kernel.
 
@@ -47,6 +48,9 @@ def platform_primitive(
       fallback_for_export: lower ``fallback`` on every platform when the program is
         lowered for ``jax.export``: for kernels (FFI targets of a native library) whose
         custom call an exported artifact could not rely on.
+      columns: ``columns(x, qvalue, **static)``, the result's column count from the
+        operands' shapes; default ``qvalue.shape[1]`` (N of ``x @ W``). A kernel of
+        ``x @ W.T`` returns the weight's logical rows instead.
 
     Returns:
       ``bind``; its static keyword arguments must be hashable and include ``out_dtype``.
@@ -54,7 +58,8 @@ def platform_primitive(
     prim = Primitive(name)
 
     def abstract_eval(x, qvalue, *scales, out_dtype, **static):
-        return jax.core.ShapedArray((x.shape[0], qvalue.shape[1]), out_dtype)
+        cols = qvalue.shape[1] if columns is None else columns(x, qvalue, **static)
+        return jax.core.ShapedArray((x.shape[0], cols), out_dtype)
 
     def impl(*args, **static):  # eager use: compile for the current backend
         # Even under `jax.disable_jit()` (as JAX's own primitives): the jitted bind would

@@ -25,6 +25,10 @@ Double-quantized scales (NF4's QLoRA layout):
     name a plugin registers to read the compressed scales itself, their group size and the
     reference expansion.
 
+The transposed product:
+  * :data:`TRANSPOSED_KERNEL_NAME`: the kernel name a plugin registers for ``x @ W.T`` of a
+    weight stored (K, N) (the gradient of ``x @ W`` in ``x``); without one, the reference.
+
 Registration:
   * :func:`quantized_matmul_impls`: the per-platform ``jaxcore.kernels`` entry points,
     binding a primitive that lowers the kernel only for the plugin's platforms
@@ -37,7 +41,7 @@ Nothing here imports Pallas; plugins import it inside their kernels, at first tr
 
 from jaxcore.kernels._dq_scales import GROUP_SIZE as DQ_GROUP_SIZE
 from jaxcore.kernels._dq_scales import expand_scales as expand_dq_scales
-from jaxcore.kernels._matmul import DQ_KERNEL_NAME
+from jaxcore.kernels._matmul import DQ_KERNEL_NAME, TRANSPOSED_KERNEL_NAME
 from jaxcore.kernels._plugin_checks import (
     KERNEL_DTYPES,
     Problem,
@@ -60,6 +64,7 @@ __all__ = [
     "DQ_KERNEL_NAME",
     "KERNEL_DTYPES",
     "Problem",
+    "TRANSPOSED_KERNEL_NAME",
     "TileOverrides",
     "check_problem",
     "codebook_lookup",

@@ -213,14 +213,19 @@ ffi::Error Common(ffi::AnyBuffer x, ffi::AnyBuffer qvalue, ffi::Result<ffi::AnyB
   const auto out_dims = result->dimensions();
   const auto ot = result->element_type();
   // fmt and block_size are required; path (0 = auto) and precision (0 = float32) optional.
-  int32_t fmt = 0, path_code = 0, precision = 0;
+  int32_t fmt = 0, path_code = 0, precision = 0, transposed = 0;
   int64_t block_size = 0;
   const int32_t zero = 0;
   for (ffi::Error err : {ReadAttr<int32_t>(attrs, "fmt", nullptr, &fmt),
                          ReadAttr<int64_t>(attrs, "block_size", nullptr, &block_size),
                          ReadAttr<int32_t>(attrs, "path", &zero, &path_code),
-                         ReadAttr<int32_t>(attrs, "precision", &zero, &precision)}) {
+                         ReadAttr<int32_t>(attrs, "precision", &zero, &precision),
+                         ReadAttr<int32_t>(attrs, "transposed", &zero, &transposed)}) {
     if (err.failure()) return err;
+  }
+  if (transposed < 0 || transposed > 1) {
+    return Invalid("transposed must be 0 (x @ W) or 1 (x @ W.T), got " +
+                   std::to_string(transposed));
   }
   if (precision < 0 || precision > 1) {
     return Invalid("unknown precision " + std::to_string(precision) + " (0=float32, 1=int8)");
@@ -249,21 +254,29 @@ ffi::Error Common(ffi::AnyBuffer x, ffi::AnyBuffer qvalue, ffi::Result<ffi::AnyB
     return Invalid(std::string(fmt_name) + " qvalue must be " +
                    (format == Format::kInt8 ? "int8" : "uint8 (two 4-bit codes per byte)"));
   }
-  const int64_t m = x.dimensions()[0], k = x.dimensions()[1];
+  const int64_t m = x.dimensions()[0], contracted = x.dimensions()[1];
   const int64_t rows = qvalue.dimensions()[0], n = qvalue.dimensions()[1];
   const int64_t per_row = format == Format::kInt8 ? 1 : 2;
-  if (rows * per_row != k) {
-    return Invalid("x " + Shape(x.dimensions()) + " has K=" + std::to_string(k) + " but " +
-                   fmt_name + " qvalue " + Shape(qvalue.dimensions()) + " holds " +
-                   std::to_string(rows * per_row) + " rows of K");
+  const int64_t k = rows * per_row;
+  if (transposed && contracted != n) {
+    return Invalid("x @ W.T: x " + Shape(x.dimensions()) + " has " + std::to_string(contracted) +
+                   " columns but " + fmt_name + " qvalue " + Shape(qvalue.dimensions()) +
+                   " has N=" + std::to_string(n));
+  }
+  if (!transposed && contracted != k) {
+    return Invalid("x " + Shape(x.dimensions()) + " has K=" + std::to_string(contracted) +
+                   " but " + fmt_name + " qvalue " + Shape(qvalue.dimensions()) + " holds " +
+                   std::to_string(k) + " rows of K");
   }
   if (block_size <= 0 || k % block_size) {
     return Invalid("block_size=" + std::to_string(block_size) +
                    " must be a positive divisor of K=" + std::to_string(k));
   }
-  if (out_dims[0] != m || out_dims[1] != n) {
-    return Invalid("the result must have shape (M, N) = (" + std::to_string(m) + ", " +
-                   std::to_string(n) + "), got " + Shape(out_dims));
+  const int64_t columns = transposed ? k : n;
+  if (out_dims[0] != m || out_dims[1] != columns) {
+    return Invalid(std::string("the result must have shape ") + (transposed ? "(M, K)" : "(M, N)") +
+                   " = (" + std::to_string(m) + ", " + std::to_string(columns) + "), got " +
+                   Shape(out_dims));
   }
   p->fmt = format;
   p->m = m;
@@ -276,6 +289,7 @@ ffi::Error Common(ffi::AnyBuffer x, ffi::AnyBuffer qvalue, ffi::Result<ffi::AnyB
   p->out = result->untyped_data();
   p->out_dtype = ot == ffi::DataType::F32 ? DType::kF32 : DType::kBF16;
   p->precision = static_cast<Precision>(precision);
+  p->transposed = transposed != 0;
   *path = static_cast<Path>(path_code);
   return ffi::Error::Success();
 }
@@ -292,7 +306,7 @@ ffi::Error CheckScaleShape(const Problem& p, const char* name, ffi::AnyBuffer::D
 
 ffi::Error Execute(ffi::ThreadPool& pool, const Problem& p, Path path) {
   if (std::string err = Validate(p); !err.empty()) return Invalid(err);
-  if (p.m == 0 || p.n == 0) return ffi::Error::Success();
+  if (p.m == 0 || (p.transposed ? p.k : p.n) == 0) return ffi::Error::Success();
   PoolRunner runner(&pool);
   // Grow-only per-thread workspace: after the first call of a shape, no allocation.
   thread_local std::vector<char> storage;

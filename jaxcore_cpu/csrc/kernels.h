@@ -124,6 +124,24 @@ using MicroKernelPair = void (*)(int mr, int64_t kc, const float* a, const float
                                  const float* b1, float* c, int64_t ldc, bool accumulate,
                                  int cols);
 
+// One piece of the transposed product (Problem::transposed): logical rows [r0, r1) of the
+// weight (even bounds for 4-bit formats), all in one scale block b, and columns
+// [n0, n0 + cols) of N, for m activation rows already multiplied by the block's scales,
+// xs[i * ldxs + c] = x[i][n0 + c] * scale[b][n0 + c]. With u the unscaled decoded weights:
+//   y[i * ldy + r] += sum_{c < cols} xs[i * ldxs + c] * u[r][n0 + c]
+struct NtPiece {
+  Format fmt;
+  int64_t m;
+  const float* xs;
+  int64_t ldxs;
+  const uint8_t* q;   // stored row 0 of the weight
+  int64_t ldq;        // bytes per stored row (= N)
+  int64_t r0, r1;
+  int64_t n0, cols;
+  float* y;
+  int64_t ldy;
+};
+
 // --- int8 activations (Precision::kInt8) ---------------------------------------------
 //
 // Each activation row is quantized in groups of kQ8Group along K: d = max|x| / 127 and
@@ -265,6 +283,8 @@ constexpr int64_t kQ8TaskNarrowMaxM = 4;
 using ExpandDq = void (*)(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 void ExpandDqPortable(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 
+void NtRowsPortable(const NtPiece& p);
+
 struct KernelTable {
   void (*gemv_segment)(const GemvSegment&);
   void (*decode_panel)(const DecodePanel&);
@@ -284,6 +304,8 @@ struct KernelTable {
   ExpandDq expand_dq = ExpandDqPortable;
   // Optional: two slivers per call (then the GEMM takes its slivers in pairs where it can).
   MicroKernelPair microkernel_pair = nullptr;
+  // The transposed product's row kernel (kernels_nt.h), one per instruction set.
+  void (*nt_rows)(const NtPiece&) = NtRowsPortable;
 };
 
 // The portable int8-activation pieces; the SIMD tables reuse them for ragged edges.
@@ -318,6 +340,8 @@ void MicroKernelAvx512(int mr, int64_t kc, const float* a, const float* b, float
 void MicroKernelPairAvx512(int mr, int64_t kc, const float* a, const float* b0,
                            const float* b1, float* c, int64_t ldc, bool accumulate, int cols);
 void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, float* out);
+void NtRowsAvx2(const NtPiece& p);
+void NtRowsAvx512(const NtPiece& p);
 #endif
 
 }  // namespace internal

@@ -566,6 +566,7 @@ const KernelTable& Avx2Kernels() {
     KernelTable t = {GemvSegmentAvx2, DecodePanelAvx2, MicroKernelAvx2, Q8QuantizeAvx2,
                      Q8SegmentPortable};
     t.q8_task = Q8TaskAvx2;  // the planner then never calls q8_segment
+    t.nt_rows = NtRowsAvx2;
     t.gemv_max_m = kGemvAvx2MaxM;  // past it the GEMM path: M = 5..8 measured 12-35 % slower
     // Every M: at M = 256 the int8 products take 0.53x (int4) to 0.80x (int8, NF4) of the
     // float32 GEMM's time (Zen 4 pinned to AVX2, 2 threads).

@@ -471,6 +471,7 @@ const KernelTable& Avx512Kernels() {
     t.expand_dq = ExpandDqAvx512;
     t.q8_quantize = Q8QuantizeAvx512;
     t.q8_task = Q8TaskAvx512;
+    t.nt_rows = NtRowsAvx512;
     t.q8_max_m = int64_t{1} << 40;  // every M: integer products outrun float32 FMAs
     return t;
   }();

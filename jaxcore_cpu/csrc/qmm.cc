@@ -10,14 +10,18 @@
 #include <sstream>
 #include <vector>
 
+#include "bf16.h"
 #include "kernels.h"
 #include "plan.h"
+#include "transposed.h"
 
 namespace jaxcore_cpu {
 namespace {
 
 using internal::AccFloats;
+using internal::Bf16ToF32;
 using internal::CeilDiv;
+using internal::F32ToBf16;
 using internal::GemvSplit;
 using internal::KernelTable;
 using internal::PartialFloats;
@@ -57,23 +61,6 @@ const KernelTable& KernelsFor([[maybe_unused]] Isa isa) {  // only x86-64 has a 
 }
 
 const KernelTable& Kernels() { return KernelsFor(ActiveIsa()); }
-
-inline float Bf16ToF32(uint16_t v) {
-  const uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-inline uint16_t F32ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu)) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN stays NaN
-  }
-  bits += 0x7FFFu + ((bits >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
 
 // Carves the workspace into 64-byte aligned pieces; with a null base it only measures.
 class Carver {
@@ -444,7 +431,12 @@ std::string Validate(const Problem& p) {
     err << "double-quant group_scale must hold ceil(K / block_size * N / " << p.dq_group
         << ") = " << CeilDiv(p.k / p.block_size * p.n, p.dq_group) << " entries, got "
         << p.group_count;
-  } else if (p.m * p.n > 0 &&
+  } else if (p.transposed && p.scale_codes) {
+    err << "the transposed product reads float32 scales, not double-quantized ones";
+  } else if (p.transposed && p.m * p.k > 0 &&
+             (!p.out || (p.n > 0 && (!p.x || !p.qvalue || !p.scale)))) {
+    err << "null data pointer for a non-empty operand";
+  } else if (!p.transposed && p.m * p.n > 0 &&
              (!p.out || (p.k > 0 && (!p.x || !p.qvalue ||
                                      (p.scale_codes ? !p.group_scale : !p.scale))))) {
     err << "null data pointer for a non-empty operand";
@@ -453,6 +445,7 @@ std::string Validate(const Problem& p) {
 }
 
 size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
+  if (p.transposed) return internal::TransposedWorkspaceBytes(p, max_workers);
   size_t bytes = 0;
   for (int isa = 0; isa <= static_cast<int>(DetectIsa()); ++isa) {
     const KernelTable& kt = KernelsFor(static_cast<Isa>(isa));
@@ -466,7 +459,7 @@ size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
 SplitPlan PlanSplit(const Problem& p, Path path, int max_workers) {
   const KernelTable& kt = Kernels();
   SplitPlan plan;
-  if (Resolve(kt, p, path) != Path::kGemv) return plan;
+  if (p.transposed || Resolve(kt, p, path) != Path::kGemv) return plan;
   const GemvSplit s = SplitOf(kt, p, std::max(1, max_workers));
   plan.col_chunks = s.col_tasks;
   plan.k_ranges = s.k_tasks;
@@ -475,8 +468,12 @@ SplitPlan PlanSplit(const Problem& p, Path path, int max_workers) {
 }
 
 void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
-  if (p.m == 0 || p.n == 0) return;
   const KernelTable& kt = Kernels();
+  if (p.transposed) {
+    internal::RunTransposed(p, runner, workspace, kt);
+    return;
+  }
+  if (p.m == 0 || p.n == 0) return;
   path = Resolve(kt, p, path);
   const Buffers b = Layout(kt, p, path, std::max(1, runner.max_workers()), workspace, nullptr);
   if (path == Path::kGemm) {

@@ -302,7 +302,7 @@ int main() {
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   CheckIsaControls();
   CheckValidate();
-  const int runs = RunMatmulChecks();
+  const int runs = RunMatmulChecks() + RunTransposedChecks();
   if (failures > 0) {
     std::fprintf(stderr, "%d check(s) failed (%d runs)\n", failures, runs);
     return 1;

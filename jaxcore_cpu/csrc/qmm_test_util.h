@@ -254,6 +254,8 @@ void CheckWorkspaceCoversEveryIsa();
 void CheckPartialSumsStaySmall();
 void CheckEmptyK();
 void CheckNonFiniteActivations();
+// qmm_transposed_test.cc: the transposed product against the reference; returns its runs.
+int RunTransposedChecks();
 
 }  // namespace testing
 }  // namespace jaxcore_cpu

@@ -1,0 +1,10 @@
+// The transposed product's row kernel (kernels_nt.h) compiled for portable (SSE2 on x86-64, NEON on aarch64).
+#include "kernels_nt.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+
+void NtRowsPortable(const NtPiece& p) { NtRowsImpl(p); }
+
+}  // namespace internal
+}  // namespace jaxcore_cpu

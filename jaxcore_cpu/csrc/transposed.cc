@@ -1,0 +1,135 @@
+// The transposed product y(M, K) = x(M, N) @ W(K, N)^T over W's stored rows (transposed.h).
+//
+// Each task takes a range of W's rows. For every chunk of columns and every scale block its
+// rows touch, it multiplies the activations by that block's scales (xs, in the worker's
+// scratch: at most kRowsPerPass rows times one chunk, so it stays in L1/L2) and hands the
+// block's rows to the table's nt_rows, which streams them once per pass with the sums in
+// registers. Activation rows past kRowsPerPass take further passes over the chunk's weight
+// bytes, then in cache.
+#include "transposed.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "bf16.h"
+#include "plan.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+namespace {
+
+constexpr int64_t kAlignFloats = 16;  // 64 bytes
+// Activation rows one pass of nt_rows takes, and floats of scaled activations per worker
+// (64 KiB): the chunk is as wide as fits (all of N for a few rows), at least kMinChunk.
+constexpr int64_t kRowsPerPass = 16;
+constexpr int64_t kXsFloats = 16384;
+constexpr int64_t kMinChunk = 256;
+// Rows of W per task: about 8 tasks per worker, whole tiles of four rows, at most 64 rows.
+constexpr int64_t kMaxTaskRows = 64;
+
+int64_t ChunkCols(const Problem& p) {
+  const int64_t rows = std::max<int64_t>(1, std::min(p.m, kRowsPerPass));
+  const int64_t fit = std::max(kMinChunk, kXsFloats / rows / kAlignFloats * kAlignFloats);
+  return std::max<int64_t>(1, std::min(fit, RoundUp(p.n, kAlignFloats)));
+}
+
+int64_t TaskRows(const Problem& p, int workers) {
+  return std::clamp<int64_t>(RoundUp(CeilDiv(p.k, 8 * int64_t{workers}), 4), 4, kMaxTaskRows);
+}
+
+int64_t XsFloats(const Problem& p) {
+  return RoundUp(std::min(std::max<int64_t>(p.m, 1), kRowsPerPass) * ChunkCols(p), kAlignFloats);
+}
+
+struct Scratch {
+  float* x32 = nullptr;  // bf16 activations as float32
+  float* y32 = nullptr;  // float32 result before its bf16 conversion
+  float* xs = nullptr;   // per worker, XsFloats() scaled activations
+};
+
+Scratch Carve(const Problem& p, int workers, void* base, size_t* bytes) {
+  char* at = static_cast<char*>(base);
+  int64_t used = 0;
+  auto take = [&](int64_t floats) {
+    float* f = at ? reinterpret_cast<float*>(at + used) : nullptr;
+    used += RoundUp(floats, kAlignFloats) * int64_t{sizeof(float)};
+    return f;
+  };
+  Scratch s;
+  if (p.x_dtype != DType::kF32) s.x32 = take(p.m * p.n);
+  if (p.out_dtype != DType::kF32) s.y32 = take(p.m * p.k);
+  s.xs = take(workers * XsFloats(p));
+  if (bytes) *bytes = static_cast<size_t>(used);
+  return s;
+}
+
+}  // namespace
+
+size_t TransposedWorkspaceBytes(const Problem& p, int workers) {
+  size_t bytes = 0;
+  Carve(p, std::max(1, workers), nullptr, &bytes);
+  return bytes;
+}
+
+void RunTransposed(const Problem& p, Runner& runner, void* workspace, const KernelTable& kt) {
+  if (p.m == 0 || p.k == 0) return;
+  const int workers = std::max(1, runner.max_workers());
+  const Scratch s = Carve(p, workers, workspace, nullptr);
+  const float* x = static_cast<const float*>(p.x);
+  if (p.x_dtype != DType::kF32) {
+    const uint16_t* xb = static_cast<const uint16_t*>(p.x);
+    runner.Parallel(p.m, [&](int64_t mi, int) {
+      for (int64_t c = 0; c < p.n; ++c) s.x32[mi * p.n + c] = Bf16ToF32(xb[mi * p.n + c]);
+    });
+    x = s.x32;
+  }
+  float* y = p.out_dtype == DType::kF32 ? static_cast<float*>(p.out) : s.y32;
+  const int64_t task_rows = TaskRows(p, workers);
+  const int64_t chunk = ChunkCols(p);
+  const int64_t xs_floats = XsFloats(p);
+  const auto* q = static_cast<const uint8_t*>(p.qvalue);
+  runner.Parallel(CeilDiv(p.k, task_rows), [&](int64_t task, int worker) {
+    const int64_t r0 = task * task_rows, r1 = std::min(p.k, r0 + task_rows);
+    for (int64_t mi = 0; mi < p.m; ++mi) std::fill(y + mi * p.k + r0, y + mi * p.k + r1, 0.0f);
+    float* xs = s.xs + worker * xs_floats;
+    for (int64_t n0 = 0; n0 < p.n; n0 += chunk) {
+      const int64_t cols = std::min(chunk, p.n - n0);
+      for (int64_t ra = r0, rb; ra < r1; ra = rb) {
+        const int64_t blk = ra / p.block_size;
+        rb = std::min(r1, (blk + 1) * p.block_size);
+        const float* srow = p.scale + blk * p.n + n0;
+        for (int64_t m0 = 0; m0 < p.m; m0 += kRowsPerPass) {
+          const int64_t mr = std::min(kRowsPerPass, p.m - m0);
+          for (int64_t i = 0; i < mr; ++i) {
+            const float* xrow = x + (m0 + i) * p.n + n0;
+            float* xsrow = xs + i * chunk;
+            for (int64_t c = 0; c < cols; ++c) xsrow[c] = xrow[c] * srow[c];
+          }
+          NtPiece piece;
+          piece.fmt = p.fmt;
+          piece.m = mr;
+          piece.xs = xs;
+          piece.ldxs = chunk;
+          piece.q = q;
+          piece.ldq = p.n;
+          piece.r0 = ra;
+          piece.r1 = rb;
+          piece.n0 = n0;
+          piece.cols = cols;
+          piece.y = y + m0 * p.k;
+          piece.ldy = p.k;
+          kt.nt_rows(piece);
+        }
+      }
+    }
+  });
+  if (y != p.out) {
+    auto* out = static_cast<uint16_t*>(p.out);
+    runner.Parallel(p.m, [&](int64_t mi, int) {
+      for (int64_t r = 0; r < p.k; ++r) out[mi * p.k + r] = F32ToBf16(y[mi * p.k + r]);
+    });
+  }
+}
+
+}  // namespace internal
+}  // namespace jaxcore_cpu

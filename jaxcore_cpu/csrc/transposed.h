@@ -1,0 +1,25 @@
+// The transposed product y = x @ W^T (Problem::transposed): its workspace and its run. Used by
+// qmm.cc; plain C++ (the arithmetic is the kernel table's nt_rows).
+#ifndef JAXCORE_CPU_CSRC_TRANSPOSED_H_
+#define JAXCORE_CPU_CSRC_TRANSPOSED_H_
+
+#include <cstddef>
+
+#include "kernels.h"
+#include "qmm.h"
+
+namespace jaxcore_cpu {
+namespace internal {
+
+// Bytes of scratch RunTransposed needs for `workers` workers (the same for every table).
+size_t TransposedWorkspaceBytes(const Problem& p, int workers);
+
+// Computes y = x @ W^T for a valid transposed problem. Tasks are ranges of W's rows (the
+// result's columns), claimed by the threads as they come free; each writes its own columns
+// of every result row, so the result does not depend on which thread ran which task.
+void RunTransposed(const Problem& p, Runner& runner, void* workspace, const KernelTable& kt);
+
+}  // namespace internal
+}  // namespace jaxcore_cpu
+
+#endif  // JAXCORE_CPU_CSRC_TRANSPOSED_H_
