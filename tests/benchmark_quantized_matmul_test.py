@@ -19,6 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "quantized_matmul.py"
+TRANSPOSED_SCRIPT = REPO / "benchmarks" / "quantized_matmul_transposed.py"
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +34,9 @@ def bench():
     return module
 
 
-def _run(*args):
+def _run(*args, script=SCRIPT):
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -124,5 +125,34 @@ def test_script_times_single_calls_with_chain_one():
 
 def test_script_rejects_a_chain_below_one():
     result = _run("--chain", "0")
+    assert result.returncode == 2
+    assert "--chain must be at least 1, got 0" in result.stderr
+
+
+def test_transposed_script_times_every_format_against_both_dense_products():
+    result = _run(
+        *("--k", "64", "--n", "96", "--m", "1", "3", "--reps", "2", "--rotate-mb", "1"),
+        *("--chain", "2"),
+        script=TRANSPOSED_SCRIPT,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "x @ W.T with W (K=64, N=96), x (M, 96) float32" in out
+    assert "M = 1: dense f32 x @ W" in out and "M = 3: dense f32 x @ W" in out
+    formats = ("int8", "int8-b32", "int4", "nf4", "nf4-dq")
+    rows = [r for r in (line.split() for line in out.splitlines()) if r and r[0] in formats]
+    assert sorted(r[0] for r in rows) == sorted(formats * 2)
+    for row in rows:  # native "ms ratio GB/s" (or dashes), then reference "ms ratio"
+        assert len(row) == 6, row
+        assert float(row[4]) > 0 and float(row[5]) > 0, row
+        if row[1] != "-":
+            assert float(row[1]) > 0 and float(row[2]) > 0, row
+    table = out[out.index("x @ W.T, ratio to dense f32 x @ W") :]
+    assert "| M | dense x @ W.T |" in table
+    assert table.count("| 1 |") == 1 and table.count("| 3 |") == 1
+
+
+def test_transposed_script_rejects_a_chain_below_one():
+    result = _run("--chain", "0", script=TRANSPOSED_SCRIPT)
     assert result.returncode == 2
     assert "--chain must be at least 1, got 0" in result.stderr
