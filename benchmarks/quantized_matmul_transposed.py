@@ -146,7 +146,9 @@ def main():
                 cells.append(f"{'-':>10s} {'-':>8s} {'-':>6s}")
             key = f"{name}/ref"
             cells.append(
-                f"{t[key] * 1e3:12.3f} {t[key] / base:8.3f}" if key in t else f"{'-':>12s} {'-':>8s}"
+                f"{t[key] * 1e3:12.3f} {t[key] / base:8.3f}"
+                if key in t
+                else f"{'-':>12s} {'-':>8s}"
             )
             print(f"  {name:10s} {cells[0]}   {cells[1]}")
 
