@@ -17,6 +17,7 @@ and expands them inside the call, so no float32 copy is written by XLA on every 
 from __future__ import annotations
 
 import functools
+import platform
 from collections.abc import Callable
 
 import jax
@@ -332,7 +333,7 @@ def quantized_matmul_transposed(
     kernel streams once per pass of up to 16 activation rows, in float32 (there is no int8
     precision for it). This is the kernel ``jaxcore.kernels.quantized_matmul_transposed``
     (and the transpose rule of ``jaxcore.kernels.quantized_matmul``) runs on CPU for up to
-    :data:`TRANSPOSED_MAX_M` rows once the plugin is loaded.
+    :data:`TRANSPOSED_MAX_M` rows (by instruction set) once the plugin is loaded.
 
     Args:
       x2d: (M, N) floating activations; float32 and bfloat16 are read as they are, other
@@ -413,24 +414,37 @@ IMPLS_BY_PRECISION: dict[str, Callable[..., jax.Array]] = {
 with one is never replayed for another (jaxcore keys its trace caches on the registry)."""
 
 
-TRANSPOSED_MAX_M = 32
-"""Largest M the registry implementation of ``x @ W.T`` gives the native kernel (with SIMD
-kernels; PORTABLE_MAX_M with only the portable ones); larger M runs jaxcore's reference
-(XLA's slab-wise dequantize-then-dot). The native kernel's time grows with M at about the
-rate of XLA's dense float32 FMAs, the reference's by less: on a 2-vCPU Zen 4 VM (AVX-512,
-K = N = 4096, ratio to dense ``x @ W``) M = 32 native 0.80x-0.98x against the reference's
-1.04x-1.27x, M = 64 1.0x-1.25x against 1.03x-1.14x, M = 128 1.15x-1.45x against 1.1x."""
+TRANSPOSED_MAX_M: dict[str, int] = {"portable": 1, "avx2": 16, "avxvnni": 16, "avx512": 32}
+"""Largest M the registry implementation of ``x @ W.T`` gives the native kernel, by the
+instruction set the CPU has (``detected_isa``); larger M runs jaxcore's reference (XLA's
+slab-wise dequantize-then-dot). The native kernel's time grows with M at about the rate of
+float32 FMAs, the reference's by less. On a 2-vCPU Zen 4 VM (K = N = 4096, ratio to dense
+``x @ W``): AVX-512 at M = 32 0.80x-0.98x against the reference's 1.04x-1.27x, at M = 64
+1.0x-1.25x against 1.03x-1.14x; pinned to AVX2 at M = 16 0.77x-1.20x (NF4 last, its codes
+looked up by two permutes and a blend) against 0.96x-1.20x; pinned to the portable kernels
+at M = 1 0.45x-0.69x against 0.64x-0.82x (int8, int4), M = 4 0.84x-0.92x against
+0.87x-1.0x. Portable NF4 on x86-64 looks its codes up one by one (SSE2 has no variable
+shuffle; 1.6x against the reference's 1.1x at M = 1) and runs the reference; aarch64 looks
+them up with NEON ``tbl``."""
+
+
+def _transposed_max_m(fmt: str) -> int:
+    isa = _library.detected_isa()
+    if isa == "portable" and fmt == "nf4" and platform.machine().lower() not in _ARM64:
+        return 0
+    return TRANSPOSED_MAX_M.get(isa, 1)
+
+
+_ARM64 = ("aarch64", "arm64")
 
 
 def transposed_impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype):
     """Kernel ``TRANSPOSED_KERNEL_NAME`` for ``"cpu"``: ``x2d @ W.T`` -> (M, K).
 
-    :func:`quantized_matmul_transposed` up to :data:`TRANSPOSED_MAX_M` rows (with only the
-    portable kernels, :data:`PORTABLE_MAX_M`), the reference past it.
+    :func:`quantized_matmul_transposed` up to :data:`TRANSPOSED_MAX_M` rows for the CPU's
+    instruction set, the reference past it.
     """
-    m = x2d.shape[0]
-    portable = _library.detected_isa() == "portable"
-    if m > (PORTABLE_MAX_M if portable else TRANSPOSED_MAX_M):
+    if x2d.shape[0] > _transposed_max_m(fmt):
         return _reference_t(x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype)
     return quantized_matmul_transposed(
         x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype

@@ -37,9 +37,14 @@ int64_t TaskRows(const Problem& p, int workers) {
   return std::clamp<int64_t>(RoundUp(CeilDiv(p.k, 8 * int64_t{workers}), 4), 4, kMaxTaskRows);
 }
 
-int64_t XsFloats(const Problem& p) {
-  return RoundUp(std::min(std::max<int64_t>(p.m, 1), kRowsPerPass) * ChunkCols(p), kAlignFloats);
-}
+// Floats from one row of scaled activations to the next: a line more than the chunk, so rows
+// a multiple of 4 KiB long do not share L1 sets.
+int64_t XsStride(const Problem& p) { return RoundUp(ChunkCols(p), kAlignFloats) + kAlignFloats; }
+
+int64_t XsRows(const Problem& p) { return std::min(std::max<int64_t>(p.m, 1), kRowsPerPass); }
+
+// Per worker: the scaled activations of one pass.
+int64_t XsFloats(const Problem& p) { return XsRows(p) * XsStride(p); }
 
 struct Scratch {
   float* x32 = nullptr;  // bf16 activations as float32
@@ -87,6 +92,7 @@ void RunTransposed(const Problem& p, Runner& runner, void* workspace, const Kern
   const int64_t task_rows = TaskRows(p, workers);
   const int64_t chunk = ChunkCols(p);
   const int64_t xs_floats = XsFloats(p);
+  const int64_t ldxs = XsStride(p);
   const auto* q = static_cast<const uint8_t*>(p.qvalue);
   runner.Parallel(CeilDiv(p.k, task_rows), [&](int64_t task, int worker) {
     const int64_t r0 = task * task_rows, r1 = std::min(p.k, r0 + task_rows);
@@ -102,14 +108,14 @@ void RunTransposed(const Problem& p, Runner& runner, void* workspace, const Kern
           const int64_t mr = std::min(kRowsPerPass, p.m - m0);
           for (int64_t i = 0; i < mr; ++i) {
             const float* xrow = x + (m0 + i) * p.n + n0;
-            float* xsrow = xs + i * chunk;
+            float* xsrow = xs + i * ldxs;
             for (int64_t c = 0; c < cols; ++c) xsrow[c] = xrow[c] * srow[c];
           }
           NtPiece piece;
           piece.fmt = p.fmt;
           piece.m = mr;
           piece.xs = xs;
-          piece.ldxs = chunk;
+          piece.ldxs = ldxs;
           piece.q = q;
           piece.ldq = p.n;
           piece.r0 = ra;
