@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bf16.h"
+#include "gemm.h"
 #include "kernels.h"
 #include "plan.h"
 #include "transposed.h"
@@ -33,17 +34,6 @@ using internal::UsesInt8;
 using internal::WritesDirectly;
 
 constexpr int64_t kAlign = 64;
-// GEMM: columns per task and rows of K per decoded panel (128 KiB, in L2). Narrow tiles
-// give a many-core machine tasks to share; the deep panel halves how often the result
-// tile is read and written back (measured on Zen 4, 2 threads: M = 16 -9 %, M = 256 -2 %).
-constexpr int64_t kGemmCols = 64;
-constexpr int64_t kGemmDepth = 512;
-// GEMM: activation rows per pass of a tile's slivers, a multiple of the micro-tile's 12: their
-// packed panel (192 KiB at the full depth) stays in L2 beside the decoded one, where all of M
-// came from L3 (Zen 4, M = 1024, K = N = 4096: 1-2 % faster through JAX on 2 threads, ~4 % on
-// one; M <= 96 unchanged).
-constexpr int64_t kGemmRowBlock = 96;
-static_assert(kGemmRowBlock % internal::kMr == 0, "whole micro-tiles per row block");
 // Activations up to this many floats are quantized to int8 on the calling thread (16 x 4096
 // take ~30 us on Zen 4, where handing half of them to a second thread cost ~60 us more).
 constexpr int64_t kSerialQuantizeFloats = int64_t{1} << 16;
@@ -142,8 +132,8 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
     }
   } else {
     if (p.out_dtype != DType::kF32) b.out32 = carve.Take<float>(p.m * p.n);
-    b.apack = carve.Take<float>(RoundUp(p.m, internal::kMr) * p.k);
-    b.panel = carve.Take<float>(workers * RoundUp(kGemmCols, internal::kNr) * kGemmDepth);
+    b.apack = carve.Take<float>(internal::GemmPackFloats(p.m, p.k));
+    b.panel = carve.Take<float>(workers * internal::GemmPanelFloats());
     if (p.scale_codes && p.block_size > 0) b.scales = carve.Take<float>(p.k / p.block_size * p.n);
   }
   if (bytes) *bytes = carve.used();
@@ -312,81 +302,28 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
   });
 }
 
-// The GEMM path: tasks are column tiles; each decodes K-panels of its tile once and runs
-// the micro-kernel over every activation row.
+// The GEMM path (gemm.h) over the weight as stored, its scales expanded (double quant) or not.
 void RunGemm(const Problem& p, const Buffers& b, Runner& runner, const KernelTable& kt) {
-  float* out = p.out_dtype == DType::kF32 ? static_cast<float*>(p.out) : b.out32;
-  // Micro-panel mb holds rows [mb * kMr, mb * kMr + kMr) as apack[mb][k][i], zero-padded,
-  // so the micro-kernel streams its activations contiguously.
-  constexpr int64_t kMr = internal::kMr;
-  runner.Parallel(CeilDiv(p.m, kMr), [&](int64_t mb, int) {
-    float* panel = b.apack + mb * kMr * p.k;
-    for (int64_t i = 0; i < kMr; ++i) {
-      const int64_t mi = mb * kMr + i;
-      for (int64_t k = 0; k < p.k; ++k) {
-        panel[k * kMr + i] = mi >= p.m ? 0.0f
-                             : p.x_dtype == DType::kF32
-                                 ? static_cast<const float*>(p.x)[mi * p.k + k]
-                                 : Bf16ToF32(static_cast<const uint16_t*>(p.x)[mi * p.k + k]);
-      }
-    }
-  });
-  const int64_t tiles = CeilDiv(p.n, kGemmCols);
-  const int64_t panel_floats = RoundUp(kGemmCols, internal::kNr) * kGemmDepth;
-  runner.Parallel(tiles, [&](int64_t task, int worker) {
-    float* panel = b.panel + worker * panel_floats;
-    const int64_t n0 = task * kGemmCols;
-    const int64_t cols = std::min(kGemmCols, p.n - n0);
-    if (p.k == 0) {
-      for (int64_t mi = 0; mi < p.m; ++mi) {
-        std::fill(out + mi * p.n + n0, out + mi * p.n + n0 + cols, 0.0f);
-      }
-    }
-    for (int64_t k0 = 0; k0 < p.k; k0 += kGemmDepth) {
-      const int64_t k1 = std::min(p.k, k0 + kGemmDepth);
-      internal::DecodePanel d;
-      d.fmt = p.fmt;
-      d.q = static_cast<const uint8_t*>(p.qvalue);
-      d.ldq = p.n;
-      d.scale = p.scale_codes ? b.scales : p.scale;
-      d.lds = p.n;
-      d.block_size = p.block_size;
-      d.r0 = k0;
-      d.r1 = k1;
-      d.n0 = n0;
-      d.cols = cols;
-      d.panel = panel;
-      kt.decode_panel(d);
-      const int64_t depth = k1 - k0;
-      constexpr int64_t kNr = internal::kNr;
-      // Rows of the activations in blocks whose packed panel (kGemmRowBlock x depth floats)
-      // stays in L2 while every sliver of the tile passes over it.
-      for (int64_t mb0 = 0; mb0 < p.m; mb0 += kGemmRowBlock) {
-        const int64_t mb1 = std::min(p.m, mb0 + kGemmRowBlock);
-        for (int64_t j = 0; j * kNr < cols;) {
-          const float* sliver = panel + j * depth * kNr;
-          const int64_t left = cols - j * kNr;
-          const bool pair = kt.microkernel_pair != nullptr && left > kNr;
-          const int width = static_cast<int>(std::min<int64_t>(pair ? 2 * kNr : kNr, left));
-          for (int64_t m0 = mb0; m0 < mb1; m0 += kMr) {
-            const int mr = static_cast<int>(std::min<int64_t>(kMr, p.m - m0));
-            const float* a = b.apack + m0 * p.k + k0 * kMr;
-            float* c = out + m0 * p.n + n0 + j * kNr;
-            if (pair) {
-              kt.microkernel_pair(mr, depth, a, sliver, sliver + depth * kNr, c, p.n, k0 > 0,
-                                  width);
-            } else {
-              kt.microkernel(mr, depth, a, sliver, c, p.n, k0 > 0, width);
-            }
-          }
-          j += pair ? 2 : 1;
-        }
-      }
-    }
-  });
-  if (out != p.out) {
+  internal::Gemm g;
+  g.m = p.m;
+  g.depth = p.k;
+  g.cols = p.n;
+  g.x = p.x;
+  g.x_dtype = p.x_dtype;
+  g.out = p.out_dtype == DType::kF32 ? static_cast<float*>(p.out) : b.out32;
+  g.apack = b.apack;
+  g.panels = b.panel;
+  g.decode = kt.decode_panel;
+  g.weight.fmt = p.fmt;
+  g.weight.q = static_cast<const uint8_t*>(p.qvalue);
+  g.weight.ldq = p.n;
+  g.weight.scale = p.scale_codes ? b.scales : p.scale;
+  g.weight.lds = p.n;
+  g.weight.block_size = p.block_size;
+  internal::RunGemm(g, runner, kt);
+  if (g.out != p.out) {
     runner.Parallel(p.m, [&](int64_t mi, int) {
-      for (int64_t n = 0; n < p.n; ++n) Store(p.out_dtype, p.out, mi * p.n + n, out[mi * p.n + n]);
+      for (int64_t n = 0; n < p.n; ++n) Store(p.out_dtype, p.out, mi * p.n + n, g.out[mi * p.n + n]);
     });
   }
 }
