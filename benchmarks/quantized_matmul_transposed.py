@@ -6,10 +6,10 @@ M in --m this prints, measured side by side in one run (float32 activations of s
 result (M, K)):
 
 * the native kernel of the ``jaxcore-cpu`` plugin (``jaxcore_cpu.quantized_matmul_transposed``,
-  whatever M; ``jaxcore.kernels`` gives it M <= ``jaxcore_cpu.TRANSPOSED_MAX_M``) and the
-  portable reference (``reference_quantized_matmul_transposed``, what runs without the plugin
-  and above that M), for int8 per-channel and in 32-row blocks, int4 and NF4 in 64-row blocks
-  and NF4 double-quant (its scales expanded inside the timed program, as the gradient does);
+  --path: the rows path at small M and the GEMM above by default) and the portable reference
+  (``reference_quantized_matmul_transposed``, what runs without the plugin), for int8
+  per-channel and in 32-row blocks, int4 and NF4 in 64-row blocks and NF4 double-quant (its
+  scales expanded inside the timed program, as the gradient does);
 * XLA's dense float32 ``x @ W`` of the same size (the baseline of every ratio: same products,
   same weight bytes) and XLA's dense ``x @ W.T`` (what a dense model's gradient runs).
 
@@ -21,7 +21,7 @@ Weights rotate over enough distinct copies that every call reads them from memor
 timed call chains --chain products (as benchmarks/quantized_matmul.py, whose helpers this
 uses; see its docstring).
 
-Usage: python3 benchmarks/quantized_matmul_transposed.py [--k 4096] [--n 4096] [--m 1 16 32]
+Usage: python3 benchmarks/quantized_matmul_transposed.py [--k 4096] [--n 4096] [--m 1 16 64 256]
        python3 benchmarks/quantized_matmul_transposed.py --model-shape   # K=4096, N=14336
 """
 
@@ -37,9 +37,9 @@ import quantized_matmul as qmm_bench  # benchmarks/, the script's directory
 from jaxcore import kernels
 
 
-def _native_transposed(native, x, q):
+def _native_transposed(native, x, q, path):
     return native.quantized_matmul_transposed(
-        x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size
+        x, q.qvalue, q.block_scales(), fmt=q.fmt, block_size=q.block_size, path=path
     )
 
 
@@ -54,7 +54,10 @@ def main():
     parser.add_argument("--k", type=int, default=None, help="weight rows K (default 4096)")
     parser.add_argument("--n", type=int, default=None, help="weight columns N (default 4096)")
     parser.add_argument("--model-shape", action="store_true", help="K=4096, N=14336")
-    parser.add_argument("--m", type=int, nargs="+", default=[1, 16, 32])
+    parser.add_argument("--m", type=int, nargs="+", default=[1, 16, 64, 256])
+    parser.add_argument(
+        "--path", choices=["auto", "gemv", "gemm"], default="auto", help="the native kernel's path"
+    )
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--chain", type=int, default=8, help="products per timed jitted call")
     parser.add_argument("--rotate-mb", type=float, default=None)
@@ -79,7 +82,7 @@ def main():
         f"{', '.join(flags) or 'no AVX2'}"
     )
     print(
-        f"native kernels: ISA {native.isa()}; {native.library_path()}"
+        f"native kernels: ISA {native.isa()}, path {args.path}; {native.library_path()}"
         if native is not None
         else f"native kernels: unavailable ({why_not})"
     )
@@ -99,7 +102,7 @@ def main():
     dense = qmm_bench._chain.chained(jnp.dot, chain)
     dense_t = qmm_bench._chain.chained(lambda x, w: x @ w.T, chain)
     nat = (
-        qmm_bench._chain.chained(lambda x, q: _native_transposed(native, x, q), chain)
+        qmm_bench._chain.chained(lambda x, q: _native_transposed(native, x, q, args.path), chain)
         if native is not None
         else None
     )

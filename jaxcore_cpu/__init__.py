@@ -43,7 +43,6 @@ from ._library import (
 from ._matmul import (
     PATHS,
     PRECISIONS,
-    TRANSPOSED_MAX_M,
     quantized_matmul,
     quantized_matmul_dq,
     quantized_matmul_transposed,
@@ -64,7 +63,6 @@ __all__ = [
     "PRECISION_ENV_VAR",
     "PrecisionSetting",
     "TRANSPOSED_IMPLS",
-    "TRANSPOSED_MAX_M",
     "available_isas",
     "describe",
     "detected_isa",

@@ -110,18 +110,12 @@ _bind = _plugin_api.platform_primitive(
 def _ffi_kernel_t(x, qvalue, scale, *, platform, **static):
     del platform  # only lowered for cpu
     return _ffi(
-        _library.TARGET_NAME,
-        x,
-        qvalue,
-        scale,
-        path="auto",
-        precision="float32",
-        transposed=True,
-        **static,
+        _library.TARGET_NAME, x, qvalue, scale, precision="float32", transposed=True, **static
     )
 
 
-def _reference_t(x, qvalue, scale, *, fmt, block_size, out_dtype):
+def _reference_t(x, qvalue, scale, *, fmt, block_size, out_dtype, path="auto"):
+    del path
     return reference_quantized_matmul_transposed(
         x, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
     )
@@ -325,29 +319,36 @@ def quantized_matmul_transposed(
     fmt: str,
     block_size: int,
     out_dtype=None,
+    path: str = "auto",
 ) -> jax.Array:
     """``x2d @ W.T`` for a quantized (K, N) weight W, computed by the native CPU kernels.
 
-    The product the gradient of ``x @ W`` in ``x`` needs (and a tied embedding's logits):
-    each output is a dot product of an activation row with a stored row of W, which the
-    kernel streams once per pass of up to 16 activation rows, in float32 (there is no int8
-    precision for it). This is the kernel ``jaxcore.kernels.quantized_matmul_transposed``
-    (and the transpose rule of ``jaxcore.kernels.quantized_matmul``) runs on CPU for up to
-    :data:`TRANSPOSED_MAX_M` rows (by instruction set) once the plugin is loaded.
+    The product the gradient of ``x @ W`` in ``x`` needs (and a tied embedding's logits), in
+    float32 (there is no int8 precision for it). Two paths: ``"gemv"`` computes each output
+    as a dot product of an activation row with a stored row of W, streaming the rows once per
+    pass of up to 16 activation rows; ``"gemm"`` runs the cache-blocked GEMM over panels
+    decoded from W's rows transposed; ``"auto"`` takes the first up to M = 24 with AVX-512,
+    12 with AVX2, 64 with the portable kernels. This is what
+    ``jaxcore.kernels.quantized_matmul_transposed`` (and the transpose rule of
+    ``jaxcore.kernels.quantized_matmul``) runs on CPU once the plugin is loaded (with only the
+    portable kernels, at M = 1).
 
     Args:
       x2d: (M, N) floating activations; float32 and bfloat16 are read as they are, other
         dtypes are converted to float32.
       qvalue, scale, fmt, block_size: the weight, as for :func:`quantized_matmul`.
       out_dtype: result dtype; default ``x2d.dtype``. Accumulation is float32.
+      path: ``"auto"``, ``"gemv"`` or ``"gemm"`` (above); every path accepts every M.
 
     Returns:
       (M, K) array of ``out_dtype``.
 
     Raises:
-      ValueError, TypeError: operands that break the layout, or ``x2d`` without N columns.
+      ValueError, TypeError: operands that break the layout, ``x2d`` without N columns, or
+        an unknown ``path``.
       LibraryNotFoundError, RuntimeError: the native library cannot be loaded.
     """
+    _check_settings(path, "float32")
     x2d = jnp.asarray(x2d)
     if x2d.ndim != 2:
         raise ValueError(f"x @ W.T: x must be 2-D (M, N), got shape {x2d.shape}")
@@ -365,11 +366,14 @@ def quantized_matmul_transposed(
     _library.load()
     if 0 in (problem.m, problem.n, problem.k):
         return jnp.zeros((problem.m, problem.k), out_dtype)
-    return _call_t(x2d, qvalue, scale, fmt=fmt, block_size=int(block_size), out_dtype=out_dtype)
+    return _call_t(
+        x2d, qvalue, scale, fmt=fmt, block_size=int(block_size), out_dtype=out_dtype, path=path
+    )
 
 
 _call_t = jax.jit(
-    functools.partial(_native_call, _bind_t), static_argnames=("fmt", "block_size", "out_dtype")
+    functools.partial(_native_call, _bind_t),
+    static_argnames=("fmt", "block_size", "out_dtype", "path"),
 )
 
 
@@ -414,37 +418,35 @@ IMPLS_BY_PRECISION: dict[str, Callable[..., jax.Array]] = {
 with one is never replayed for another (jaxcore keys its trace caches on the registry)."""
 
 
-TRANSPOSED_MAX_M: dict[str, int] = {"portable": 1, "avx2": 16, "avxvnni": 16, "avx512": 32}
-"""Largest M the registry implementation of ``x @ W.T`` gives the native kernel, by the
-instruction set the CPU has (``detected_isa``); larger M runs jaxcore's reference (XLA's
-slab-wise dequantize-then-dot). The native kernel's time grows with M at about the rate of
-float32 FMAs, the reference's by less. On a 2-vCPU Zen 4 VM (K = N = 4096, ratio to dense
-``x @ W``): AVX-512 at M = 32 0.80x-0.98x against the reference's 1.04x-1.27x, at M = 64
-1.0x-1.25x against 1.03x-1.14x; pinned to AVX2 at M = 16 0.77x-1.20x (NF4 last, its codes
-looked up by two permutes and a blend) against 0.96x-1.20x; pinned to the portable kernels
-at M = 1 0.45x-0.69x against 0.64x-0.82x (int8, int4), M = 4 0.84x-0.92x against
-0.87x-1.0x. Portable NF4 on x86-64 looks its codes up one by one (SSE2 has no variable
-shuffle; 1.6x against the reference's 1.1x at M = 1) and runs the reference; aarch64 looks
-them up with NEON ``tbl``."""
-
-
-def _transposed_max_m(fmt: str) -> int:
-    isa = _library.detected_isa()
-    if isa == "portable" and fmt == "nf4" and platform.machine().lower() not in _ARM64:
-        return 0
-    return TRANSPOSED_MAX_M.get(isa, 1)
-
-
 _ARM64 = ("aarch64", "arm64")
+
+
+def _transposed_native_serves(m: int, fmt: str) -> bool:
+    """Whether the registry implementation of ``x @ W.T`` runs the native kernel for M = ``m``.
+
+    With AVX2 or better, at every M: the rows path at small M, the GEMM over transposed panels
+    above, both ahead of the reference on a 2-vCPU Zen 4 VM (K = N = 4096, ratio to dense
+    ``x @ W``; AVX-512: M = 16 0.59x-0.77x against 0.98x-2.7x, M = 64 0.90x-0.94x against
+    1.04x-1.88x, M = 256 1.01x-1.08x against 1.18x-1.34x; pinned to AVX2 level with it at worst,
+    M = 32 int8 in 32-row blocks 1.05x against 1.04x). With only the portable kernels, as for
+    ``x @ W``, up to :data:`PORTABLE_MAX_M` rows (M = 1: 0.61x-0.80x against the reference's
+    0.64x-0.82x or more), and never for NF4 on x86-64, whose codes SSE2 looks up one by one
+    (2.1x against 1.45x at M = 1); aarch64 looks them up with NEON ``tbl``.
+    """
+    if _library.detected_isa() != "portable":
+        return True
+    if fmt == "nf4" and platform.machine().lower() not in _ARM64:
+        return False
+    return m <= PORTABLE_MAX_M
 
 
 def transposed_impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype):
     """Kernel ``TRANSPOSED_KERNEL_NAME`` for ``"cpu"``: ``x2d @ W.T`` -> (M, K).
 
-    :func:`quantized_matmul_transposed` up to :data:`TRANSPOSED_MAX_M` rows for the CPU's
-    instruction set, the reference past it.
+    :func:`quantized_matmul_transposed` with ``path="auto"`` where the native kernel is the
+    faster (every M with SIMD kernels; see ``_transposed_native_serves``), else the reference.
     """
-    if x2d.shape[0] > _transposed_max_m(fmt):
+    if not _transposed_native_serves(x2d.shape[0], fmt):
         return _reference_t(x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype)
     return quantized_matmul_transposed(
         x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype

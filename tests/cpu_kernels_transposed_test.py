@@ -5,11 +5,14 @@
 ``jaxcore.kernels.quantized_matmul_transposed`` run on CPU once the plugin is loaded. Its
 result must equal the dequantized matrix's product on every format, instruction set, dtype
 and odd size; gradients through ``x @ w`` (double-quantized NF4 included) must compile to it
-and agree with the dense gradient; large M falls back to the reference; export stays
-portable; bad operands are refused with errors that name them.
+and agree with the dense gradient; both paths (rows of W, the GEMM over transposed panels)
+agree at any M, and every M runs the native kernel with SIMD kernels; export stays portable;
+bad operands are refused with errors that name them.
 
 Needs ``libjaxcore_cpu_kernels.so`` as ``cpu_kernels_test`` does.
 """
+
+import platform
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +27,7 @@ from jaxcore.kernels import plugin_api
 kernel_test_util.require_native_cpu_kernels()
 
 TARGET = "jaxcore_cpu_quantized_matmul"
+ARM64 = platform.machine().lower() in ("aarch64", "arm64")
 KERNELS = ("quantized_matmul", plugin_api.DQ_KERNEL_NAME, plugin_api.TRANSPOSED_KERNEL_NAME)
 FORMATS = {
     "int8": lambda w, b: quant.ArrayInt8.quantize(w, block_size=b),
@@ -124,17 +128,40 @@ def test_double_quant_gradient_matches_dense(native_cpu_kernels):
     _close(got.astype(jnp.float32), np.asarray(want, np.float64), rtol=2e-2)
 
 
-def test_large_m_runs_the_reference(native_cpu_kernels):
+def test_every_m_runs_the_native_kernel_with_simd(native_cpu_kernels):
     rng = np.random.default_rng(5)
     q = _weight(rng, "nf4", 64, 32, 32)
-    limit = jaxcore_cpu.TRANSPOSED_MAX_M[jaxcore_cpu.detected_isa()]
-    x = jnp.asarray(rng.standard_normal((limit + 1, 32)), jnp.float32)
     f = jax.jit(kernels.quantized_matmul_transposed)
-    assert TARGET not in f.lower(x, q).compile().as_text()
-    _close(f(x, q), np.asarray(x, np.float64) @ _dense(q).T)
-    if jaxcore_cpu.detected_isa() != "portable":  # (portable NF4 on x86-64: the reference)
-        assert TARGET in f.lower(x[:limit], q).compile().as_text()
-    assert set(jaxcore_cpu.TRANSPOSED_MAX_M) == set(jaxcore_cpu.ISAS)
+    for m in (1, 30, 130):  # the rows path, and the GEMM (several row blocks)
+        x = jnp.asarray(rng.standard_normal((m, 32)), jnp.float32)
+        native = TARGET in f.lower(x, q).compile().as_text()
+        assert native == (jaxcore_cpu.detected_isa() != "portable" or m == 1 and ARM64), m
+        _close(f(x, q), np.asarray(x, np.float64) @ _dense(q).T)
+
+
+@pytest.mark.parametrize("path", ["gemv", "gemm"])
+def test_both_paths_agree_at_any_m(path):
+    rng = np.random.default_rng(11)
+    q = _weight(rng, "int4", 192, 600, 64)
+    for m in (1, 13, 100):
+        x = jnp.asarray(rng.standard_normal((m, 600)), jnp.float32)
+        got = jaxcore_cpu.quantized_matmul_transposed(
+            x, q.qvalue, q.block_scales(), fmt="int4", block_size=64, path=path
+        )
+        _close(got, np.asarray(x, np.float64) @ _dense(q).T)
+
+
+def test_portable_kernels_serve_one_row_but_not_x86_nf4(monkeypatch):
+    monkeypatch.setattr(jaxcore_cpu._library, "detected_isa", lambda: "portable")
+    serves = jaxcore_cpu._matmul._transposed_native_serves
+    assert serves(1, "int8") and serves(1, "int4")
+    assert not serves(2, "int8")
+    monkeypatch.setattr(jaxcore_cpu._matmul.platform, "machine", lambda: "x86_64")
+    assert not serves(1, "nf4")
+    monkeypatch.setattr(jaxcore_cpu._matmul.platform, "machine", lambda: "aarch64")
+    assert serves(1, "nf4")
+    monkeypatch.setattr(jaxcore_cpu._library, "detected_isa", lambda: "avx2")
+    assert serves(4096, "nf4")
 
 
 def test_export_stays_portable(native_cpu_kernels):
@@ -164,6 +191,8 @@ def test_python_side_checks_name_the_operand():
     call = jaxcore_cpu.quantized_matmul_transposed
     with pytest.raises(ValueError, match=r"x @ W.T: x \(2, 64\) must have N=40 columns"):
         call(jnp.ones((2, 64)), q.qvalue, q.block_scales(), fmt="nf4", block_size=32)
+    with pytest.raises(ValueError, match=r"unknown kernel path 'fast'"):
+        call(jnp.ones((2, 40)), q.qvalue, q.block_scales(), fmt="nf4", block_size=32, path="fast")
     with pytest.raises(ValueError, match=r"x @ W.T: x must be 2-D"):
         call(jnp.ones((40,)), q.qvalue, q.block_scales(), fmt="nf4", block_size=32)
     with pytest.raises(ValueError, match=r"scale must have shape \(K // block_size, N\)"):

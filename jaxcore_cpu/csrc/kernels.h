@@ -284,6 +284,7 @@ using ExpandDq = void (*)(const int8_t* codes, int64_t count, float gs, float of
 void ExpandDqPortable(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 
 void NtRowsPortable(const NtPiece& p);
+void NtDecodePanelPortable(const DecodePanel& d);
 
 struct KernelTable {
   void (*gemv_segment)(const GemvSegment&);
@@ -304,8 +305,13 @@ struct KernelTable {
   ExpandDq expand_dq = ExpandDqPortable;
   // Optional: two slivers per call (then the GEMM takes its slivers in pairs where it can).
   MicroKernelPair microkernel_pair = nullptr;
-  // The transposed product's row kernel (kernels_nt.h), one per instruction set.
+  // The transposed product's row kernel and transposing panel decoder (kernels_nt.h).
   void (*nt_rows)(const NtPiece&) = NtRowsPortable;
+  void (*nt_decode_panel)(const DecodePanel&) = NtDecodePanelPortable;
+  // Largest M whose transposed product takes nt_rows under Path::kAuto; larger M runs the
+  // GEMM over nt_decode_panel's panels. The portable GEMM loses to the rows up to M = 64
+  // (Zen 4, K = N = 4096: 2.7x-3.6x their time at M = 1..16).
+  int64_t nt_rows_max_m = 64;
 };
 
 // The portable int8-activation pieces; the SIMD tables reuse them for ragged edges.
@@ -342,6 +348,8 @@ void MicroKernelPairAvx512(int mr, int64_t kc, const float* a, const float* b0,
 void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 void NtRowsAvx2(const NtPiece& p);
 void NtRowsAvx512(const NtPiece& p);
+void NtDecodePanelAvx2(const DecodePanel& d);
+void NtDecodePanelAvx512(const DecodePanel& d);
 #endif
 
 }  // namespace internal

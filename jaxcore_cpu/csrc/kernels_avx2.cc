@@ -567,6 +567,11 @@ const KernelTable& Avx2Kernels() {
                      Q8SegmentPortable};
     t.q8_task = Q8TaskAvx2;  // the planner then never calls q8_segment
     t.nt_rows = NtRowsAvx2;
+    t.nt_decode_panel = NtDecodePanelAvx2;
+    // Rows through M = 8 (M = 4: 0.31x-0.44x of dense against the GEMM's 0.78x-0.81x); at
+    // M = 16 the GEMM is level for int8 and int4 and 0.87x against 1.20x for NF4 (Zen 4
+    // pinned to AVX2, K = N = 4096, 2 threads).
+    t.nt_rows_max_m = 12;
     t.gemv_max_m = kGemvAvx2MaxM;  // past it the GEMM path: M = 5..8 measured 12-35 % slower
     // Every M: at M = 256 the int8 products take 0.53x (int4) to 0.80x (int8, NF4) of the
     // float32 GEMM's time (Zen 4 pinned to AVX2, 2 threads).

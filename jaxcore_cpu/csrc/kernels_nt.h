@@ -251,10 +251,70 @@ inline void Rows(const NtPiece& p) {
   }
 }
 
+// Scaled weights of logical row k, reduction columns [col, col + 16): out[t] =
+// u[k][col + t] * srow[col + t].
+template <Format kFmt>
+inline void DecodeRow16(const DecodePanel& d, const CodeBook& book, int64_t k, int64_t col,
+                        const float* srow, float out[16]) {
+  const uint8_t* q = d.q + (kFmt == Format::kInt8 ? k : k >> 1) * d.ldq + col;
+  for (int h = 0; h < 16; h += kW) {
+    Vf w;
+    if constexpr (kFmt == Format::kInt8) {
+      w = __builtin_convertvector(Widen<true>(q + h), Vf);
+    } else {
+      const Vi u = Widen<false>(q + h);
+      const Vi v = (k & 1) ? (u >> 4) : (u & 15);
+      w = kFmt == Format::kInt4 ? __builtin_convertvector(v - 8, Vf) : book.Lookup(v);
+    }
+    w *= LoadF(srow + col + h);
+    std::memcpy(out + h, &w, sizeof(w));
+  }
+}
+
+// The transposing panel decoder (KernelTable::nt_decode_panel): rows [r0, r1) of d are
+// columns of N (the product's depth), its columns [n0, n0 + cols) rows of W:
+//   panel[j][r - r0][i] = W[n0 + j * kNr + i][r] * scale[(n0 + j * kNr + i) / block][r]
+// (zero past cols). Each weight row's 16 columns are decoded as vectors, then the 16 x 16
+// block goes into the sliver transposed.
+template <Format kFmt>
+inline void TransposedPanel(const DecodePanel& d) {
+  const CodeBook book = BookOf(kFmt);
+  const int64_t depth = d.r1 - d.r0;
+  for (int64_t j = 0; j * kNr < d.cols; ++j) {
+    float* sliver = d.panel + j * depth * kNr;
+    const int64_t rows = std::min<int64_t>(kNr, d.cols - j * kNr);
+    for (int64_t r = d.r0; r < d.r1; r += 16) {
+      const int64_t len = std::min<int64_t>(16, d.r1 - r);
+      alignas(64) float block[kNr][16];
+      for (int64_t i = 0; i < kNr; ++i) {
+        const int64_t k = d.n0 + j * kNr + i;
+        const float* srow = d.scale + (i < rows ? k / d.block_size : 0) * d.lds;
+        if (i >= rows) {
+          std::fill(block[i], block[i] + 16, 0.0f);
+        } else if (len == 16) {
+          DecodeRow16<kFmt>(d, book, k, r, srow, block[i]);
+        } else {
+          for (int64_t t = 0; t < len; ++t) {
+            block[i][t] = Unscaled(kFmt, d.q, d.ldq, k, r + t) * srow[r + t];
+          }
+        }
+      }
+      float* to = sliver + (r - d.r0) * kNr;
+      for (int64_t t = 0; t < len; ++t) {
+        for (int i = 0; i < kNr; ++i) to[t * kNr + i] = block[i][t];
+      }
+    }
+  }
+}
+
 }  // namespace nt
 
 inline void NtRowsImpl(const NtPiece& p) {
   WithFormat(p.fmt, [&](auto tag) { nt::Rows<decltype(tag)::value>(p); });
+}
+
+inline void NtDecodePanelImpl(const DecodePanel& d) {
+  WithFormat(d.fmt, [&](auto tag) { nt::TransposedPanel<decltype(tag)::value>(d); });
 }
 
 }  // namespace

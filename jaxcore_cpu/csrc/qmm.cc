@@ -382,12 +382,15 @@ std::string Validate(const Problem& p) {
 }
 
 size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
-  if (p.transposed) return internal::TransposedWorkspaceBytes(p, max_workers);
   size_t bytes = 0;
   for (int isa = 0; isa <= static_cast<int>(DetectIsa()); ++isa) {
     const KernelTable& kt = KernelsFor(static_cast<Isa>(isa));
     size_t table_bytes = 0;
-    Layout(kt, p, Resolve(kt, p, path), std::max(1, max_workers), nullptr, &table_bytes);
+    if (p.transposed) {
+      table_bytes = internal::TransposedWorkspaceBytes(kt, p, path, std::max(1, max_workers));
+    } else {
+      Layout(kt, p, Resolve(kt, p, path), std::max(1, max_workers), nullptr, &table_bytes);
+    }
     bytes = std::max(bytes, table_bytes);
   }
   return bytes;
@@ -407,7 +410,7 @@ SplitPlan PlanSplit(const Problem& p, Path path, int max_workers) {
 void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
   const KernelTable& kt = Kernels();
   if (p.transposed) {
-    internal::RunTransposed(p, runner, workspace, kt);
+    internal::RunTransposed(p, path, runner, workspace, kt);
     return;
   }
   if (p.m == 0 || p.n == 0) return;

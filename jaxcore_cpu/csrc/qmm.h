@@ -48,8 +48,9 @@ struct Problem {
   DType out_dtype = DType::kF32;
   Precision precision = Precision::kFloat32;
   // The transposed product out(M, K) = x(M, N) @ W^T instead: x is (m, n) and out (m, k).
-  // It has one path (rows of W streamed along N) and one precision (float32); `path` and
-  // `precision` are ignored, and it reads plain float32 scales (no scale_codes).
+  // Its paths: kGemv streams W's rows along N with the activation rows in registers, kGemm
+  // runs the GEMM over panels decoded from W's rows transposed, kAuto picks by M. One
+  // precision (float32: `precision` is ignored); plain float32 scales (no scale_codes).
   bool transposed = false;
   // Double-quantized scales (NF4 with QLoRA's compressed absmax), read instead of `scale`
   // when scale_codes is set. With B = K / block_size and i = b * N + n the flat index:

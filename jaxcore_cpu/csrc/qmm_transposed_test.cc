@@ -1,5 +1,5 @@
 // Native checks of the transposed product out(M, K) = x(M, N) @ W^T (Problem::transposed):
-// every format x activation/output dtype x instruction set up to DetectIsa() x odd sizes,
+// every format x path x activation/output dtype x instruction set up to DetectIsa() x odd sizes,
 // serially and on the work-claiming pool, against the double-precision dequantized reference,
 // with canaries around the output; the zero result of an empty N; and Validate()'s refusals.
 #include <algorithm>
@@ -21,17 +21,20 @@ namespace {
 
 // (M, K, N): M across the kernels' activation tiles (1..4) and passes (16 rows), K across the
 // four-row tiles and tasks (ragged last rows and tasks), N across SIMD widths and the column
-// chunks (N = 4500 at M = 16 spans several 1024-column chunks).
+// chunks (N = 4500 at M = 16 spans several 1024-column chunks). Every case runs every path.
 const Case kTransposedCases[] = {
     {1, 2, 1, true, 0, 0},          {1, 130, 63, false, 13, 10},  {3, 6, 5, false, 3, 2},
     {2, 64, 17, false, 16, 16},     {4, 256, 130, false, 64, 64}, {5, 70, 33, true, 0, 0},
     {7, 520, 63, false, 8, 8},      {16, 96, 4500, false, 32, 32}, {17, 130, 200, false, 65, 26},
     {33, 64, 40, false, 32, 32},    {1, 2048, 700, false, 64, 64}, {6, 18, 1, true, 0, 0},
+    // The GEMM path's edges: a ragged last column tile (K = 150 of 64-column tiles, blocks
+    // of 30), depth past one 512-deep panel and ragged (N = 600), two activation row blocks.
+    {100, 150, 600, false, 30, 30}, {40, 200, 1030, true, 0, 0},
 };
 
-void CheckTransposedRun(const Operands& o, DType x_dtype, DType out_dtype, Runner& runner,
-                        bool workspace, const std::string& label, std::mt19937& rng,
-                        double* worst) {
+void CheckTransposedRun(const Operands& o, DType x_dtype, DType out_dtype, Path path,
+                        Runner& runner, bool workspace, const std::string& label,
+                        std::mt19937& rng, double* worst) {
   // Activations (M, N); exactly sized, so an over-read is a heap overflow under ASan.
   std::uniform_real_distribution<float> unit(-2.0f, 2.0f);
   std::vector<float> xv(o.m * o.n);
@@ -64,12 +67,12 @@ void CheckTransposedRun(const Operands& o, DType x_dtype, DType out_dtype, Runne
     return;
   }
   if (workspace) {
-    const size_t bytes = WorkspaceBytes(p, Path::kGemm, runner.max_workers());
+    const size_t bytes = WorkspaceBytes(p, path, runner.max_workers());
     void* ws = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
-    Run(p, Path::kGemm, runner, ws);
+    Run(p, path, runner, ws);
     std::free(ws);
   } else {
-    Run(p, Path::kAuto, runner);
+    Run(p, path, runner);
   }
   for (int64_t g = 0; g < kGuard; ++g) {
     const bool intact = out_dtype == DType::kF32
@@ -191,9 +194,14 @@ int RunTransposedChecks() {
                                       " k=" + std::to_string(o.k) + " n=" + std::to_string(o.n) +
                                       " block=" + std::to_string(o.block);
             const int w = out_dtype == DType::kF32 ? 0 : 1;
-            CheckTransposedRun(o, x_dtype, out_dtype, serial, false, label + " serial", rng, &worst[w]);
-            CheckTransposedRun(o, x_dtype, out_dtype, threads, true, label + " 4 threads", rng, &worst[w]);
-            runs += 2;
+            for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
+              const std::string at = label + " " + PathName(path);
+              CheckTransposedRun(o, x_dtype, out_dtype, path, serial, false, at + " serial", rng,
+                                 &worst[w]);
+              CheckTransposedRun(o, x_dtype, out_dtype, path, threads, true, at + " 4 threads", rng,
+                                 &worst[w]);
+              runs += 2;
+            }
           }
         }
       }

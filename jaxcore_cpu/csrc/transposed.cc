@@ -1,6 +1,10 @@
-// The transposed product y(M, K) = x(M, N) @ W(K, N)^T over W's stored rows (transposed.h).
+// The transposed product y(M, K) = x(M, N) @ W(K, N)^T (transposed.h), by one of two paths.
 //
-// Each task takes a range of W's rows. For every chunk of columns and every scale block its
+// The GEMM (many activation rows): gemm.h's cache-blocked GEMM, with depth N and columns K,
+// over panels that the table's nt_decode_panel decodes from W's rows (16 x 16 blocks decoded
+// along the rows, stored transposed).
+//
+// The rows path (few activation rows): each task takes a range of W's rows. For every chunk of columns and every scale block its
 // rows touch, it multiplies the activations by that block's scales (xs, in the worker's
 // scratch: at most kRowsPerPass rows times one chunk, so it stays in L1/L2) and hands the
 // block's rows to the table's nt_rows, which streams them once per pass with the sums in
@@ -12,6 +16,7 @@
 #include <cstdint>
 
 #include "bf16.h"
+#include "gemm.h"
 #include "plan.h"
 
 namespace jaxcore_cpu {
@@ -47,12 +52,14 @@ int64_t XsRows(const Problem& p) { return std::min(std::max<int64_t>(p.m, 1), kR
 int64_t XsFloats(const Problem& p) { return XsRows(p) * XsStride(p); }
 
 struct Scratch {
-  float* x32 = nullptr;  // bf16 activations as float32
-  float* y32 = nullptr;  // float32 result before its bf16 conversion
-  float* xs = nullptr;   // per worker, XsFloats() scaled activations
+  float* x32 = nullptr;    // rows: bf16 activations as float32
+  float* y32 = nullptr;    // float32 result before its bf16 conversion
+  float* xs = nullptr;     // rows: per worker, XsFloats() scaled activations
+  float* apack = nullptr;  // GEMM: packed activations
+  float* panels = nullptr; // GEMM: per worker, one decoded panel
 };
 
-Scratch Carve(const Problem& p, int workers, void* base, size_t* bytes) {
+Scratch Carve(const Problem& p, Path path, int workers, void* base, size_t* bytes) {
   char* at = static_cast<char*>(base);
   int64_t used = 0;
   auto take = [&](int64_t floats) {
@@ -61,25 +68,45 @@ Scratch Carve(const Problem& p, int workers, void* base, size_t* bytes) {
     return f;
   };
   Scratch s;
-  if (p.x_dtype != DType::kF32) s.x32 = take(p.m * p.n);
   if (p.out_dtype != DType::kF32) s.y32 = take(p.m * p.k);
-  s.xs = take(workers * XsFloats(p));
+  if (path == Path::kGemm) {
+    s.apack = take(GemmPackFloats(p.m, p.n));
+    s.panels = take(workers * GemmPanelFloats());
+  } else {
+    if (p.x_dtype != DType::kF32) s.x32 = take(p.m * p.n);
+    s.xs = take(workers * XsFloats(p));
+  }
   if (bytes) *bytes = static_cast<size_t>(used);
   return s;
 }
 
-}  // namespace
-
-size_t TransposedWorkspaceBytes(const Problem& p, int workers) {
-  size_t bytes = 0;
-  Carve(p, std::max(1, workers), nullptr, &bytes);
-  return bytes;
+// The GEMM (gemm.h) over panels decoded from W's rows: depth N, columns K.
+void RunTransposedGemm(const Problem& p, const Scratch& s, float* y, Runner& runner,
+                       const KernelTable& kt) {
+  Gemm g;
+  g.m = p.m;
+  g.depth = p.n;
+  g.cols = p.k;
+  g.x = p.x;
+  g.x_dtype = p.x_dtype;
+  g.out = y;
+  g.apack = s.apack;
+  g.panels = s.panels;
+  g.decode = kt.nt_decode_panel;
+  g.weight.fmt = p.fmt;
+  g.weight.q = static_cast<const uint8_t*>(p.qvalue);
+  g.weight.ldq = p.n;
+  g.weight.scale = p.scale;
+  g.weight.lds = p.n;
+  g.weight.block_size = p.block_size;
+  RunGemm(g, runner, kt);
 }
 
-void RunTransposed(const Problem& p, Runner& runner, void* workspace, const KernelTable& kt) {
-  if (p.m == 0 || p.k == 0) return;
+// The rows path: nt_rows over each task's rows of W, a chunk of columns and a scale block at
+// a time.
+void RunTransposedRows(const Problem& p, const Scratch& s, float* y, Runner& runner,
+                       const KernelTable& kt) {
   const int workers = std::max(1, runner.max_workers());
-  const Scratch s = Carve(p, workers, workspace, nullptr);
   const float* x = static_cast<const float*>(p.x);
   if (p.x_dtype != DType::kF32) {
     const uint16_t* xb = static_cast<const uint16_t*>(p.x);
@@ -88,7 +115,6 @@ void RunTransposed(const Problem& p, Runner& runner, void* workspace, const Kern
     });
     x = s.x32;
   }
-  float* y = p.out_dtype == DType::kF32 ? static_cast<float*>(p.out) : s.y32;
   const int64_t task_rows = TaskRows(p, workers);
   const int64_t chunk = ChunkCols(p);
   const int64_t xs_floats = XsFloats(p);
@@ -129,6 +155,34 @@ void RunTransposed(const Problem& p, Runner& runner, void* workspace, const Kern
       }
     }
   });
+}
+
+}  // namespace
+
+Path TransposedPath(const KernelTable& kt, const Problem& p, Path path) {
+  if (path == Path::kAuto) return p.m > kt.nt_rows_max_m ? Path::kGemm : Path::kGemv;
+  return path;
+}
+
+size_t TransposedWorkspaceBytes(const KernelTable& kt, const Problem& p, Path path,
+                                int workers) {
+  size_t bytes = 0;
+  Carve(p, TransposedPath(kt, p, path), std::max(1, workers), nullptr, &bytes);
+  return bytes;
+}
+
+void RunTransposed(const Problem& p, Path path, Runner& runner, void* workspace,
+                   const KernelTable& kt) {
+  if (p.m == 0 || p.k == 0) return;
+  const int workers = std::max(1, runner.max_workers());
+  path = TransposedPath(kt, p, path);
+  const Scratch s = Carve(p, path, workers, workspace, nullptr);
+  float* y = p.out_dtype == DType::kF32 ? static_cast<float*>(p.out) : s.y32;
+  if (path == Path::kGemm) {
+    RunTransposedGemm(p, s, y, runner, kt);
+  } else {
+    RunTransposedRows(p, s, y, runner, kt);
+  }
   if (y != p.out) {
     auto* out = static_cast<uint16_t*>(p.out);
     runner.Parallel(p.m, [&](int64_t mi, int) {

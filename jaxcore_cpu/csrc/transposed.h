@@ -11,13 +11,20 @@
 namespace jaxcore_cpu {
 namespace internal {
 
-// Bytes of scratch RunTransposed needs for `workers` workers (the same for every table).
-size_t TransposedWorkspaceBytes(const Problem& p, int workers);
+// The path a transposed problem takes with table kt: kGemv (rows of W streamed along N,
+// activation rows in registers) or kGemm (the cache-blocked GEMM over transposed panels);
+// kAuto picks by M (KernelTable::nt_rows_max_m).
+Path TransposedPath(const KernelTable& kt, const Problem& p, Path path);
+
+// Bytes of scratch RunTransposed needs with table kt for `path` and `workers` workers.
+size_t TransposedWorkspaceBytes(const KernelTable& kt, const Problem& p, Path path,
+                                int workers);
 
 // Computes y = x @ W^T for a valid transposed problem. Tasks are ranges of W's rows (the
 // result's columns), claimed by the threads as they come free; each writes its own columns
 // of every result row, so the result does not depend on which thread ran which task.
-void RunTransposed(const Problem& p, Runner& runner, void* workspace, const KernelTable& kt);
+void RunTransposed(const Problem& p, Path path, Runner& runner, void* workspace,
+                   const KernelTable& kt);
 
 }  // namespace internal
 }  // namespace jaxcore_cpu
