@@ -9,7 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "qmm.h"
+#include "problem.h"
 
 namespace jaxcore_cpu {
 namespace internal {

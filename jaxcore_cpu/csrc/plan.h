@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kernels.h"
-#include "qmm.h"
+#include "problem.h"
 
 namespace jaxcore_cpu {
 namespace internal {

@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "kernels.h"
-#include "qmm.h"
+#include "problem.h"
 
 namespace jaxcore_cpu {
 namespace internal {
