@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qmm.h"
@@ -134,7 +135,8 @@ void CheckTransposedRun(const Operands& o, const TransposedInputs& in, DType x_d
 
 // N = 0: every output is an empty sum, written as zeros (over a canary-filled buffer).
 void CheckTransposedEmptyN() {
-  for (DType out_dtype : {DType::kF32, DType::kBF16}) {
+  for (auto [out_dtype, path] : {std::pair{DType::kF32, Path::kGemv}, {DType::kBF16, Path::kGemv},
+                                 {DType::kF32, Path::kGemm}, {DType::kBF16, Path::kGemm}}) {
     std::vector<float> out_f32(3 * 8, kCanary);
     std::vector<uint16_t> out_bf16(3 * 8, kCanaryBf16);
     static const float scale[1] = {1.0f};
@@ -155,11 +157,14 @@ void CheckTransposedEmptyN() {
     p.transposed = true;
     if (std::string err = Validate(p); !err.empty()) Fail("N = 0 transposed rejected: " + err);
     ThreadRunner threads(3);
-    Run(p, Path::kAuto, threads);
+    Run(p, path, threads);
     const bool zeros = out_dtype == DType::kF32
                            ? std::all_of(out_f32.begin(), out_f32.end(), [](float v) { return v == 0.0f; })
                            : std::all_of(out_bf16.begin(), out_bf16.end(), [](uint16_t v) { return v == 0; });
-    if (!zeros) Fail(std::string("transposed N = 0 left its ") + DTypeName(out_dtype) + " output unwritten");
+    if (!zeros) {
+      Fail(std::string("transposed N = 0 (") + PathName(path) + ") left its " +
+           DTypeName(out_dtype) + " output unwritten");
+    }
   }
 }
 

@@ -4,12 +4,12 @@
 // over panels that the table's nt_decode_panel decodes from W's rows (16 x 16 blocks decoded
 // along the rows, stored transposed).
 //
-// The rows path (few activation rows): each task takes a range of W's rows. For every chunk of columns and every scale block its
-// rows touch, it multiplies the activations by that block's scales (xs, in the worker's
-// scratch: at most kRowsPerPass rows times one chunk, so it stays in L1/L2) and hands the
-// block's rows to the table's nt_rows, which streams them once per pass with the sums in
-// registers. Activation rows past kRowsPerPass take further passes over the chunk's weight
-// bytes, then in cache.
+// The rows path (few activation rows): each task takes a range of W's rows. For every chunk
+// of columns and every scale block its rows touch, it multiplies the activations by that
+// block's scales (xs, in the worker's scratch: at most kRowsPerPass rows times one chunk, so
+// it stays in L1/L2) and hands the block's rows to the table's nt_rows, which streams them
+// once per pass with the sums in registers. Activation rows past kRowsPerPass take further
+// passes over the chunk's weight bytes, then in cache.
 #include "transposed.h"
 
 #include <algorithm>
