@@ -1,7 +1,9 @@
-// The row kernel of the transposed product y = x @ W^T (qmm.h, Problem::transposed), written
-// once with GCC vector extensions and compiled per instruction set: kernels_nt.cc (portable:
-// SSE2 on x86-64, NEON on aarch64, 4 floats per vector), kernels_nt_avx2.cc (8) and
-// kernels_nt_avx512.cc (16). Include only from those three sources.
+// The kernels of the transposed product y = x @ W^T (qmm.h, Problem::transposed; transposed.cc
+// runs them), written once with GCC vector extensions and compiled per instruction set:
+// kernels_nt.cc (portable: SSE2 on x86-64, NEON on aarch64, 4 floats per vector),
+// kernels_nt_avx2.cc (8) and kernels_nt_avx512.cc (16). Include only from those three sources.
+// Two kernels: the row kernel (nt_rows, few activation rows, below) and the transposing panel
+// decoder (nt_decode_panel, TransposedPanel) that the GEMM runs over for many.
 //
 // W is stored (K, N) with its rows contiguous along N, the axis this product sums over, so
 // each output y[m][r] is a dot product of activations with stored row r. The caller folds
