@@ -32,7 +32,8 @@ import os
 
 import jax
 import jax.numpy as jnp
-import quantized_matmul as qmm_bench  # benchmarks/, the script's directory
+import plot_tables  # benchmarks/, the script's directory (as quantized_matmul)
+import quantized_matmul as qmm_bench
 
 from jaxcore import kernels
 
@@ -63,7 +64,9 @@ def main():
     parser.add_argument("--rotate-mb", type=float, default=None)
     parser.add_argument("--isa", default=None, help="pin the native kernels' instruction set")
     parser.add_argument("--no-reference", action="store_true", help="skip the reference")
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args()
+    plot_tables.check_plot_option(parser, args)
     if args.chain < 1:
         parser.error(f"--chain must be at least 1, got {args.chain}")
     if jax.devices()[0].platform != "cpu":
@@ -162,6 +165,14 @@ def main():
     for m in args.m:
         cells = [f"{summary[m][c]:.2f}x" if c in summary[m] else "-" for c in names]
         print(f"  | {m} | " + " | ".join(cells) + " |")
+    if args.plot is not None:
+        plot_tables.plot_ratios(
+            args.plot,
+            f"x @ W.T on CPU, ratio to dense f32 x @ W, K={k} N={n}",
+            "M",
+            names,
+            [(str(m), [summary[m].get(c) for c in names]) for m in args.m],
+        )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ TABLE_SCRIPTS = [
     "named_linear.py",
     "named_overheads.py",
     "quantized_matmul.py",
+    "quantized_matmul_transposed.py",
     "quantized_mlp.py",
     "tree_overheads.py",
 ]
