@@ -352,8 +352,8 @@ def quantized_matmul_transposed(
     x2d = jnp.asarray(x2d)
     if x2d.ndim != 2:
         raise ValueError(f"x @ W.T: x must be 2-D (M, N), got shape {x2d.shape}")
-    rows = qvalue.shape[0] * (2 if fmt in ("int4", "nf4") else 1) if qvalue.ndim else 0
     # The weight checked as every plugin kernel checks it, against activations of (M, K).
+    rows = _logical_rows(fmt, qvalue) if qvalue.ndim else 0
     stand_in = jax.ShapeDtypeStruct((x2d.shape[0], rows), x2d.dtype)
     problem, scale, out_dtype = _plugin_api.prepare_operands(
         stand_in, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype

@@ -1,9 +1,12 @@
-// bfloat16 <-> float32 conversions of the activations and results (plain C++).
+// bfloat16 <-> float32 conversions of the activations and results (plain C++), one value at a
+// time or whole row-major arrays a row per task.
 #ifndef JAXCORE_CPU_CSRC_BF16_H_
 #define JAXCORE_CPU_CSRC_BF16_H_
 
 #include <cstdint>
 #include <cstring>
+
+#include "problem.h"
 
 namespace jaxcore_cpu {
 namespace internal {
@@ -23,6 +26,22 @@ inline uint16_t F32ToBf16(float f) {
   }
   bits += 0x7FFFu + ((bits >> 16) & 1u);  // round to nearest even
   return static_cast<uint16_t>(bits >> 16);
+}
+
+// dst = src as float32, for `rows` rows of `cols` values (a row per task).
+inline void Bf16RowsToF32(Runner& runner, const uint16_t* src, int64_t rows, int64_t cols,
+                          float* dst) {
+  runner.Parallel(rows, [&](int64_t r, int) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = Bf16ToF32(src[r * cols + c]);
+  });
+}
+
+// dst = src rounded to bfloat16, for `rows` rows of `cols` values (a row per task).
+inline void F32RowsToBf16(Runner& runner, const float* src, int64_t rows, int64_t cols,
+                          uint16_t* dst) {
+  runner.Parallel(rows, [&](int64_t r, int) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = F32ToBf16(src[r * cols + c]);
+  });
 }
 
 }  // namespace internal

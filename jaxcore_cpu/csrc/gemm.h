@@ -26,6 +26,19 @@ struct Gemm {
   DecodePanel weight{};
 };
 
+// The fixed fields of the DecodePanel for problem p's weight (format, codes, scales), with
+// `scale` standing in for p.scale (a double-quant problem's expanded scales).
+inline DecodePanel StoredWeight(const Problem& p, const float* scale) {
+  DecodePanel d{};
+  d.fmt = p.fmt;
+  d.q = static_cast<const uint8_t*>(p.qvalue);
+  d.ldq = p.n;
+  d.scale = scale;
+  d.lds = p.n;
+  d.block_size = p.block_size;
+  return d;
+}
+
 // Floats of packed activations for m rows of `depth`.
 int64_t GemmPackFloats(int64_t m, int64_t depth);
 // Floats of one worker's decoded panel.

@@ -145,6 +145,13 @@ inline CodeBook BookOf(Format fmt) {
   return b;
 }
 
+// The unscaled values of a 4-bit format's codes v (each 0..15): v - 8, or the NF4 code.
+template <Format kFmt>
+inline Vf Codes(Vi v, const CodeBook& book) {
+  if constexpr (kFmt == Format::kInt4) return __builtin_convertvector(v - 8, Vf);
+  return book.Lookup(v);
+}
+
 // Decoded columns [c, c + kW) of logical rows r .. r + kR - 1 (r even for 4-bit formats).
 template <Format kFmt, int kR>
 inline void Decode(const NtPiece& p, const CodeBook& book, int64_t r, int64_t c, Vf w[kR]) {
@@ -157,13 +164,8 @@ inline void Decode(const NtPiece& p, const CodeBook& book, int64_t r, int64_t c,
     static_assert(kR % 2 == 0, "4-bit rows come in stored pairs");
     for (int j = 0; j < kR; j += 2) {
       const Vi u = Widen<false>(q + ((r + j) >> 1) * p.ldq);
-      if constexpr (kFmt == Format::kInt4) {
-        w[j] = __builtin_convertvector((u & 15) - 8, Vf);
-        w[j + 1] = __builtin_convertvector((u >> 4) - 8, Vf);
-      } else {
-        w[j] = book.Lookup(u & 15);
-        w[j + 1] = book.Lookup(u >> 4);
-      }
+      w[j] = Codes<kFmt>(u & 15, book);
+      w[j + 1] = Codes<kFmt>(u >> 4, book);
     }
   }
 }
@@ -265,8 +267,7 @@ inline void DecodeRow16(const DecodePanel& d, const CodeBook& book, int64_t k, i
       w = __builtin_convertvector(Widen<true>(q + h), Vf);
     } else {
       const Vi u = Widen<false>(q + h);
-      const Vi v = (k & 1) ? (u >> 4) : (u & 15);
-      w = kFmt == Format::kInt4 ? __builtin_convertvector(v - 8, Vf) : book.Lookup(v);
+      w = Codes<kFmt>((k & 1) ? (u >> 4) : (u & 15), book);
     }
     w *= LoadF(srow + col + h);
     std::memcpy(out + h, &w, sizeof(w));

@@ -20,7 +20,6 @@ namespace jaxcore_cpu {
 namespace {
 
 using internal::AccFloats;
-using internal::Bf16ToF32;
 using internal::CeilDiv;
 using internal::F32ToBf16;
 using internal::GemvSplit;
@@ -314,17 +313,10 @@ void RunGemm(const Problem& p, const Buffers& b, Runner& runner, const KernelTab
   g.apack = b.apack;
   g.panels = b.panel;
   g.decode = kt.decode_panel;
-  g.weight.fmt = p.fmt;
-  g.weight.q = static_cast<const uint8_t*>(p.qvalue);
-  g.weight.ldq = p.n;
-  g.weight.scale = p.scale_codes ? b.scales : p.scale;
-  g.weight.lds = p.n;
-  g.weight.block_size = p.block_size;
+  g.weight = internal::StoredWeight(p, p.scale_codes ? b.scales : p.scale);
   internal::RunGemm(g, runner, kt);
   if (g.out != p.out) {
-    runner.Parallel(p.m, [&](int64_t mi, int) {
-      for (int64_t n = 0; n < p.n; ++n) Store(p.out_dtype, p.out, mi * p.n + n, g.out[mi * p.n + n]);
-    });
+    internal::F32RowsToBf16(runner, g.out, p.m, p.n, static_cast<uint16_t*>(p.out));
   }
 }
 
@@ -370,12 +362,9 @@ std::string Validate(const Problem& p) {
         << p.group_count;
   } else if (p.transposed && p.scale_codes) {
     err << "the transposed product reads float32 scales, not double-quantized ones";
-  } else if (p.transposed && p.m * p.k > 0 &&
-             (!p.out || (p.n > 0 && (!p.x || !p.qvalue || !p.scale)))) {
-    err << "null data pointer for a non-empty operand";
-  } else if (!p.transposed && p.m * p.n > 0 &&
-             (!p.out || (p.k > 0 && (!p.x || !p.qvalue ||
-                                     (p.scale_codes ? !p.group_scale : !p.scale))))) {
+  } else if (p.m * (p.transposed ? p.k : p.n) > 0 &&  // a non-empty result, from ...
+             (!p.out || ((p.transposed ? p.n : p.k) > 0 &&  // ... non-empty sums
+                         (!p.x || !p.qvalue || (p.scale_codes ? !p.group_scale : !p.scale))))) {
     err << "null data pointer for a non-empty operand";
   }
   return err.str();
@@ -428,10 +417,7 @@ void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
   }
   const float* x = static_cast<const float*>(p.x);
   if (p.x_dtype == DType::kBF16) {
-    const uint16_t* xb = static_cast<const uint16_t*>(p.x);
-    runner.Parallel(p.m, [&](int64_t mi, int) {
-      for (int64_t k = 0; k < p.k; ++k) b.x32[mi * p.k + k] = Bf16ToF32(xb[mi * p.k + k]);
-    });
+    internal::Bf16RowsToF32(runner, static_cast<const uint16_t*>(p.x), p.m, p.k, b.x32);
     x = b.x32;
   }
   if (UsesInt8(kt, p)) {

@@ -93,26 +93,17 @@ void RunTransposedGemm(const Problem& p, const Scratch& s, float* y, Runner& run
   g.apack = s.apack;
   g.panels = s.panels;
   g.decode = kt.nt_decode_panel;
-  g.weight.fmt = p.fmt;
-  g.weight.q = static_cast<const uint8_t*>(p.qvalue);
-  g.weight.ldq = p.n;
-  g.weight.scale = p.scale;
-  g.weight.lds = p.n;
-  g.weight.block_size = p.block_size;
+  g.weight = StoredWeight(p, p.scale);
   RunGemm(g, runner, kt);
 }
 
 // The rows path: nt_rows over each task's rows of W, a chunk of columns and a scale block at
 // a time.
-void RunTransposedRows(const Problem& p, const Scratch& s, float* y, Runner& runner,
+void RunTransposedRows(const Problem& p, const Scratch& s, float* y, int workers, Runner& runner,
                        const KernelTable& kt) {
-  const int workers = std::max(1, runner.max_workers());
   const float* x = static_cast<const float*>(p.x);
   if (p.x_dtype != DType::kF32) {
-    const uint16_t* xb = static_cast<const uint16_t*>(p.x);
-    runner.Parallel(p.m, [&](int64_t mi, int) {
-      for (int64_t c = 0; c < p.n; ++c) s.x32[mi * p.n + c] = Bf16ToF32(xb[mi * p.n + c]);
-    });
+    Bf16RowsToF32(runner, static_cast<const uint16_t*>(p.x), p.m, p.n, s.x32);
     x = s.x32;
   }
   const int64_t task_rows = TaskRows(p, workers);
@@ -181,14 +172,9 @@ void RunTransposed(const Problem& p, Path path, Runner& runner, void* workspace,
   if (path == Path::kGemm) {
     RunTransposedGemm(p, s, y, runner, kt);
   } else {
-    RunTransposedRows(p, s, y, runner, kt);
+    RunTransposedRows(p, s, y, workers, runner, kt);
   }
-  if (y != p.out) {
-    auto* out = static_cast<uint16_t*>(p.out);
-    runner.Parallel(p.m, [&](int64_t mi, int) {
-      for (int64_t r = 0; r < p.k; ++r) out[mi * p.k + r] = F32ToBf16(y[mi * p.k + r]);
-    });
-  }
+  if (y != p.out) F32RowsToBf16(runner, y, p.m, p.k, static_cast<uint16_t*>(p.out));
 }
 
 }  // namespace internal
