@@ -12,7 +12,10 @@ names ``ArrayNF4.packed``/``.absmax`` and ``ArrayInt8.weight``, ``quantize(..., 
 and ``with_mesh_and_axis`` (see docs/compat.md).
 """
 
-from jaxcore.quant import _handlers  # noqa: F401  (registers the dot_general/transpose handlers)
+from jaxcore.quant import (
+    _handlers,  # noqa: F401  (registers the dot_general/transpose handlers)
+    _stacking,  # noqa: F401  (registers the handlers that index a stack)
+)
 from jaxcore.quant._array1b import Array1B
 from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
 from jaxcore.quant._nf4_values import nf4xf32_to_f32

@@ -3,8 +3,9 @@
 ``dot_general`` with a dense operand runs `jaxcore.kernels.quantized_matmul` (or its
 transposed form) slab by slab, whichever side the quantized weight is on and whichever of
 its matrix axes is contracted, with any number of free dimensions on the dense operand and
-with a stacked weight's leading dimensions as batch dimensions. ``transpose`` of the matrix
-axes just flips the blocked axis. Other contractions (a matrix axis as a batch dimension,
+with a stacked weight's leading dimensions as batch dimensions (the first ones) or free
+ones. ``transpose`` of the matrix axes just flips the blocked axis (indexing a stack is in
+`jaxcore.quant._stacking`). Other contractions (a matrix axis as a batch dimension,
 contracting both matrix axes) are rare and fall back to materializing the weight.
 """
 
@@ -41,8 +42,8 @@ def _contract(
 
     Handled without materializing: one contracted matrix axis of the weight, with any free
     dimensions on the dense side; and, for stacked weights (leading dimensions, e.g. one
-    matrix per expert), those leading dimensions as batch dimensions, vmapping the matrix
-    case over them. Anything else (a matrix axis as a batch dimension, contracting both
+    matrix per expert), those leading dimensions as batch dimensions (a prefix of them) or
+    free ones, vmapping the matrix case over them. Anything else (a matrix axis as a batch dimension, contracting both
     matrix axes) materializes the weight. The kernels accumulate in float32 at full
     precision, so ``precision`` only applies to that fallback.
 
@@ -63,9 +64,11 @@ def _contract(
     )
     d_batch, q_batch = (rhs_batch, lhs_batch) if q_is_lhs else (lhs_batch, rhs_batch)
     n_lead = q.ndim - 2
+    n_batch = len(q_batch)
     handled = (
-        len(q_contract) == 1 and q_contract[0] >= n_lead and tuple(q_batch) == tuple(range(n_lead))
+        len(q_contract) == 1 and q_contract[0] >= n_lead and tuple(q_batch) == tuple(range(n_batch))
     )
+    handled = handled and n_batch <= n_lead
     if not handled:
         w = q.materialize()
         lhs, rhs = (w, dense) if q_is_lhs else (dense, w)
@@ -90,7 +93,13 @@ def _contract(
     def matrix(d, qm):
         return _contract_matrix(d, qm, d_axis, q_axis, out_dtype, q_is_lhs)
 
-    for _ in range(n_lead):
+    # Leading dimensions of the weight that are not batch dimensions are free ones: every
+    # matrix of the stack meets the whole dense operand. In the result they come with the
+    # weight's free dimension (first when the weight is on the left, before it otherwise).
+    n_dense_free = len(free) - 1
+    for _ in range(n_lead - n_batch):
+        matrix = jax.vmap(matrix, in_axes=(None, 0), out_axes=0 if q_is_lhs else n_dense_free)
+    for _ in range(n_batch):
         matrix = jax.vmap(matrix)
     return matrix(dense, q)
 
