@@ -192,13 +192,58 @@ def test_two_stacking_dimensions_one_batch_one_free():
     assert_runs_kernel(fn, x, q)
 
 
+# Logical slices of a (K, N) = (64, 32) weight; blocks of 16 rows (of 16 columns for
+# "int8-b16-axis1"), per-channel "int8" one block of all 64 rows.
+MATRIX_SLICES = {
+    "columns": np.s_[:, 8:24],
+    "strided columns": np.s_[:, 1:30:3],
+    "whole row blocks": np.s_[16:48],
+    "row blocks and columns": np.s_[32:64, :5],
+    "rows inside a block": np.s_[3:20],
+    "strided rows": np.s_[::2],
+}
+KEPT = {
+    "int8": {"columns", "strided columns"},
+    "int8-b16-axis1": {"whole row blocks", "rows inside a block", "strided rows"},
+}
+KEPT_BLOCKS_OF_16_ROWS = {
+    "columns",
+    "strided columns",
+    "whole row blocks",
+    "row blocks and columns",
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", MATRIX_SLICES)
+def test_slicing_the_matrix_keeps_whole_blocks_quantized(fmt, case):
+    """A fused QKV / gate-up weight split by columns (or by whole blocks) stays quantized."""
+    q, dense = stack(fmt)
+    index = MATRIX_SLICES[case]
+    kept = case in KEPT.get(fmt, KEPT_BLOCKS_OF_16_ROWS)
+    got = jax.jit(implicit(lambda q: q[1][index]))(q)
+    expected = dense[1][index]
+    if kept:
+        assert_same_kind(got, q, expected.shape, expected)
+        if fmt == "nf4-dq":
+            assert not got.double_quant  # its scales' groups span columns: kept as float32
+    else:
+        assert isinstance(got, jax.Array)
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    x = np.random.default_rng(6).standard_normal((3, expected.shape[0])).astype(np.float32)
+    fn = implicit(lambda x, q: x @ q[1][index])
+    np.testing.assert_allclose(jax.jit(fn)(x, q), x @ expected, rtol=1e-5, atol=1e-5)
+    if kept:
+        assert_runs_kernel(fn, x, q)
+
+
 @pytest.mark.parametrize("fmt", ["int8", "int8-b16-axis1", "int4", "nf4-dq"])
 def test_indexing_into_the_matrix_axes_is_dense_and_right(fmt):
     q, dense = stack(fmt)
     single, single_dense = q, dense  # a stack of 4; [0] below is one matrix
     cases = {
         "rows of one matrix": (lambda q: q[0][jnp.array([5, 1, 63])], lambda d: d[0][[5, 1, 63]]),
-        "columns": (lambda q: q[:, :, 1:3], lambda d: d[:, :, 1:3]),
+        "a traced column": (lambda q: q[:, :, jnp.int32(5)], lambda d: d[:, :, 5]),
         "an element row": (lambda q: q[2, 7], lambda d: d[2, 7]),
         "a traced row": (lambda q: q[1][jnp.int32(9)], lambda d: d[1][9]),
         "a fill of 2": (

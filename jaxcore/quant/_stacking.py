@@ -10,10 +10,12 @@ scales and double-quantization scales all carry the leading dimensions first), s
 result is the same kind of quantized array and its matmuls still run the quantized kernel.
 
 Without these handlers the whole stack was materialized (L dense matrices) for each
-index, and the matmul that followed ran XLA's dense dot. Operations that reach into the
-matrix axes themselves (an embedding's row lookup ``E[tokens]``) still dequantize: the
-handlers defer to the dense operation on the materialized weight, which XLA fuses with the
-dequantization so only the rows read are decoded.
+index, and the matmul that followed ran XLA's dense dot. A static slice of the matrix axes
+stays quantized too where it keeps whole blocks (a fused QKV or gate/up weight split by
+columns: ``w[:, :d]``). Other operations that reach into the matrix axes (an embedding's
+row lookup ``E[tokens]``, a slice through a block) dequantize: the handlers defer to the
+dense operation on the materialized weight, which XLA fuses with the dequantization so
+only the entries read are decoded.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxcore.implicit import materialize_handler, register
+from jaxcore.kernels._formats import logical_rows
 from jaxcore.quant._arrays import QuantizedArray
 
 
@@ -49,18 +52,49 @@ def _dense(primitive, operands: tp.Sequence[tp.Any], params: dict) -> jax.Array:
     return materialize_handler(primitive, *operands, params=params)
 
 
+def _same_kind(q: QuantizedArray) -> tp.Any:
+    """``q``'s class, typed to construct from (qvalue, scale, block_size, axis=, dtype=).
+
+    All three formats take those; the base class declares no constructor of its own.
+    """
+    return type(q)
+
+
+def _plain_scales(q: QuantizedArray) -> QuantizedArray:
+    """``q`` with float32 block scales (double-quantized ones expanded), the same weight."""
+    if getattr(q, "scale_group_scale", None) is None:
+        return q
+    return _same_kind(q)(q.qvalue, q.block_scales(), q.block_size, axis=q.axis, dtype=q.dtype)
+
+
+def _slice_matrix(q: QuantizedArray, rows: tuple, cols: tuple) -> QuantizedArray | None:
+    """The logical ``q[..., r0:r1, c0:c1:step]`` as a quantized array, or ``None``.
+
+    ``rows``/``cols`` are (start, limit, stride) on the logical matrix axes. Along the
+    stored columns (the axis the blocks do not run along) any slice keeps codes and scales
+    aligned; along the blocked axis only whole blocks do (start and limit multiples of
+    ``block_size``, stride 1). Double-quantized scales are grouped across columns, so a
+    matrix slice of such a weight keeps its scales as float32.
+    """
+    blocked, stored_cols = (rows, cols) if q.axis == 0 else (cols, rows)
+    start, limit, stride = blocked
+    if stride != 1 or start % q.block_size or limit % q.block_size:
+        return None
+    q = _plain_scales(q)
+    per_code_row = logical_rows(q.fmt, 1)  # 2 for the packed 4-bit formats
+    row_cuts = (start // per_code_row, limit // per_code_row)
+    block_cuts = (start // q.block_size, limit // q.block_size)
+    c0, c1, cstep = stored_cols
+    qvalue = q.qvalue[..., row_cuts[0] : row_cuts[1], c0:c1:cstep]
+    scale = q.scale[..., block_cuts[0] : block_cuts[1], c0:c1:cstep]
+    return _same_kind(q)(qvalue, scale, q.block_size, axis=q.axis, dtype=q.dtype)
+
+
 @register("slice")
 def _slice(primitive, operand: QuantizedArray, *, start_indices, limit_indices, strides=None):
     params = dict(start_indices=start_indices, limit_indices=limit_indices, strides=strides)
     n = _n_lead(operand)
-    full = tuple(operand.shape[n:])
     strides = tuple(strides) if strides is not None else (1,) * len(operand.shape)
-    if (
-        tuple(start_indices[n:]) != (0, 0)
-        or tuple(limit_indices[n:]) != full
-        or strides[n:] != (1, 1)
-    ):
-        return _dense(primitive, (operand,), params)
 
     def leaf_slice(leaf, trailing):
         tail = tuple(leaf.shape[n:])
@@ -71,7 +105,14 @@ def _slice(primitive, operand: QuantizedArray, *, start_indices, limit_indices, 
             strides[:n] + (1,) * trailing,
         )
 
-    return _map_leading(operand, leaf_slice)
+    rows, cols = ((start_indices[a], limit_indices[a], strides[a]) for a in (n, n + 1))
+    full = ((0, operand.shape[n], 1), (0, operand.shape[n + 1], 1))
+    if (rows, cols) == full:
+        return _map_leading(operand, leaf_slice)
+    sliced = _slice_matrix(operand, rows, cols)
+    if sliced is None:
+        return _dense(primitive, (operand,), params)
+    return _map_leading(sliced, leaf_slice)
 
 
 @register("squeeze")
