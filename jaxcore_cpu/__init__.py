@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from jaxcore import plugins as _plugins
 from jaxcore.kernels import plugin_api as _plugin_api
 
-from . import _build_config, _library, _matmul
+from . import _build_config, _library, _matmul, _stacked
 from ._library import (
     ENV_VAR,
     ISAS,
@@ -62,6 +62,7 @@ __all__ = [
     "PRECISIONS",
     "PRECISION_ENV_VAR",
     "PrecisionSetting",
+    "STACKED_IMPLS",
     "TRANSPOSED_IMPLS",
     "available_isas",
     "describe",
@@ -92,9 +93,16 @@ TRANSPOSED_IMPLS = {"cpu": _matmul.transposed_impl}
 """The implementation of ``jaxcore.kernels``' transposed product (``x @ W.T``, the gradient
 of ``x @ W``; ``plugin_api.TRANSPOSED_KERNEL_NAME``) registered for each platform served."""
 
+STACKED_IMPLS = {"cpu": _stacked.STACKED_IMPLS_BY_PRECISION[precision()]}
+"""The implementation of ``jaxcore.kernels``' stacked product (one matrix of a stack of
+weights, read in place; ``plugin_api.STACKED_KERNEL_NAME``) registered for each platform."""
+
 _register = _plugin_api.plugin_initializer(__name__, PLATFORMS, IMPLS)
 _register_dq = _plugin_api.plugin_initializer(
     __name__, PLATFORMS, DQ_IMPLS, kernel_name=_plugin_api.DQ_KERNEL_NAME
+)
+_register_stacked = _plugin_api.plugin_initializer(
+    __name__, PLATFORMS, STACKED_IMPLS, kernel_name=_plugin_api.STACKED_KERNEL_NAME
 )
 _register_t = _plugin_api.plugin_initializer(
     __name__, PLATFORMS, TRANSPOSED_IMPLS, kernel_name=_plugin_api.TRANSPOSED_KERNEL_NAME
@@ -125,6 +133,7 @@ def initialize(platforms: Sequence[str] | None = None) -> None:
     _register(platforms)
     _register_dq(platforms)
     _register_t(platforms)
+    _register_stacked(platforms)
 
 
 def describe() -> str:

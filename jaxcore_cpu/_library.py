@@ -37,6 +37,10 @@ ENV_VAR = "JAXCORE_CPU_KERNELS_LIB"
 TARGET_NAME = "jaxcore_cpu_quantized_matmul"
 DQ_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq"
 """The FFI target taking NF4's double-quantized scales (codes, group scales, offset)."""
+STACKED_TARGET_NAME = "jaxcore_cpu_quantized_matmul_stacked"
+DQ_STACKED_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq_stacked"
+"""The two targets above on one matrix of a stack (an int32 index after x, every weight
+operand with the stack's axis first)."""
 """The XLA FFI custom-call target the kernels are registered as."""
 
 ISAS: tuple[str, ...] = ("portable", "avx2", "avxvnni", "avx512")
@@ -51,6 +55,12 @@ BUILD_HINT = "bazel build //jaxcore_cpu:libjaxcore_cpu_kernels.so"
 
 _HANDLER = "JaxcoreCpuQuantizedMatmul"
 _DQ_HANDLER = "JaxcoreCpuQuantizedMatmulDq"
+_TARGETS = (
+    (TARGET_NAME, _HANDLER),
+    (DQ_TARGET_NAME, _DQ_HANDLER),
+    (STACKED_TARGET_NAME, "JaxcoreCpuQuantizedMatmulStacked"),
+    (DQ_STACKED_TARGET_NAME, "JaxcoreCpuQuantizedMatmulDqStacked"),
+)
 _HELPERS = ("JaxcoreCpuIsa", "JaxcoreCpuDetectedIsa", "JaxcoreCpuSetIsa")
 
 _lock = threading.Lock()
@@ -170,7 +180,8 @@ def load() -> ctypes.CDLL:
             lib = ctypes.CDLL(path)
         except OSError as e:
             raise RuntimeError(f"cannot load {path}: {e}") from e
-        missing = [s for s in (_HANDLER, _DQ_HANDLER, *_HELPERS) if not hasattr(lib, s)]
+        handlers = [handler for _, handler in _TARGETS]
+        missing = [s for s in (*handlers, *_HELPERS) if not hasattr(lib, s)]
         if missing:
             raise RuntimeError(
                 f"{path} does not export {missing}; it is not a jaxcore CPU kernel library "
@@ -181,7 +192,7 @@ def load() -> ctypes.CDLL:
             fn.restype, fn.argtypes = ctypes.c_char_p, []
         lib.JaxcoreCpuSetIsa.restype = ctypes.c_int
         lib.JaxcoreCpuSetIsa.argtypes = [ctypes.c_char_p]
-        for target, handler in ((TARGET_NAME, _HANDLER), (DQ_TARGET_NAME, _DQ_HANDLER)):
+        for target, handler in _TARGETS:
             jax.ffi.register_ffi_target(
                 target, jax.ffi.pycapsule(getattr(lib, handler)), platform="cpu"
             )

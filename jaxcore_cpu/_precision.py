@@ -14,6 +14,7 @@ import os
 from jaxcore import kernels as _kernels
 
 from ._matmul import DQ_IMPLS_BY_PRECISION, IMPLS_BY_PRECISION, PRECISIONS
+from ._stacked import STACKED_IMPLS_BY_PRECISION
 from ._setting import Setting
 
 PRECISION_ENV_VAR = "JAXCORE_CPU_PRECISION"
@@ -21,6 +22,7 @@ PRECISION_ENV_VAR = "JAXCORE_CPU_PRECISION"
 
 _KERNEL = "quantized_matmul"
 _DQ_KERNEL = "quantized_matmul_dq"
+_STACKED_KERNEL = "quantized_matmul_stacked"
 
 
 def _initial() -> str:
@@ -48,7 +50,11 @@ def _apply(name: str) -> None:
     global _current
     _current = name
     # Swap the registered implementations only where this plugin's are the ones registered.
-    for kernel, impls in ((_KERNEL, IMPLS_BY_PRECISION), (_DQ_KERNEL, DQ_IMPLS_BY_PRECISION)):
+    for kernel, impls in (
+        (_KERNEL, IMPLS_BY_PRECISION),
+        (_DQ_KERNEL, DQ_IMPLS_BY_PRECISION),
+        (_STACKED_KERNEL, STACKED_IMPLS_BY_PRECISION),
+    ):
         registered = _kernels.registered_kernels(kernel).get("cpu")
         if (
             registered is not None

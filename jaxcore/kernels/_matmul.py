@@ -331,7 +331,18 @@ def _vary_alike(*arrays):
     )
 
 
-def _apply(x, q, preferred_element_type, transposed: bool):
+class _Prepared(NamedTuple):
+    """One product, checked: activations flattened to (M, C) and the per-matrix config."""
+
+    x2d: jax.Array
+    lead: tuple[int, ...]
+    cfg: _Config
+    stored_product: bool  # x @ S of the stored (K, N) layout S; else x @ S.T
+    dq: tuple | None  # double-quantized scales to hand the dq kernels as stored, else None
+
+
+def _prepare(x, q, preferred_element_type, transposed: bool) -> _Prepared | jax.Array:
+    """Checks ``x`` against weight ``q`` and configures the product (or returns its zeros)."""
     fmt, block_size, qvalue, scale, axis, (k, n) = _stored(q)
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
@@ -366,12 +377,19 @@ def _apply(x, q, preferred_element_type, transposed: bool):
     dq = _double_quant_parts(q) if stored_product and dq_impls and interpret_on is None else None
     if dq is not None:
         cfg = cfg._replace(dq_impls=tuple(dq_impls.items()))
-        x2d, qvalue, *dq = _vary_alike(x2d, qvalue, *dq)
+    return _Prepared(x2d, lead, cfg, stored_product, dq)
+
+
+def _apply(x, q, preferred_element_type, transposed: bool):
+    prepared = _prepare(x, q, preferred_element_type, transposed)
+    if not isinstance(prepared, _Prepared):
+        return prepared
+    x2d, lead, cfg, stored_product, dq = prepared
+    if dq is not None:
+        x2d, qvalue, *dq = _vary_alike(x2d, q.qvalue, *dq)
         out = _run_dq(x2d, qvalue, *dq, cfg)
     else:
-        if isinstance(scale, jax.ShapeDtypeStruct):  # double-quantized: expand now
-            scale = q.block_scales()
-        x2d, qvalue, scale = _vary_alike(x2d, qvalue, scale)
+        x2d, qvalue, scale = _vary_alike(x2d, q.qvalue, q.block_scales())
         out = _run(x2d, qvalue, scale, cfg, not stored_product)
     return out.reshape(*lead, out.shape[-1])
 

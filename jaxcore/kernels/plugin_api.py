@@ -29,6 +29,11 @@ The transposed product:
   * :data:`TRANSPOSED_KERNEL_NAME`: the kernel name a plugin registers for ``x @ W.T`` of a
     weight stored (K, N) (the gradient of ``x @ W`` in ``x``); without one, the reference.
 
+One matrix of a stack, read in place:
+  * :data:`STACKED_KERNEL_NAME`: the kernel name a plugin registers to multiply by matrix
+    ``i`` of a stack of weights (a scan over stacked layers) without XLA copying it out;
+    without one, the matrix is sliced out and the other kernels run.
+
 Registration:
   * :func:`quantized_matmul_impls`: the per-platform ``jaxcore.kernels`` entry points,
     binding a primitive that lowers the kernel only for the plugin's platforms
@@ -58,12 +63,14 @@ from jaxcore.kernels._plugin_dequant import (
 from jaxcore.kernels._plugin_primitive import platform_primitive
 from jaxcore.kernels._plugin_registration import plugin_initializer, quantized_matmul_impls
 from jaxcore.kernels._plugin_tiles import TileOverrides
+from jaxcore.kernels._stacked import STACKED_KERNEL_NAME
 
 __all__ = [
     "DQ_GROUP_SIZE",
     "DQ_KERNEL_NAME",
     "KERNEL_DTYPES",
     "Problem",
+    "STACKED_KERNEL_NAME",
     "TRANSPOSED_KERNEL_NAME",
     "TileOverrides",
     "check_problem",

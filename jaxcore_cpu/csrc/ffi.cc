@@ -1,5 +1,6 @@
 // The XLA FFI handlers `JaxcoreCpuQuantizedMatmul` (float32 scales) and
-// `JaxcoreCpuQuantizedMatmulDq` (double-quantized scales) and the C entry points the Python
+// `JaxcoreCpuQuantizedMatmulDq` (double-quantized scales), their `...Stacked` forms (one
+// matrix of a stack, by index) and the C entry points the Python
 // package loads with ctypes. Operand checks here turn bad input into an FFI error (a
 // Python exception naming the problem), never an out-of-bounds read.
 #include <algorithm>
@@ -360,6 +361,71 @@ ffi::Error ImplDq(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
   return Execute(pool, p, path);
 }
 
+// One matrix of a stack: a view of `stack`'s entry `index` along its first axis, as a
+// buffer of one rank less sharing the stack's memory (no copy).
+class LayerView {
+ public:
+  LayerView(ffi::AnyBuffer stack, int64_t index) {
+    const auto dims = stack.dimensions();
+    view_.struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
+    view_.extension_start = nullptr;
+    view_.dtype = static_cast<XLA_FFI_DataType>(stack.element_type());
+    view_.rank = static_cast<int64_t>(dims.size()) - 1;
+    view_.dims = const_cast<int64_t*>(dims.begin() + 1);
+    const size_t layer_bytes = dims[0] == 0 ? 0 : stack.size_bytes() / dims[0];
+    view_.data = static_cast<char*>(stack.untyped_data()) + index * layer_bytes;
+  }
+  ffi::AnyBuffer buffer() const { return ffi::AnyBuffer(&view_); }
+
+ private:
+  XLA_FFI_Buffer view_;
+};
+
+// Checks that every weight operand stacks the same number of matrices and reads the layer
+// index (an int32 scalar), clamped into range as XLA's dynamic-slice clamps its start.
+ffi::Error StackedLayer(ffi::AnyBuffer index, std::initializer_list<ffi::AnyBuffer> stacks,
+                        int64_t* layer) {
+  if (index.element_type() != ffi::DataType::S32 || index.element_count() != 1) {
+    return Invalid("the layer index must be one int32, got shape " + Shape(index.dimensions()));
+  }
+  int64_t layers = -1;
+  for (const ffi::AnyBuffer& stack : stacks) {
+    if (stack.dimensions().size() == 0) return Invalid("stacked weight operands need a leading axis");
+    const int64_t count = stack.dimensions()[0];
+    if (layers >= 0 && count != layers) {
+      return Invalid("the stacked weight operands hold different numbers of matrices (" +
+                     std::to_string(layers) + " and " + std::to_string(count) + ")");
+    }
+    layers = count;
+  }
+  if (layers <= 0) return Invalid("the stack holds no matrices");
+  const int64_t i = *static_cast<const int32_t*>(index.untyped_data());
+  *layer = std::clamp<int64_t>(i, 0, layers - 1);
+  return ffi::Error::Success();
+}
+
+ffi::Error ImplStacked(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer index,
+                       ffi::AnyBuffer qvalue, ffi::AnyBuffer scale,
+                       ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
+  int64_t layer = 0;
+  if (ffi::Error err = StackedLayer(index, {qvalue, scale}, &layer); err.failure()) return err;
+  const LayerView q(qvalue, layer), s(scale, layer);
+  return Impl(pool, x, q.buffer(), s.buffer(), out, attrs);
+}
+
+ffi::Error ImplDqStacked(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer index,
+                         ffi::AnyBuffer qvalue, ffi::AnyBuffer codes, ffi::AnyBuffer group_scale,
+                         ffi::AnyBuffer offset, ffi::Result<ffi::AnyBuffer> out,
+                         ffi::Dictionary attrs) {
+  int64_t layer = 0;
+  if (ffi::Error err = StackedLayer(index, {qvalue, codes, group_scale, offset}, &layer);
+      err.failure()) {
+    return err;
+  }
+  const LayerView q(qvalue, layer), c(codes, layer), g(group_scale, layer), o(offset, layer);
+  return ImplDq(pool, x, q.buffer(), c.buffer(), g.buffer(), o.buffer(), out, attrs);
+}
+
 }  // namespace
 }  // namespace jaxcore_cpu
 
@@ -387,6 +453,37 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcoreCpuQuantizedMatmulDq, jaxcore_cpu::ImplDq,
                                   .Arg<ffi::AnyBuffer>()  // scale codes (K / block_size, N)
                                   .Arg<ffi::AnyBuffer>()  // group scales
                                   .Arg<ffi::AnyBuffer>()  // offset ()
+                                  .Ret<ffi::AnyBuffer>()  // (M, N)
+                                  .Attrs<ffi::Dictionary>());
+
+// The same products on one matrix of a stack (L, ...) of weights, chosen by an int32 index:
+// a scan over stacked layers passes the whole stack, which XLA would otherwise copy layer by
+// layer into a buffer of its own before each call.
+extern "C" __attribute__((visibility("default"))) XLA_FFI_Error*
+JaxcoreCpuQuantizedMatmulStacked(XLA_FFI_CallFrame* call_frame);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcoreCpuQuantizedMatmulStacked, jaxcore_cpu::ImplStacked,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x (M, K)
+                                  .Arg<ffi::AnyBuffer>()  // index () int32
+                                  .Arg<ffi::AnyBuffer>()  // qvalue (L, ...)
+                                  .Arg<ffi::AnyBuffer>()  // scale (L, K / block_size, N)
+                                  .Ret<ffi::AnyBuffer>()  // (M, N)
+                                  .Attrs<ffi::Dictionary>());
+
+extern "C" __attribute__((visibility("default"))) XLA_FFI_Error*
+JaxcoreCpuQuantizedMatmulDqStacked(XLA_FFI_CallFrame* call_frame);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcoreCpuQuantizedMatmulDqStacked, jaxcore_cpu::ImplDqStacked,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x (M, K)
+                                  .Arg<ffi::AnyBuffer>()  // index () int32
+                                  .Arg<ffi::AnyBuffer>()  // qvalue (L, ...)
+                                  .Arg<ffi::AnyBuffer>()  // scale codes (L, K / block_size, N)
+                                  .Arg<ffi::AnyBuffer>()  // group scales (L, groups)
+                                  .Arg<ffi::AnyBuffer>()  // offset (L,)
                                   .Ret<ffi::AnyBuffer>()  // (M, N)
                                   .Attrs<ffi::Dictionary>());
 
