@@ -14,8 +14,8 @@ import os
 from jaxcore import kernels as _kernels
 
 from ._matmul import DQ_IMPLS_BY_PRECISION, IMPLS_BY_PRECISION, PRECISIONS
-from ._stacked import STACKED_IMPLS_BY_PRECISION
 from ._setting import Setting
+from ._stacked import STACKED_IMPLS_BY_PRECISION
 
 PRECISION_ENV_VAR = "JAXCORE_CPU_PRECISION"
 """Environment variable with the initial precision (``float32`` or ``int8``)."""

@@ -39,7 +39,9 @@ def _ffi_kernel(x, qvalue, *operands, platform, fmt, transposed, **static):
     dq = len(scales) == 3
     target = _library.DQ_STACKED_TARGET_NAME if dq else _library.STACKED_TARGET_NAME
     extra = {"dq_group": np.int64(_plugin_api.DQ_GROUP_SIZE)} if dq else {}
-    shape = jax.ShapeDtypeStruct((x.shape[0], _columns(qvalue, fmt, transposed)), static["out_dtype"])
+    shape = jax.ShapeDtypeStruct(
+        (x.shape[0], _columns(qvalue, fmt, transposed)), static["out_dtype"]
+    )
     return jax.ffi.ffi_call(target, shape)(
         x,
         index,

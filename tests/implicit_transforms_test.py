@@ -352,3 +352,65 @@ def test_alternating_parent_traces_reuse_the_right_implicit_trace():
         assert_close(eager, dense(S) * Y)
         assert_close(jitted, dense(S) * Y)
         assert_close(batched, jax.vmap(lambda y: dense(S) * y)(Y))
+
+
+@dataclasses.dataclass
+class _Rows(ImplicitArray):
+    """A stack of rows that a scan body reads in place (`scan_slice`), as a lazy `_Row`."""
+
+    value: jax.Array
+
+    def materialize(self):
+        return self.value
+
+    def scan_slice(self, index):
+        return _Row(self.value, index)
+
+
+@dataclasses.dataclass
+class _Row(ImplicitArray):
+    stack: jax.Array
+    index: jax.Array
+
+    def compute_shape(self):
+        return tuple(self.stack.shape[1:])
+
+    def compute_dtype(self):
+        return self.stack.dtype
+
+    def materialize(self):
+        return jax.lax.dynamic_index_in_dim(self.stack, self.index, 0, keepdims=False)
+
+    def on_return(self):
+        return self.materialize() * 1.0  # returned dense, never as the view
+
+
+_ROWS_SEEN: list = []
+
+
+@register("mul")
+def _row_mul(x: _Row, y: jax.Array, **params):
+    _ROWS_SEEN.append(x.stack.shape)  # the whole stack reached the handler
+    return x.materialize() * y
+
+
+def test_scan_slice_hands_the_body_a_view_and_on_return_resolves_it():
+    stack = np.arange(12.0, dtype=np.float32).reshape(4, 3)
+    c0 = np.ones(3, np.float32)
+
+    def f(c, rows):
+        return jax.lax.scan(lambda c, r: (r * c, r), c, rows, reverse=True)
+
+    _ROWS_SEEN.clear()
+    carry, ys = jax.jit(implicit(f))(c0, _Rows(stack))
+    want = c0.copy()
+    for r in stack[::-1]:
+        want = r * want
+    np.testing.assert_allclose(carry, want)
+    # ys = the scanned rows themselves: JAX forwards the input, which comes back as it went in.
+    np.testing.assert_allclose(ji.materialize_nested(ys, full=True), stack)
+    assert _ROWS_SEEN and all(shape == (4, 3) for shape in _ROWS_SEEN)
+    # Returned from an implicit function, a view is what on_return makes of it.
+    got = implicit(lambda rows: jax.lax.scan(lambda c, r: (r, None), c0, rows)[0])(_Rows(stack))
+    assert isinstance(got, jax.Array)
+    np.testing.assert_allclose(got, stack[-1])

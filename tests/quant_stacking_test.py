@@ -9,6 +9,7 @@ from jax import lax
 
 from jaxcore import kernels
 from jaxcore.implicit import implicit
+from jaxcore.kernels import plugin_api  # noqa: F401  (kernels.plugin_api below)
 from jaxcore.quant import ArrayInt4, ArrayInt8, ArrayNF4
 
 K, N = 64, 32
@@ -62,7 +63,8 @@ def primitives(fn, *args):
 def assert_runs_kernel(fn, *args):
     names = primitives(fn, *args)
     assert "dot_general" not in names, sorted(names)
-    assert names & {"quantized_matmul", "quantized_matmul_transposed", "quantized_matmul_dq"}
+    kernels = {"quantized_matmul", "quantized_matmul_transposed", "quantized_matmul_dq"}
+    assert names & (kernels | {"quantized_matmul_stacked"})
 
 
 def assert_same_kind(got, q, shape, expected):
@@ -269,3 +271,93 @@ def test_out_of_range_picks_in_fill_mode(fmt):
     assert np.isnan(got_nan[1:]).all()
     expected = np.stack([dense[1], np.zeros((K, N)), np.zeros((K, N))])
     np.testing.assert_allclose(np.asarray(zero.materialize()), expected, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- a stack read in place
+
+
+@pytest.fixture
+def stacked_kernel():
+    """A stacked kernel for "cpu" that records its calls and runs jaxcore's sliced product."""
+    name = kernels.plugin_api.STACKED_KERNEL_NAME
+    saved = kernels.registered_kernels(name)
+    calls = []
+
+    def impl(x2d, qvalue, *operands, fmt, block_size, out_dtype, transposed, fallback):
+        calls.append((qvalue.shape, transposed, len(operands)))
+        return fallback(x2d, qvalue, *operands)
+
+    kernels.register_kernel(name, "cpu", impl)
+    yield calls
+    kernels.unregister_kernel(name, "cpu")
+    for platform, saved_impl in saved.items():
+        kernels.register_kernel(name, platform, saved_impl)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.filterwarnings("ignore::jaxcore.implicit.MaterializationWarning")  # jnp.sum(w)
+def test_scan_and_loops_hand_the_kernel_the_whole_stack(fmt, stacked_kernel):
+    q, dense = stack(fmt)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    back = rng.standard_normal((N, K)).astype(np.float32) / np.sqrt(N)
+
+    def step(h, w):
+        return jnp.tanh(h @ w) @ back + jnp.sum(w[:16, :4]) * 1e-3  # a slice on the side
+
+    def python_loop(x, q):
+        for i in range(q.shape[0]):
+            x = step(x, q[i])
+        return x
+
+    models = {
+        "scan": lambda x, q: lax.scan(lambda h, w: (step(h, w), None), x, q)[0],
+        "reverse": lambda x, q: lax.scan(lambda h, w: (step(h, w), None), x, q, reverse=True)[0],
+        "fori_loop": lambda x, q: lax.fori_loop(0, q.shape[0], lambda i, h: step(h, q[i]), x),
+        "python loop": python_loop,
+    }
+    for label, model in models.items():
+        want = x.astype(np.float64)
+        for w in dense[::-1] if label == "reverse" else dense:
+            want = np.tanh(want @ w) @ back + np.sum(w[:16, :4]) * 1e-3
+        stacked_kernel.clear()
+        got = jax.jit(implicit(model))(x, q)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=label)
+        assert stacked_kernel, label
+        assert all(shape == q.qvalue.shape for shape, _, _ in stacked_kernel), label
+
+
+def test_gradients_and_transposes_of_a_layer_in_place(stacked_kernel):
+    q, dense = stack("int8")
+    x = np.random.default_rng(8).standard_normal((2, K)).astype(np.float32)
+    back = np.random.default_rng(9).standard_normal((K, K)).astype(np.float32) / K
+
+    def loss(x, q):
+        def body(h, w):
+            return jnp.tanh((h @ w) @ w.T @ back), None  # x @ W, then x @ W.T
+
+        return jnp.sum(lax.scan(body, x, q)[0] ** 2)
+
+    def loss_dense(x, scale):
+        h = x
+        for i in range(4):
+            w = q.qvalue[i].astype(jnp.float32) * scale[i]
+            h = jnp.tanh((h @ w) @ w.T @ back)
+        return jnp.sum(h**2)
+
+    gx, gq = jax.jit(jax.grad(implicit(loss), argnums=(0, 1), allow_int=True))(x, q)
+    want = jax.grad(loss_dense, argnums=(0, 1))(x, q.scale)
+    for g, w in zip((gx, gq.scale), want):  # float32 sums of terms up to ~1e4: atol from the max
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5 * float(np.abs(w).max()))
+    assert {t for _, t, _ in stacked_kernel} == {False, True}
+
+
+def test_an_indexed_layer_is_returned_as_the_sliced_array(stacked_kernel):
+    q, dense = stack("nf4-dq")
+    for fn in (lambda q: q[2], lambda q: lax.dynamic_index_in_dim(q, 2, keepdims=False)):
+        got = jax.jit(implicit(fn))(q)
+        assert_same_kind(got, q, (K, N), dense[2])
+    # A scan body's layer leaving as ys (here transposed, so not the input forwarded) is
+    # stacked as the sliced arrays it stands for.
+    ys = jax.jit(implicit(lambda q: lax.scan(lambda c, w: (c, w.T), 0.0, q)[1]))(q)
+    assert_same_kind(ys, q.T, (4, N, K), np.swapaxes(dense, 1, 2))

@@ -693,6 +693,33 @@ class ImplicitArray(metaclass=ImplicitArrayMeta):
         """Number of elements of the materialized array."""
         return int(np.prod(self.shape, dtype=np.int64))
 
+    def scan_slice(self, index: tp.Any) -> ImplicitArray | None:
+        """The array standing for ``self[index]`` in a ``lax.scan`` body, or ``None``.
+
+        ``None`` (the default) has the scan slice every child along axis 0, as ``vmap``
+        batches. A subclass whose kernels can read one entry of a stack where it lies
+        returns a view instead (e.g. `jaxcore.quant`'s arrays with a stacked-kernel plugin):
+        the scan then passes ``self`` whole, as a constant, and the body gets
+        ``self.scan_slice(i)`` with the iteration's index ``i`` (an int32 scalar), so no
+        child is copied out per step.
+
+        Args:
+            index: the iteration's index along axis 0; called once with ``0`` to ask.
+
+        Returns:
+            An implicit array of shape ``self.shape[1:]`` and ``self.dtype``, or ``None``.
+        """
+        del index
+        return None
+
+    def on_return(self) -> tp.Any:
+        """What an ``implicit`` function returns in place of this array (default: itself).
+
+        A view meant for handlers only (`jaxcore.quant`'s matrix of a stack, which reads
+        the stack in place) returns the array it stands for, so callers never hold one.
+        """
+        return self
+
     @classmethod
     def default_handler(cls, primitive: tp.Any, *args: tp.Any, params: dict | None = None):
         """Handles ``primitive`` when no registered handler matches: materialize and bind.

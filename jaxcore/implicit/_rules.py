@@ -267,7 +267,8 @@ def _scan_rule(primitive, *args: tp.Any, reverse, length, jaxpr, unroll, **param
     Scanned implicit inputs are sliced leaf by leaf along axis 0 (as ``vmap`` batches
     them), and implicit per-iteration outputs are stacked the same way, wherever that
     slice or stack stands for the array's own slice or stack (see :func:`_scannable`);
-    the others are materialized. Carries are materialized only when the body changes
+    the others are materialized. An input whose type reads one entry of itself in place
+    (`ImplicitArray.scan_slice`) is not sliced at all: the body gets its view. Carries are materialized only when the body changes
     their type (see :func:`_stable_carry_mask`).
     """
     del primitive
@@ -278,10 +279,24 @@ def _scan_rule(primitive, *args: tp.Any, reverse, length, jaxpr, unroll, **param
         x if not _base.is_implicit(x) or _scannable(x, length) else _materialize_full(x)
         for x in args[num_consts + num_carry :]
     ]
+    # Scanned inputs that index themselves in the body (`ImplicitArray.scan_slice`) stay
+    # whole, closed over; the body gets their view at the iteration's index, which scans
+    # along as one more input (reversed with the others under ``reverse``).
+    in_place = [_base.is_implicit(x) and x.scan_slice(0) is not None for x in xs]
+    stacks = [x for x, p in zip(xs, in_place) if p]
+    if stacks:
+        xs = [*(None if p else x for x, p in zip(xs, in_place)), jax.numpy.arange(length)]
     fn = _implicit_jaxpr_fn(jaxpr)
 
     def body(carry: list, x: list) -> tuple[list, list]:
+        if stacks:
+            *x, i = x
+            views = iter([s.scan_slice(i) for s in stacks])
+            x = [next(views) if p else v for v, p in zip(x, in_place)]
         out = list(fn(*consts, *carry, *x))
+        # A view (of an in-place input) leaves the body as what it stands for: stacked
+        # leaf by leaf it would index a stack of stacks.
+        out = [o.on_return() if _base.is_implicit(o) else o for o in out]
         return out[:num_carry], out[num_carry:]
 
     x_slice = _abstract(xs, lambda s: s[1:])

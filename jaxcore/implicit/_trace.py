@@ -441,7 +441,8 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
     e.g. a ``jax.tree_util.Partial``) are intercepted at primitive level: every
     primitive applied to them runs the handler registered with
     :func:`jaxcore.implicit.register` for the operand types, or materializes them when
-    none matches. Implicit arrays in the outputs are returned as implicit arrays.
+    none matches. Implicit arrays in the outputs are returned as implicit arrays (as their
+    :meth:`~jaxcore.implicit.ImplicitArray.on_return`).
     Composes with ``jit``, ``grad``, ``vmap`` and the control-flow primitives in either
     order.
 
@@ -487,10 +488,16 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
         with jex_core.set_current_trace(trace):
             out = f(*args, **kwargs)
         if type(out) is _ImplicitTracer and out._trace is trace:
-            return out.value
+            return out.value.on_return()
         if isinstance(out, (jax.Array, np.ndarray)):
             return out
-        return jax.tree_util.tree_map(_is_tracer_of(trace), out)
+        unwrap = _is_tracer_of(trace)
+
+        def returned(x: tp.Any) -> tp.Any:
+            x = unwrap(x)
+            return x.on_return() if _is_implicit(x) else x
+
+        return jax.tree_util.tree_map(returned, out)
 
     return implicit_fn
 

@@ -25,6 +25,7 @@ from jaxcore.kernels._registry import (
     registered_kernels,
     unregister_kernel,
 )
+from jaxcore.kernels._stacked import quantized_matmul_stacked
 
 register_kernel("quantized_matmul", "cpu", reference_quantized_matmul)
 
@@ -36,6 +37,7 @@ __all__ = [
     "dequantize",
     "pack_nibbles",
     "quantized_matmul",
+    "quantized_matmul_stacked",
     "quantized_matmul_transposed",
     "reference_quantized_matmul",
     "reference_quantized_matmul_transposed",

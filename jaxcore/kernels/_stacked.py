@@ -235,7 +235,9 @@ def quantized_matmul_stacked(
         )
     index = jnp.asarray(index)
     if index.shape != () or not jnp.issubdtype(index.dtype, jnp.integer):
-        raise TypeError(f"the layer index must be an integer scalar, got {index.dtype}{index.shape}")
+        raise TypeError(
+            f"the layer index must be an integer scalar, got {index.dtype}{index.shape}"
+        )
     matrix = _MatrixOf(stack, index.astype(jnp.int32))
     prepared = _matmul._prepare(x, matrix, preferred_element_type, transposed)
     if not isinstance(prepared, _matmul._Prepared):
@@ -253,7 +255,7 @@ def quantized_matmul_stacked(
         # Inside shard_map, operands varying over manual axes take the per-matrix product.
         and not any(_matmul._varying_axes(a) for a in (x2d, *weights, matrix.index))
     )
-    if not in_place:
+    if not in_place or weights is None:
         return _matmul._apply(x, matrix, preferred_element_type, transposed)
     del dq  # the stacked kernels take the stored parts themselves
     if matrix.double_quant:

@@ -98,6 +98,17 @@ class QuantizedArray(ImplicitArray):
         k, n = self.stored_shape()
         return tuple(self.qvalue.shape[:-2]) + ((k, n) if self.axis == 0 else (n, k))
 
+    def scan_slice(self, index):
+        """A view of matrix ``index`` for a scan body, where a kernel reads it in place.
+
+        See `jaxcore.implicit.ImplicitArray.scan_slice`; the view is a
+        `jaxcore.quant._layer.StackLayer`, or ``None`` (slice as usual) for a stack with
+        more than one leading axis or without a stacked kernel registered.
+        """
+        from jaxcore.quant import _layer  # noqa: PLC0415 - _layer builds on this module
+
+        return _layer.layer_of(self, index)
+
     def _over_leading(self, fn):
         """``fn`` on one weight matrix, vmapped over the leading (stacking) dimensions."""
         for _ in range(self.qvalue.ndim - 2):

@@ -18,9 +18,12 @@ from jax import lax
 from jaxcore.implicit import register
 from jaxcore.kernels import quantized_matmul, quantized_matmul_transposed
 from jaxcore.quant._arrays import QuantizedArray
+from jaxcore.quant._layer import StackLayer, layer_product
 
 
-def _contract_matrix(dense, q: QuantizedArray, d_axis: int, q_axis: int, out_dtype, q_is_lhs: bool):
+def _contract_matrix(
+    dense, q: QuantizedArray | StackLayer, d_axis: int, q_axis: int, out_dtype, q_is_lhs: bool
+):
     """Contracts ``dense`` axis ``d_axis`` with axis ``q_axis`` of one 2-D quantized matrix.
 
     The kernel flattens the dense operand's other axes to M; contracting the weight's first
@@ -28,7 +31,9 @@ def _contract_matrix(dense, q: QuantizedArray, d_axis: int, q_axis: int, out_dty
     ``dot_general``'s: (lhs free dims, rhs free dims).
     """
     x = jnp.moveaxis(dense, d_axis, -1)
-    if q_axis == 0:
+    if isinstance(q, StackLayer):  # one matrix of a stack, read where it lies
+        out = layer_product(x, q, transposed=q_axis == 1, preferred_element_type=out_dtype)
+    elif q_axis == 0:
         out = quantized_matmul(x, q, preferred_element_type=out_dtype)
     else:
         out = quantized_matmul_transposed(x, q, preferred_element_type=out_dtype)
@@ -36,7 +41,12 @@ def _contract_matrix(dense, q: QuantizedArray, d_axis: int, q_axis: int, out_dty
 
 
 def _contract(
-    dense, q: QuantizedArray, dimension_numbers, precision, preferred_element_type, q_is_lhs: bool
+    dense,
+    q: QuantizedArray | StackLayer,
+    dimension_numbers,
+    precision,
+    preferred_element_type,
+    q_is_lhs: bool,
 ):
     """Evaluates ``dot_general`` of a dense operand with a quantized weight.
 
@@ -58,6 +68,8 @@ def _contract(
     Returns:
       The ``dot_general`` result, laid out as (batch dims, lhs free dims, rhs free dims).
     """
+    if isinstance(q, StackLayer) and q.keepdims:
+        q = q.resolve()  # a (1, K, N) slice, rare: multiplied as the stack of one it is
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
     d_contract, q_contract = (
         (rhs_contract, lhs_contract) if q_is_lhs else (lhs_contract, rhs_contract)
@@ -107,7 +119,7 @@ def _contract(
 @register("dot_general")
 def _dense_at_quantized(
     lhs: jax.Array,
-    rhs: QuantizedArray,
+    rhs: QuantizedArray | StackLayer,
     *,
     dimension_numbers,
     precision=None,
@@ -119,7 +131,7 @@ def _dense_at_quantized(
 
 @register("dot_general")
 def _quantized_at_dense(
-    lhs: QuantizedArray,
+    lhs: QuantizedArray | StackLayer,
     rhs: jax.Array,
     *,
     dimension_numbers,

@@ -10,7 +10,9 @@ scales and double-quantization scales all carry the leading dimensions first), s
 result is the same kind of quantized array and its matmuls still run the quantized kernel.
 
 Without these handlers the whole stack was materialized (L dense matrices) for each
-index, and the matmul that followed ran XLA's dense dot. A static slice of the matrix axes
+index, and the matmul that followed ran XLA's dense dot. A single matrix picked out of a
+stack with one leading axis (``stack[i]``, static or traced) is a
+`jaxcore.quant._layer.StackLayer` where a kernel reads it in place. A static slice of the matrix axes
 stays quantized too where it keeps whole blocks (a fused QKV or gate/up weight split by
 columns: ``w[:, :d]``). Other operations that reach into the matrix axes (an embedding's
 row lookup ``E[tokens]``, a slice through a block) dequantize: the handlers defer to the
@@ -29,6 +31,7 @@ from jax import lax
 
 from jaxcore.implicit import materialize_handler, register
 from jaxcore.kernels._formats import logical_rows
+from jaxcore.quant import _layer
 from jaxcore.quant._arrays import QuantizedArray
 
 
@@ -108,7 +111,11 @@ def _slice(primitive, operand: QuantizedArray, *, start_indices, limit_indices, 
     rows, cols = ((start_indices[a], limit_indices[a], strides[a]) for a in (n, n + 1))
     full = ((0, operand.shape[n], 1), (0, operand.shape[n + 1], 1))
     if (rows, cols) == full:
-        return _map_leading(operand, leaf_slice)
+        one = n == 1 and limit_indices[0] == start_indices[0] + 1
+        layer = (
+            _layer.layer_of(operand, jnp.int32(start_indices[0]), keepdims=True) if one else None
+        )
+        return layer if layer is not None else _map_leading(operand, leaf_slice)
     sliced = _slice_matrix(operand, rows, cols)
     if sliced is None:
         return _dense(primitive, (operand,), params)
@@ -131,6 +138,10 @@ def _dynamic_slice(primitive, operand: QuantizedArray, *start_indices: jax.Array
         return _dense(primitive, (operand, *start_indices), {"slice_sizes": slice_sizes})
     # A full-size slice of the matrix axes starts at 0 whatever its (clamped) start says.
     lead_starts = list(start_indices[:n])
+    if n == 1 and slice_sizes[0] == 1:
+        layer = _layer.layer_of(operand, lead_starts[0], keepdims=True)
+        if layer is not None:
+            return layer
 
     def leaf_slice(leaf, trailing):
         starts = lead_starts + [0] * trailing
