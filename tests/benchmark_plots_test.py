@@ -27,6 +27,7 @@ TABLE_SCRIPTS = [
     "quantized_matmul.py",
     "quantized_matmul_transposed.py",
     "quantized_mlp.py",
+    "stacked_layers.py",
     "tree_overheads.py",
 ]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -20,6 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "quantized_matmul.py"
 TRANSPOSED_SCRIPT = REPO / "benchmarks" / "quantized_matmul_transposed.py"
+STACKED_SCRIPT = REPO / "benchmarks" / "stacked_layers.py"
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +157,35 @@ def test_transposed_script_rejects_a_chain_below_one():
     result = _run("--chain", "0", script=TRANSPOSED_SCRIPT)
     assert result.returncode == 2
     assert "--chain must be at least 1, got 0" in result.stderr
+
+
+def test_stacked_layers_script_times_every_layout_of_every_format():
+    result = _run(
+        *("--d", "64", "--hidden", "128", "--layers", "2", "--m", "1", "2", "--reps", "2"),
+        script=STACKED_SCRIPT,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "2 layers, d=64 hidden=128, float32 x" in out
+    layouts = ("separate", "scan", "W[i] loop")
+    rows = [line.split() for line in out.splitlines() if line.startswith("  ") and "x " not in line]
+    rows = [r for r in rows if r and r[0] in ("dense", "int8", "int4", "nf4")]
+    assert len(rows) == 2 * 4 * len(layouts)
+    for row in rows:  # name, layout (1 or 2 words), ms, x dense, x separate[, err]
+        numbers = [float(v) for v in row if v.replace(".", "").replace("e-", "").isdigit()]
+        assert len(numbers) == (3 if row[0] == "dense" else 4), row
+        assert all(v > 0 for v in numbers[:3]), row
+        if row[0] != "dense":
+            assert numbers[3] < 1e-4, row  # the layouts compute the same model
+    table = out[out.index("ratio to the dense model laid out the same way") :]
+    assert "| M | int8 separate | int8 scan | int8 W[i] loop |" in table
+    assert table.count("| 1 |") == 1 and table.count("| 2 |") == 1
+
+
+def test_stacked_layers_script_rejects_bad_sizes():
+    result = _run("--layers", "0", script=STACKED_SCRIPT)
+    assert result.returncode == 2
+    assert "--layers must be at least 1, got 0" in result.stderr
+    result = _run("--d", "96", script=STACKED_SCRIPT)
+    assert result.returncode == 2
+    assert "--d and --hidden must be multiples of 64" in result.stderr
