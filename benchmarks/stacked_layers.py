@@ -9,9 +9,11 @@ three ways, with float32 weights (XLA's dense dots) and with each quantized form
 prints milliseconds and two ratios: to the dense model laid out the same way, and to the
 quantized model with separate arrays (what indexing a stack costs over the ideal). Stacked
 layers reach the quantized kernel in place (``jaxcore.kernels.quantized_matmul_stacked``);
-XLA copies each step's slice of a dense stack. Timings are medians of --reps interleaved
+XLA copies each step's slice of a dense stack (``--copied`` adds the quantized stacks traced
+without the stacked kernel, which XLA copies the same way). Timings are medians of --reps interleaved
 calls rotating over --copies copies of every weight set (default: enough to cover 4x the
-L3, at least 2), so every call reads its weights from memory.
+L3, at least 2), so every call reads its weights from memory; the quantized programs are
+timed interleaved with each other, the dense ones and the copied ones in passes of their own.
 
 Usage: python3 benchmarks/stacked_layers.py [--d 1024] [--hidden 2816] [--layers 8] [--m 1 16]
 """
@@ -19,6 +21,7 @@ Usage: python3 benchmarks/stacked_layers.py [--d 1024] [--hidden 2816] [--layers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 
 import jax
@@ -26,8 +29,9 @@ import jax.numpy as jnp
 import plot_tables  # benchmarks/, the script's directory
 import quantized_matmul as qm  # its CPU helpers; also puts the checkout on sys.path
 
-from jaxcore import quant
+from jaxcore import kernels, quant
 from jaxcore.implicit import implicit
+from jaxcore.kernels import plugin_api
 
 NAMES = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")
 
@@ -90,6 +94,11 @@ def main() -> None:
     parser.add_argument("--m", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--copies", type=int, default=None, help="weight copies to rotate over")
+    parser.add_argument(
+        "--copied",
+        action="store_true",
+        help="also time the stacked layouts traced without the stacked kernel (layers copied out)",
+    )
     plot_tables.add_plot_option(parser)
     args = parser.parse_args()
     plot_tables.check_plot_option(parser, args)
@@ -134,30 +143,56 @@ def main() -> None:
     for m in args.m:
         x = jax.random.normal(jax.random.key(1 + m), (m, args.d), jnp.float32)
         contenders, errors = {}, {}
-        for name in weights:
-            for layout, fn in LAYOUTS.items():
-                arg = "separate" if layout == "separate" else "stacked"
-                jitted = jax.jit(fn if name == "dense" else implicit(fn))
-                contenders[(name, layout)] = (jitted, [(x, w) for w in sets[name][arg]])
-                if name != "dense":
-                    expected = jax.jit(_separate)(
-                        x, [{k: _dense(w) for k, w in p.items()} for p in weights[name]]
-                    )
-                    got = jitted(x, sets[name][arg][0])
-                    errors[(name, layout)] = float(
-                        jnp.max(jnp.abs(got - expected)) / jnp.max(jnp.abs(expected))
-                    )
-        t = qm._time_rotating(contenders, args.reps)
+        runs = [(name, layout, False) for name in weights for layout in LAYOUTS]
+        if args.copied:
+            runs += [
+                (n, lay, True)
+                for n in weights
+                if n != "dense"
+                for lay in LAYOUTS
+                if lay != "separate"
+            ]
+        for name, layout, copied in runs:
+            fn = LAYOUTS[layout]
+            arg = "separate" if layout == "separate" else "stacked"
+            jitted = jax.jit(fn if name == "dense" else implicit(fn))
+            key = (name, layout + (" copied" if copied else ""))
+            contenders[key] = (jitted, [(x, w) for w in sets[name][arg]])
+            if name == "dense":
+                continue
+            expected = jax.jit(_separate)(
+                x, [{k: _dense(w) for k, w in p.items()} for p in weights[name]]
+            )
+            # Traced (at this first call) without the stacked kernel: each layer sliced out.
+            with _without_stacked_kernel() if copied else contextlib.nullcontext():
+                got = jitted(x, sets[name][arg][0])
+            errors[key] = float(jnp.max(jnp.abs(got - expected)) / jnp.max(jnp.abs(expected)))
+
+        # Passes of their own for the programs that write a copy of every layer they slice
+        # (the dense stacks', the copied quantized ones'): the write-back of those hundreds of
+        # MB slowed whichever call came next up to 2.5x.
+        def copies(key):
+            return key[0] == "dense" or key[1].endswith("copied")
+
+        t = {}
+        for group in (
+            {k: c for k, c in contenders.items() if k[0] == "dense"},
+            {k: c for k, c in contenders.items() if not copies(k)},
+            {k: c for k, c in contenders.items() if copies(k) and k[0] != "dense"},
+        ):
+            if group:
+                t.update(qm._time_rotating(group, args.reps))
+        t = {k: t[k] for k in contenders}
         print(f"\nM = {m}:")
         print(
-            f"  {'weights':8s} {'layout':10s} {'ms':>8s} {'x dense':>8s} {'x separate':>10s} {'err':>8s}"
+            f"  {'weights':8s} {'layout':16s} {'ms':>8s} {'x dense':>8s} {'x separate':>10s} {'err':>8s}"
         )
         for (name, layout), seconds in t.items():
-            same_layout = seconds / t[("dense", layout)]
+            same_layout = seconds / t[("dense", layout.removesuffix(" copied"))]
             to_separate = seconds / t[(name, "separate")]
             err = f"{errors[(name, layout)]:8.1e}" if (name, layout) in errors else f"{'':8s}"
             print(
-                f"  {name:8s} {layout:10s} {seconds * 1e3:8.2f} {same_layout:8.2f} {to_separate:10.2f} {err}"
+                f"  {name:8s} {layout:16s} {seconds * 1e3:8.2f} {same_layout:8.2f} {to_separate:10.2f} {err}"
             )
         columns = [f"{n} {lay}" for n in weights if n != "dense" for lay in LAYOUTS]
         plotted.append(
@@ -185,6 +220,19 @@ def main() -> None:
             columns,
             plotted,
         )
+
+
+@contextlib.contextmanager
+def _without_stacked_kernel():
+    """The registry without ``plugin_api.STACKED_KERNEL_NAME``: a stack's layers are sliced."""
+    saved = kernels.registered_kernels(plugin_api.STACKED_KERNEL_NAME)
+    for platform in saved:
+        kernels.unregister_kernel(plugin_api.STACKED_KERNEL_NAME, platform)
+    try:
+        yield
+    finally:
+        for platform, impl in saved.items():
+            kernels.register_kernel(plugin_api.STACKED_KERNEL_NAME, platform, impl)
 
 
 def _dense(w):

@@ -162,6 +162,7 @@ def test_transposed_script_rejects_a_chain_below_one():
 def test_stacked_layers_script_times_every_layout_of_every_format():
     result = _run(
         *("--d", "64", "--hidden", "128", "--layers", "2", "--m", "1", "2", "--reps", "2"),
+        "--copied",
         script=STACKED_SCRIPT,
     )
     assert result.returncode == 0, result.stderr
@@ -170,7 +171,8 @@ def test_stacked_layers_script_times_every_layout_of_every_format():
     layouts = ("separate", "scan", "W[i] loop")
     rows = [line.split() for line in out.splitlines() if line.startswith("  ") and "x " not in line]
     rows = [r for r in rows if r and r[0] in ("dense", "int8", "int4", "nf4")]
-    assert len(rows) == 2 * 4 * len(layouts)
+    assert len(rows) == 2 * (4 * len(layouts) + 3 * 2)  # + scan, W[i] loop copied per format
+    assert sum("copied" in r for r in rows) == 2 * 3 * 2
     for row in rows:  # name, layout (1 or 2 words), ms, x dense, x separate[, err]
         numbers = [float(v) for v in row if v.replace(".", "").replace("e-", "").isdigit()]
         assert len(numbers) == (3 if row[0] == "dense" else 4), row
