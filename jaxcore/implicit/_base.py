@@ -694,30 +694,18 @@ class ImplicitArray(metaclass=ImplicitArrayMeta):
         return int(np.prod(self.shape, dtype=np.int64))
 
     def scan_slice(self, index: tp.Any) -> ImplicitArray | None:
-        """The array standing for ``self[index]`` in a ``lax.scan`` body, or ``None``.
+        """What a ``lax.scan`` body gets for ``self[index]``, or ``None`` (the default).
 
-        ``None`` (the default) has the scan slice every child along axis 0, as ``vmap``
-        batches. A subclass whose kernels can read one entry of a stack where it lies
-        returns a view instead (e.g. `jaxcore.quant`'s arrays with a stacked-kernel plugin):
-        the scan then passes ``self`` whole, as a constant, and the body gets
-        ``self.scan_slice(i)`` with the iteration's index ``i`` (an int32 scalar), so no
-        child is copied out per step.
-
-        Args:
-            index: the iteration's index along axis 0; called once with ``0`` to ask.
-
-        Returns:
-            An implicit array of shape ``self.shape[1:]`` and ``self.dtype``, or ``None``.
-        """
+        ``None`` slices every child along axis 0, as ``vmap`` batches. A view (for kernels
+        that read one entry of a stack in place, as `jaxcore.quant`'s) has the scan pass
+        ``self`` whole and the body get ``self.scan_slice(i)``; asked once with ``0``."""
         del index
         return None
 
     def on_return(self) -> tp.Any:
-        """What an ``implicit`` function returns in place of this array (default: itself).
+        """What an ``implicit`` function or a scan body returns for this (default: itself).
 
-        A view meant for handlers only (`jaxcore.quant`'s matrix of a stack, which reads
-        the stack in place) returns the array it stands for, so callers never hold one.
-        """
+        A view meant for handlers only returns the array it stands for."""
         return self
 
     @classmethod

@@ -13,12 +13,17 @@ and ``with_mesh_and_axis`` (see docs/compat.md).
 """
 
 from jaxcore.quant import (
+    _arrays,
     _handlers,  # noqa: F401  (registers the dot_general/transpose handlers)
+    _layer,
     _stacking,  # noqa: F401  (registers the handlers that index a stack)
 )
 from jaxcore.quant._array1b import Array1B
 from jaxcore.quant._arrays import ArrayInt4, ArrayInt8, ArrayNF4
 from jaxcore.quant._nf4_values import nf4xf32_to_f32
 from jaxcore.quant._qat import fake_quantize
+
+# Assembly: a stack's layer in a scan body is a `_layer.StackLayer`, which builds on `_arrays`.
+_arrays.install_scan_view(_layer.layer_of)
 
 __all__ = ["Array1B", "ArrayInt4", "ArrayInt8", "ArrayNF4", "fake_quantize", "nf4xf32_to_f32"]

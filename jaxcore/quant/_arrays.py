@@ -15,6 +15,7 @@ transpose in that layout, which is what a weight contracted along its second axi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 import jax
@@ -62,6 +63,15 @@ def _prepare(x, block_size, axis: int, what: str, even: bool, check_finite: bool
     return x, blocked, block_size, axis
 
 
+_scan_view: Callable[..., ImplicitArray | None] | None = None
+
+
+def install_scan_view(fn: Callable[..., ImplicitArray | None]) -> None:
+    """Sets what `QuantizedArray.scan_slice` returns (the package installs `_layer.layer_of`)."""
+    global _scan_view
+    _scan_view = fn
+
+
 class QuantizedArray(ImplicitArray):
     """Behaviour shared by the quantized arrays (the dataclass fields live in each class).
 
@@ -101,13 +111,10 @@ class QuantizedArray(ImplicitArray):
     def scan_slice(self, index):
         """A view of matrix ``index`` for a scan body, where a kernel reads it in place.
 
-        See `jaxcore.implicit.ImplicitArray.scan_slice`; the view is a
-        `jaxcore.quant._layer.StackLayer`, or ``None`` (slice as usual) for a stack with
-        more than one leading axis or without a stacked kernel registered.
+        See `jaxcore.implicit.ImplicitArray.scan_slice`: a `jaxcore.quant._layer.StackLayer`
+        (installed by the package), or ``None`` (slice as usual).
         """
-        from jaxcore.quant import _layer  # noqa: PLC0415 - _layer builds on this module
-
-        return _layer.layer_of(self, index)
+        return None if _scan_view is None else _scan_view(self, index)
 
     def _over_leading(self, fn):
         """``fn`` on one weight matrix, vmapped over the leading (stacking) dimensions."""
