@@ -114,6 +114,22 @@ def check_plot_option(parser: argparse.ArgumentParser, args: argparse.Namespace)
         )
 
 
+def print_ratios(title: str, label: str, columns: list[str], rows: list[tuple[str, list[float]]]):
+    """Prints a benchmark's ratio table as Markdown under ``title`` (what :func:`main` reads).
+
+    Args:
+        title: the line above the table.
+        label: the first header cell (what the row labels are, e.g. ``"M"``).
+        columns: one name per ratio column.
+        rows: ``(row label, ratios)`` with one ratio per column.
+    """
+    print(f"\n{title}")
+    print(f"  | {label} | " + " | ".join(columns) + " |")
+    print("  |---|" + "---|" * len(columns))
+    for name, ratios in rows:
+        print(f"  | {name} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+
+
 def plot_ratios(
     path: Path,
     title: str,

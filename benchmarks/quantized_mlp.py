@@ -110,11 +110,7 @@ def main() -> None:
         columns = list(errors)
         plotted.append((str(m), [t[label] / base for label in errors]))
 
-    print("\nratio to the float32 block:")
-    print("  | M | " + " | ".join(columns) + " |")
-    print("  |---|" + "---|" * len(columns))
-    for m, ratios in plotted:
-        print(f"  | {m} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+    plot_tables.print_ratios("ratio to the float32 block:", "M", columns, plotted)
     if args.plot is not None:
         plot_tables.plot_ratios(
             args.plot,

@@ -207,11 +207,9 @@ def main() -> None:
             )
         )
 
-    print("\nratio to the dense model laid out the same way:")
-    print("  | M | " + " | ".join(columns) + " |")
-    print("  |---|" + "---|" * len(columns))
-    for m, ratios in plotted:
-        print(f"  | {m} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+    plot_tables.print_ratios(
+        "ratio to the dense model laid out the same way:", "M", columns, plotted
+    )
     if args.plot is not None:
         plot_tables.plot_ratios(
             args.plot,
