@@ -52,8 +52,14 @@ _NATIVE_DTYPES = (np.dtype(jnp.float32), np.dtype(jnp.bfloat16))
 
 
 def _logical_rows(fmt: str, qvalue) -> int:
-    """K of a weight whose stored codes are ``qvalue`` (two rows per byte for 4-bit)."""
-    return qvalue.shape[0] * (1 if fmt == "int8" else 2)
+    """K of a weight whose stored codes are ``qvalue`` (..., rows, N) (two rows per byte for
+    4-bit); the leading axis, if any, stacks matrices."""
+    return qvalue.shape[-2] * (1 if fmt == "int8" else 2)
+
+
+def _columns(fmt: str, qvalue, transposed: bool) -> int:
+    """The result's columns: N of ``x @ W``, or K of ``x @ W.T``."""
+    return _logical_rows(fmt, qvalue) if transposed else qvalue.shape[-1]
 
 
 def _ffi(
@@ -67,16 +73,17 @@ def _ffi(
     path,
     precision,
     transposed=False,
+    index=None,
     **extra,
 ):
-    """The custom call of FFI target ``target`` with the attributes both targets read:
-    ``x @ W`` (M, N), or with ``transposed`` ``x @ W.T`` (M, K)."""
-    columns = _logical_rows(fmt, qvalue) if transposed else qvalue.shape[1]
-    shape = jax.ShapeDtypeStruct((x.shape[0], columns), out_dtype)
+    """The custom call of FFI target ``target`` with the attributes every target reads:
+    ``x @ W`` (M, N), or with ``transposed`` ``x @ W.T`` (M, K); with ``index``, of matrix
+    ``index`` of the stack ``qvalue`` / ``scales`` (the ``..._stacked`` targets)."""
+    shape = jax.ShapeDtypeStruct((x.shape[0], _columns(fmt, qvalue, transposed)), out_dtype)
+    weights = (qvalue, *scales) if index is None else (index, qvalue, *scales)
     return jax.ffi.ffi_call(target, shape)(
         x,
-        qvalue,
-        *scales,
+        *weights,
         fmt=np.int32(_FORMAT_CODES[fmt]),
         block_size=np.int64(block_size),
         path=np.int32(PATHS[path]),

@@ -24,36 +24,18 @@ from ._matmul import PRECISIONS
 _STATIC = ("fmt", "block_size", "out_dtype", "path", "precision", "transposed")
 
 
-def _columns(qvalue, fmt: str, transposed: bool) -> int:
-    """The result's columns for a stack of codes ``qvalue`` (L, rows, N)."""
-    return qvalue.shape[1] * (1 if fmt == "int8" else 2) if transposed else qvalue.shape[2]
-
-
 def _layer(operands, index):
     return [lax.dynamic_index_in_dim(a, index, 0, keepdims=False) for a in operands]
 
 
-def _ffi_kernel(x, qvalue, *operands, platform, fmt, transposed, **static):
+def _ffi_kernel(x, qvalue, *operands, platform, **static):
     del platform  # only lowered for cpu
     *scales, index = operands
-    dq = len(scales) == 3
-    target = _library.DQ_STACKED_TARGET_NAME if dq else _library.STACKED_TARGET_NAME
-    extra = {"dq_group": np.int64(_plugin_api.DQ_GROUP_SIZE)} if dq else {}
-    shape = jax.ShapeDtypeStruct(
-        (x.shape[0], _columns(qvalue, fmt, transposed)), static["out_dtype"]
-    )
-    return jax.ffi.ffi_call(target, shape)(
-        x,
-        index,
-        qvalue,
-        *scales,
-        fmt=np.int32(_matmul._FORMAT_CODES[fmt]),
-        block_size=np.int64(static["block_size"]),
-        path=np.int32(_matmul.PATHS[static["path"]]),
-        precision=np.int32(_matmul.PRECISIONS[static["precision"]]),
-        transposed=np.int32(transposed),
-        **extra,
-    )
+    if len(scales) == 3:  # double-quantized: codes, group scales, offsets
+        dq_group = np.int64(_plugin_api.DQ_GROUP_SIZE)
+        target = _library.DQ_STACKED_TARGET_NAME
+        return _matmul._ffi(target, x, qvalue, *scales, index=index, dq_group=dq_group, **static)
+    return _matmul._ffi(_library.STACKED_TARGET_NAME, x, qvalue, *scales, index=index, **static)
 
 
 def _reference(x, qvalue, *operands, fmt, block_size, out_dtype, path, precision, transposed):
@@ -73,7 +55,7 @@ _bind = _plugin_api.platform_primitive(
     _reference,
     ("cpu",),
     fallback_for_export=True,
-    columns=lambda x, qvalue, *, fmt, transposed, **_: _columns(qvalue, fmt, transposed),
+    columns=lambda x, qvalue, *, fmt, transposed, **_: _matmul._columns(fmt, qvalue, transposed),
 )
 _call = jax.jit(functools.partial(_matmul._native_call, _bind), static_argnames=_STATIC)
 

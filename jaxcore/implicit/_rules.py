@@ -268,8 +268,8 @@ def _scan_rule(primitive, *args: tp.Any, reverse, length, jaxpr, unroll, **param
     them), and implicit per-iteration outputs are stacked the same way, wherever that
     slice or stack stands for the array's own slice or stack (see :func:`_scannable`);
     the others are materialized. An input whose type reads one entry of itself in place
-    (`ImplicitArray.scan_slice`) is not sliced at all: the body gets its view. Carries are materialized only when the body changes
-    their type (see :func:`_stable_carry_mask`).
+    (`ImplicitArray.scan_slice`) is not sliced at all: the body gets its view. Carries are
+    materialized only when the body changes their type (see :func:`_stable_carry_mask`).
     """
     del primitive
     num_consts, num_carry = _jax_internals.scan_operand_counts(params)

@@ -243,7 +243,7 @@ def quantized_matmul_stacked(
     if not isinstance(prepared, _matmul._Prepared):
         return prepared
     impls = tuple(_registry.registered_kernels(STACKED_KERNEL_NAME).items())
-    x2d, lead, cfg, stored_product, dq = prepared
+    x2d, lead, cfg, stored_product, _ = prepared  # the stacked kernels read dq parts themselves
     weights: tuple | None = (stack.qvalue, stack.scale)
     if matrix.double_quant:
         parts = _stacked_dq_parts(stack)
@@ -257,8 +257,7 @@ def quantized_matmul_stacked(
     )
     if not in_place or weights is None:
         return _matmul._apply(x, matrix, preferred_element_type, transposed)
-    del dq  # the stacked kernels take the stored parts themselves
-    if matrix.double_quant:
+    if matrix.double_quant:  # in both products: the transpose of one is the other
         dq_impls = _registry.registered_kernels(_matmul.DQ_KERNEL_NAME)
         cfg = cfg._replace(dq_impls=tuple(dq_impls.items()))
     scfg = _StackConfig(not stored_product, impls, cfg)

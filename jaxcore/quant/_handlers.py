@@ -16,9 +16,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxcore.implicit import register
-from jaxcore.kernels import quantized_matmul, quantized_matmul_transposed
+from jaxcore.kernels import (
+    quantized_matmul,
+    quantized_matmul_stacked,
+    quantized_matmul_transposed,
+)
 from jaxcore.quant._arrays import QuantizedArray
-from jaxcore.quant._layer import StackLayer, layer_product
+from jaxcore.quant._layer import StackLayer
 
 
 def _contract_matrix(
@@ -32,7 +36,9 @@ def _contract_matrix(
     """
     x = jnp.moveaxis(dense, d_axis, -1)
     if isinstance(q, StackLayer):  # one matrix of a stack, read where it lies
-        out = layer_product(x, q, transposed=q_axis == 1, preferred_element_type=out_dtype)
+        out = quantized_matmul_stacked(
+            x, q.stack, q.index, transposed=q_axis == 1, preferred_element_type=out_dtype
+        )
     elif q_axis == 0:
         out = quantized_matmul(x, q, preferred_element_type=out_dtype)
     else:
@@ -53,7 +59,8 @@ def _contract(
     Handled without materializing: one contracted matrix axis of the weight, with any free
     dimensions on the dense side; and, for stacked weights (leading dimensions, e.g. one
     matrix per expert), those leading dimensions as batch dimensions (a prefix of them) or
-    free ones, vmapping the matrix case over them. Anything else (a matrix axis as a batch dimension, contracting both
+    free ones, vmapping the matrix case over them. Anything else (a matrix axis as a batch
+    dimension, contracting both
     matrix axes) materializes the weight. The kernels accumulate in float32 at full
     precision, so ``precision`` only applies to that fallback.
 

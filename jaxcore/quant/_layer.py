@@ -23,7 +23,7 @@ from jax import lax
 
 from jaxcore.implicit import ImplicitArray, aux_field, implicit, register
 from jaxcore.kernels import registered_kernels
-from jaxcore.kernels._stacked import STACKED_KERNEL_NAME, quantized_matmul_stacked
+from jaxcore.kernels._stacked import STACKED_KERNEL_NAME
 from jaxcore.quant._arrays import QuantizedArray
 
 
@@ -85,17 +85,6 @@ def layer_of(stack: QuantizedArray, index, *, keepdims: bool = False) -> StackLa
     if stack.qvalue.ndim != 3 or not registered_kernels(STACKED_KERNEL_NAME):
         return None
     return StackLayer(stack, index, keepdims=keepdims)
-
-
-def layer_product(x, layer: StackLayer, *, transposed: bool, preferred_element_type):
-    """``x @ layer`` (``x @ layer.T`` with ``transposed``) on the matrix where it lies."""
-    return quantized_matmul_stacked(
-        x,
-        layer.stack,
-        layer.index,
-        transposed=transposed,
-        preferred_element_type=preferred_element_type,
-    )
 
 
 @register("transpose")

@@ -4,16 +4,16 @@ A model's layers (or a mixture's experts) are often stored as one stack, shape
 (L, ..., K, N), and picked out by index: ``stack[i]``, ``stack[i:j]``, ``stack[idx]``,
 ``lax.dynamic_index_in_dim(stack, i)``, or a reshape or broadcast of the leading dimensions.
 Those are the primitives ``slice``, ``squeeze``, ``dynamic_slice``, ``gather``, ``reshape``
-and ``broadcast_in_dim``; on
-the leading (stacking) dimensions they act on every stored array the same way (codes,
-scales and double-quantization scales all carry the leading dimensions first), so the
-result is the same kind of quantized array and its matmuls still run the quantized kernel.
+and ``broadcast_in_dim``; on the leading (stacking) dimensions they act on every stored
+array the same way (codes, scales and double-quantization scales all carry the leading
+dimensions first), so the result is the same kind of quantized array and its matmuls still
+run the quantized kernel.
 
 Without these handlers the whole stack was materialized (L dense matrices) for each
 index, and the matmul that followed ran XLA's dense dot. A single matrix picked out of a
 stack with one leading axis (``stack[i]``, static or traced) is a
-`jaxcore.quant._layer.StackLayer` where a kernel reads it in place. A static slice of the matrix axes
-stays quantized too where it keeps whole blocks (a fused QKV or gate/up weight split by
+`jaxcore.quant._layer.StackLayer` where a kernel reads it in place. A static slice of the
+matrix axes stays quantized too where it keeps whole blocks (a fused QKV or gate/up weight split by
 columns: ``w[:, :d]``). Other operations that reach into the matrix axes (an embedding's
 row lookup ``E[tokens]``, a slice through a block) dequantize: the handlers defer to the
 dense operation on the materialized weight, which XLA fuses with the dequantization so
