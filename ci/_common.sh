@@ -11,6 +11,8 @@ readonly CI_SCHEDULER="$PWD/build/parallel_accelerator_execute.sh"
 # The native CPU kernels: the library the pytest jobs load, and the tests of its C++ API.
 readonly CI_NATIVE_KERNELS_TARGET="//jaxcore_cpu:libjaxcore_cpu_kernels.so"
 readonly CI_NATIVE_TESTS=("//jaxcore_cpu:qmm_native_test")
+# Under the sanitizers, the FFI handlers too: the FFI-level test files in a JAX process.
+readonly CI_ASAN_TESTS=("${CI_NATIVE_TESTS[@]}" "//tests:cpu_kernels_asan_test_cpu")
 # Exit codes meaning "no tests matched": Bazel's and pytest's.
 readonly BAZEL_NO_TESTS=4
 readonly PYTEST_NO_TESTS=5
@@ -183,9 +185,9 @@ ci_bazel_asan_job() {
   JOB_STATUS=0
   ci_setup cpu
   local code=0
-  ci_log "native tests under AddressSanitizer and UndefinedBehaviorSanitizer"
-  ci_bazel_test --config=asan -- "${CI_NATIVE_TESTS[@]}" || code=$?
-  ci_phase_done "asan (bazel, native tests)" "$code"
+  ci_log "native tests and FFI handlers under AddressSanitizer and UndefinedBehaviorSanitizer"
+  ci_bazel_test --config=asan -- "${CI_ASAN_TESTS[@]}" || code=$?
+  ci_phase_done "asan (bazel, native tests, FFI handlers)" "$code"
   ci_finish
 }
 

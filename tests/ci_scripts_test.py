@@ -38,6 +38,7 @@ JOBS = {
 ACCELERATOR_SUITE = {"cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
 NATIVE_LIB = "jaxcore_cpu/libjaxcore_cpu_kernels.so"
 NATIVE_TESTS = ["//jaxcore_cpu:qmm_native_test"]
+ASAN_TESTS = [*NATIVE_TESTS, "//tests:cpu_kernels_asan_test_cpu"]
 # Commands a job prints besides `build.py setup`: the asan job runs one `bazel test`, the CPU
 # pytest job builds the native kernel library before its two phases, the rest run two phases.
 COMMANDS = dict.fromkeys(JOBS, 2) | {"run_bazel_test_asan.sh": 1, "run_pytest_cpu.sh": 3}
@@ -233,7 +234,7 @@ def test_asan_job_runs_the_native_tests_under_the_sanitizers(job):
         "--config=asan",
         "--jobs=3",
         "--",
-        *NATIVE_TESTS,
+        *ASAN_TESTS,
     ]
     # The config it names exists, with both sanitizers and failing on the first report.
     bazelrc = (REPO / ".bazelrc").read_text()
