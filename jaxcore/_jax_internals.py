@@ -382,3 +382,24 @@ def forget_function_output_type(subfuns: tp.Sequence[tp.Any]) -> None:
         for st in fun.stores:
             if st is not None:
                 st.reset()
+
+
+def require_devices_during_lowering(prim: tp.Any) -> None:
+    """Makes ``jit`` hand ``prim``'s lowering rule the program's devices (as it does for
+    ``custom_partitioning``, which a rule that lowers through it needs)."""
+    from jax._src import dispatch as _dispatch
+
+    _dispatch.prim_requires_devices_during_lowering.add(prim)
+
+
+def lowering_is_partitioned(ctx: tp.Any) -> bool:
+    """Whether a lowering rule's ``ctx`` lowers a program that XLA's SPMD partitioner splits
+    over several devices: not a one-device program, not the body of a ``shard_map`` that is
+    manual over every mesh axis, not one lowered without its devices (``jax.export``)."""
+    axis_context = ctx.module_context.axis_context
+    if hasattr(axis_context, "num_devices"):  # ShardingContext
+        return axis_context.num_devices > 1 and axis_context.device_assignment is not None
+    mesh = getattr(axis_context, "mesh", None)  # SPMDAxisContext
+    if mesh is None or mesh.size <= 1:
+        return False
+    return set(getattr(axis_context, "manual_axes", ())) != set(mesh.axis_names)

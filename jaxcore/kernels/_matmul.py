@@ -25,7 +25,15 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from jaxcore import _jax_internals
-from jaxcore.kernels import _batching, _dq_scales, _formats, _interpret, _reference, _registry
+from jaxcore.kernels import (
+    _batching,
+    _dq_scales,
+    _formats,
+    _interpret,
+    _partition,
+    _reference,
+    _registry,
+)
 
 KERNEL_NAME = "quantized_matmul"
 DQ_KERNEL_NAME = "quantized_matmul_dq"
@@ -134,6 +142,17 @@ def _abstract_eval(prim, x2d, qvalue, *scales, cfg: _Config):
     # the weight varies.
     base = next((a for a in (x2d, qvalue, *scales) if not _manual_axes_empty(a)), x2d)
     out = base.update(shape=(x2d.shape[0], columns), dtype=cfg.out_dtype, weak_type=False)
+    if base is x2d:
+        # Explicit mesh axes: the result is split as the partitioner splits it (_partition).
+        sharding = _partition.result_sharding(
+            x2d,
+            qvalue,
+            transposed=prim is _matmul_t_p,
+            fmt=cfg.fmt,
+            block_size=cfg.block_size,
+        )
+        if sharding is not None:
+            out = out.update(sharding=sharding)
     # Kernels run in interpret mode call back into Python (an ordered effect): declared,
     # so that jit threads the effect's token through the product.
     operands = tuple((tuple(a.shape), a.dtype) for a in (x2d, qvalue, *scales))
@@ -166,8 +185,17 @@ def _forward_jaxpr(
 def _lower(prim, ctx, *args, cfg: _Config):
     operands = tuple((tuple(a.shape), a.dtype) for a in ctx.avals_in)
     jaxpr = _forward_jaxpr(prim, cfg, operands, _jax_internals.lowering_context_key())
-    fn = jex_core.jaxpr_as_fun(jaxpr)
-    return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
+    partitioned = _partition.partitioned(prim)
+    if (
+        partitioned is None
+        or jaxpr.effects
+        or _jax_internals.lowering_for_export(ctx)
+        or not _jax_internals.lowering_is_partitioned(ctx)
+    ):
+        fn = jex_core.jaxpr_as_fun(jaxpr)
+        return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
+    # Sharded operands: each device runs the kernel on its shards (_partition).
+    return mlir.lower_fun(lambda *a: [partitioned(*a, cfg)], multiple_results=True)(ctx, *args)
 
 
 @functools.lru_cache(maxsize=256)
@@ -255,6 +283,21 @@ for _prim in (_matmul_p, _matmul_t_p, _matmul_dq_p):
 for _prim in (_matmul_p, _matmul_t_p):
     ad.primitive_jvps[_prim] = functools.partial(_jvp, _prim)
     ad.primitive_transposes[_prim] = functools.partial(_transpose, _prim)
+for _prim in (_matmul_p, _matmul_t_p, _matmul_dq_p):
+    _jax_internals.require_devices_during_lowering(_prim)
+
+
+def _traced(prim):
+    return lambda cfg, operands: _forward_jaxpr(
+        prim, cfg, operands, _jax_internals.lowering_context_key()
+    )
+
+
+_partition.register(_matmul_p, _dispatch, _traced(_matmul_p), transposed=False)
+_partition.register(_matmul_t_p, _dispatch_transposed, _traced(_matmul_t_p), transposed=True)
+_partition.register(
+    _matmul_dq_p, _dispatch_dq, _traced(_matmul_dq_p), transposed=False, dq=True, plain=_dispatch
+)
 ad.primitive_jvps[_matmul_dq_p] = _jvp_dq
 ad.primitive_transposes[_matmul_dq_p] = _transpose_dq
 

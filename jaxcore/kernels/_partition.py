@@ -1,0 +1,300 @@
+"""How a quantized matmul splits over devices when its operands are sharded (GSPMD, Shardy).
+
+A kernel call is opaque to XLA's partitioner: without a rule it gathers every operand onto
+every device and each device computes the whole product, so a weight sharded for tensor
+parallelism would be all-gathered on every call (its memory and its work times the device
+count). Through ``custom_partitioning`` each device instead runs the kernel on its own
+shard:
+
+* the weight's split of N (``x @ W``'s columns) splits the result's columns;
+* its split of K, where each shard holds whole scale blocks (or the weight has one block,
+  as per-channel int8 does, whose scales every shard keeps), splits ``x`` the same way and
+  the partial products are summed across those devices (in float32);
+* the activations' split of their rows (M) splits the result's rows;
+* ``x @ W.T`` (the gradient of ``x @ W``) contracts over N: the same rule, the roles of N
+  and K swapped.
+
+The weight's placement decides: the activations are resharded to match it (they are the
+small operand), never the other way round, and a split of K that would cut a scale block
+or a byte's two 4-bit rows is gathered as before. NF4's double-quantized scales are
+gathered (their codes are 1/block_size of the weight) and expanded on each device, which
+keeps its own slice. Programs on one device, inside ``shard_map`` (already local) and
+lowered for ``jax.export`` (whose artifacts may not hold the partitioner's callback) call
+the kernel directly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.extend.core as jex_core
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxcore.kernels import _dq_scales, _formats
+
+Axes = tuple[str, ...]
+
+
+def _axes(spec: PartitionSpec, dim: int) -> Axes:
+    """The mesh axes dimension ``dim`` of ``spec`` is split over (``()``: not split)."""
+    entry = spec[dim] if dim < len(spec) else None
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+
+def _spec_of(shape_with_sharding) -> PartitionSpec:
+    sharding = shape_with_sharding.sharding
+    if isinstance(sharding, NamedSharding):
+        return sharding.spec
+    return PartitionSpec()
+
+
+def _entry(axes: Axes):
+    return None if not axes else axes[0] if len(axes) == 1 else axes
+
+
+class _Plan(NamedTuple):
+    """Mesh axes of one product's dimensions: the activations' rows, the weight's logical
+    rows K and columns N (``()`` where a dimension stays whole)."""
+
+    m: Axes
+    k: Axes
+    n: Axes
+
+
+def _size(mesh, axes: Axes) -> int:
+    return math.prod(mesh.shape[a] for a in axes)
+
+
+def _plan(mesh, arg_shapes, fmt: str, block_size: int) -> _Plan:
+    """The weight keeps its split of N, and of K where shards hold whole blocks; the
+    activations keep their split of M on the mesh axes the weight leaves free."""
+    x, qvalue = arg_shapes[0], arg_shapes[1]
+    wspec = _spec_of(qvalue)
+    k_axes, n_axes = _axes(wspec, 0), _axes(wspec, 1)
+    k = _formats.logical_rows(fmt, qvalue.shape[0])
+    blocks = k // block_size
+    parts = _size(mesh, k_axes)
+    if k_axes and (
+        k % parts
+        or (blocks > 1 and blocks % parts)
+        # A 4-bit byte holds two rows: each shard needs whole bytes (an even share of K).
+        or (fmt != "int8" and (k // parts) % 2)
+    ):
+        k_axes = ()
+    if set(k_axes) & set(n_axes):
+        k_axes = ()
+    taken = set(k_axes) | set(n_axes)
+    m_axes = tuple(a for a in _axes(_spec_of(x), 0) if a not in taken)
+    return _Plan(m_axes, k_axes, n_axes)
+
+
+class _Typed(NamedTuple):
+    shape: tuple[int, ...]
+    sharding: Any
+
+
+def result_sharding(x_aval, qvalue_aval, *, transposed: bool, fmt: str, block_size: int):
+    """The sharding of the product's result in sharding-in-types (Explicit mesh axes), as
+    the partitioner lays it out; ``None`` where no operand is split over an Explicit axis."""
+    shardings = [getattr(a, "sharding", None) for a in (x_aval, qvalue_aval)]
+    mesh = next(
+        (s.mesh for s in shardings if isinstance(s, NamedSharding) and not s.mesh.empty), None
+    )
+    if mesh is None:
+        return None
+    explicit = {
+        name
+        for name, kind in zip(mesh.axis_names, mesh.axis_types)
+        if kind == jax.sharding.AxisType.Explicit
+    }
+    if not explicit:
+        return None
+    plan = _plan(
+        mesh,
+        [_Typed(a.shape, s) for a, s in zip((x_aval, qvalue_aval), shardings)],
+        fmt,
+        block_size,
+    )
+    keep = lambda axes: tuple(a for a in axes if a in explicit)  # noqa: E731
+    columns = plan.k if transposed else plan.n
+    return NamedSharding(mesh, PartitionSpec(_entry(keep(plan.m)), _entry(keep(columns))))
+
+
+def _shardings(mesh, plan: _Plan, transposed: bool, scale_blocks: int, dq: bool):
+    """(operand shardings, result sharding) of the plan."""
+    named = lambda *dims: NamedSharding(mesh, PartitionSpec(*(_entry(d) for d in dims)))  # noqa: E731
+    contracted, columns = (plan.n, plan.k) if transposed else (plan.k, plan.n)
+    x = named(plan.m, contracted)
+    qvalue = named(plan.k, plan.n)
+    out = named(plan.m, columns)
+    if dq:
+        replicated = NamedSharding(mesh, PartitionSpec())
+        return (x, qvalue, replicated, replicated, replicated), out
+    scale = named(plan.k if scale_blocks > 1 else (), plan.n)
+    return (x, qvalue, scale), out
+
+
+def _shard_index(mesh, axes: Axes):
+    """This device's position along the mesh axes ``axes`` (major to minor)."""
+    index = jnp.int32(0)
+    for a in axes:
+        index = index * mesh.shape[a] + jax.lax.axis_index(a)
+    return index
+
+
+class _Product(NamedTuple):
+    """What the partitioner needs of one primitive: its forward and a local config."""
+
+    forward: Callable[..., Any]  # (x2d, qvalue, *scales, cfg) -> out
+    traced: Callable[..., Any]  # (cfg, ((shape, dtype), ...)) -> its ClosedJaxpr
+    transposed: bool
+    dq: bool
+
+
+def _local_cfg(cfg, k_local: int, scale_blocks: int):
+    # A one-block weight (per-channel scales) split along K: each shard is one block.
+    return cfg._replace(block_size=k_local) if scale_blocks == 1 else cfg
+
+
+def _make(product: _Product) -> Callable[..., Any]:
+    """The ``custom_partitioning`` function of one primitive (``cfg`` static, last)."""
+
+    def call_traced(*args):
+        # The kernel dispatch as traced once on the operands' plain shapes (what the direct
+        # lowering runs): re-tracing jnp code on avals split over Explicit mesh axes fails
+        # outside their mesh.
+        *operands, cfg = args
+        shapes = tuple((tuple(a.shape), a.dtype) for a in operands)
+        return jex_core.jaxpr_as_fun(product.traced(cfg, shapes))(*operands)[0]
+
+    # Under its own jit: custom_partitioning refuses a traced function with constants (NF4's
+    # code book), which a nested jit keeps inside its own jaxpr.
+    call = jax.jit(call_traced, static_argnums=(5 if product.dq else 3,))
+
+    def scale_blocks(cfg, qvalue_shape) -> int:
+        return _formats.logical_rows(cfg.fmt, qvalue_shape[0]) // cfg.block_size
+
+    def infer(cfg, mesh, arg_shapes, result_shape):
+        del result_shape
+        plan = _plan(mesh, arg_shapes, cfg.fmt, cfg.block_size)
+        blocks = scale_blocks(cfg, arg_shapes[1].shape)
+        return _shardings(mesh, plan, product.transposed, blocks, product.dq)[1]
+
+    def partition(cfg, mesh, arg_shapes, result_shape):
+        del result_shape
+        plan = _plan(mesh, arg_shapes, cfg.fmt, cfg.block_size)
+        k = _formats.logical_rows(cfg.fmt, arg_shapes[1].shape[0])
+        blocks = k // cfg.block_size
+        args, out = _shardings(mesh, plan, product.transposed, blocks, product.dq)
+        k_local = k // _size(mesh, plan.k)
+        local = _local_cfg(cfg, k_local, blocks)
+        reduced = plan.n if product.transposed else plan.k
+        # Partial products are summed in float32, then rounded once.
+        run_cfg = local.returning(jnp.float32) if reduced else local
+
+        def lower_fn(x2d, qvalue, *scales):
+            if product.dq:
+                scales = (_local_scales(mesh, plan, scales, qvalue.shape[1], k_local, cfg),)
+                forward = _PLAIN[product.transposed]
+            else:
+                forward = product.forward
+            out = forward(x2d, qvalue, *scales, run_cfg)
+            if reduced:
+                out = jax.lax.psum(out, reduced).astype(cfg.out_dtype)
+            return out
+
+        return mesh, lower_fn, out, args
+
+    def rule(cfg, mesh, operand_types, result_types):
+        # Shardy's view: K is blocks (b) x stored rows per block (r) x rows per byte (p, 4-bit
+        # only, never split), so a split of K in x and in the codes is one split; the
+        # contracted factors are reductions. Size-1 factors are left out (Shardy refuses them
+        # in a compound dimension).
+        del mesh, result_types
+        pair = cfg.fmt != "int8"
+        stored_rows = operand_types[1].shape[0]
+        blocks = stored_rows * (2 if pair else 1) // cfg.block_size
+        sizes = {"b": blocks, "r": stored_rows // blocks, "p": 2 if pair else 1}
+        dim = lambda *names: _dimension([n for n in names if sizes[n] > 1])  # noqa: E731
+        k, w = dim("b", "r", "p"), f"{dim('b', 'r')} n"
+        x = f"m {'n' if product.transposed else k}"
+        scales = ", c d, g, " if product.dq else ", b n"
+        result = f"m {k}" if product.transposed else "m n"
+        rule_text = f"{x}, {w}{scales} -> {result}"
+        contracted = ("n",) if product.transposed else ("b", "r")
+        # Factor names in order of first use: Shardy wants each kind's list in that order.
+        used = list(
+            dict.fromkeys(rule_text.replace("(", " ").replace(")", " ").replace(",", " ").split())
+        )
+        factors: dict[str, Any] = {
+            "reduction_factors": tuple(f for f in used if f in contracted),
+            "need_replication_factors": tuple(f for f in used if f in ("p", "c", "d", "g")),
+        }
+        whole = set(
+            re.sub(r"\([^)]*\)", " ", rule_text.replace("->", ",")).replace(",", " ").split()
+        )
+        factors.update({f: sizes[f] for f in ("b", "r", "p") if f in used and f not in whole})
+        return rule_text, factors
+
+    fn = custom_partitioning(call, static_argnums=(5 if product.dq else 3,))
+    fn.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer,
+        sharding_rule=rule,
+    )
+    return fn
+
+
+def _dimension(factors: list[str]) -> str:
+    """One dimension of an einsum-like sharding rule: a factor, or a compound of several."""
+    if not factors:
+        return "one"
+    return factors[0] if len(factors) == 1 else f"({' '.join(factors)})"
+
+
+def _local_scales(mesh, plan: _Plan, dq_parts, n_local: int, k_local: int, cfg):
+    """This device's block scales from the gathered double-quantized ones."""
+    codes, group_scale, offset = dq_parts
+    full = _dq_scales.expand_scales(codes, group_scale, offset)
+    blocks = full.shape[0]
+    if blocks > 1 and plan.k:
+        rows = k_local // cfg.block_size
+        start = _shard_index(mesh, plan.k) * rows
+        full = jax.lax.dynamic_slice_in_dim(full, start, rows, axis=0)
+    if plan.n:
+        start = _shard_index(mesh, plan.n) * n_local
+        full = jax.lax.dynamic_slice_in_dim(full, start, n_local, axis=1)
+    return full
+
+
+_PLAIN: dict[bool, Callable[..., Any]] = {}
+_FUNCTIONS: dict[Any, Callable[..., Any]] = {}
+
+
+def register(prim, forward, traced, *, transposed: bool, dq: bool = False, plain=None) -> None:
+    """Makes ``prim`` (operands ``x2d, qvalue, *scales``) partition by the rules above.
+
+    Args:
+      prim: the primitive.
+      forward: ``(x2d, qvalue, *scales, cfg) -> out``, the kernel dispatch.
+      traced: ``(cfg, operand shapes and dtypes) -> ClosedJaxpr`` of ``forward`` (cached).
+      transposed: whether ``prim`` computes ``x @ W.T``.
+      dq: whether its scales are double-quantized (codes, group scales, offset).
+      plain: for ``dq``, the dispatch of ``x @ W`` with expanded scales.
+    """
+    if plain is not None:
+        _PLAIN[transposed] = plain
+    _FUNCTIONS[prim] = _make(_Product(forward, traced, transposed, dq))
+
+
+def partitioned(prim) -> Callable[..., Any] | None:
+    """The partitioned call of ``prim`` (``fn(x2d, qvalue, *scales, cfg)``), if registered."""
+    return _FUNCTIONS.get(prim)
