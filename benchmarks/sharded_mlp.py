@@ -57,7 +57,6 @@ def main() -> int:
         )
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import jax
-    import jax.numpy as jnp
     import numpy as np
     import plot_tables
     from jax.sharding import NamedSharding
