@@ -171,3 +171,26 @@ def test_one_device_and_shard_map_programs_call_the_kernel_directly():
     text = g.lower(jnp.asarray(x), qs).as_text()
     assert "CustomSPMDPartitioning" not in text
     _close(g(jnp.asarray(x), qs), x.astype(np.float64) @ np.asarray(q.materialize(), np.float64))
+
+
+@pytest.mark.parametrize("wspec", [P(None, "tp"), P("tp", None)], ids=["split-n", "split-k"])
+def test_scan_over_a_sharded_stack_runs_each_layer_on_its_shards(wspec):
+    """A stack of layers split like each layer (leading axis whole), run by `lax.scan`."""
+    mesh = _mesh("auto")
+    rng = np.random.default_rng(7)
+    layers = rng.standard_normal((3, K, K)).astype(np.float32) / np.sqrt(K)
+    stack = jax.vmap(lambda w: ArrayInt4.quantize(w, block_size=64))(layers)
+    dense = np.asarray(stack.materialize(), np.float64)
+    placed = shard_like_logical(stack, NamedSharding(mesh, P(None, *wspec)))
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    xs = jax.device_put(jnp.asarray(x), NamedSharding(mesh, P("dp", None)))
+
+    def model(h, stack):
+        return jax.lax.scan(lambda h, w: (h @ w, None), h, stack)[0]
+
+    f = jax.jit(implicit(model))
+    _assert_no_weight_gathered(f.lower(xs, placed).compile().as_text())
+    want = x.astype(np.float64)
+    for layer in dense:
+        want = want @ layer
+    _close(f(xs, placed), want, tol=1e-3)

@@ -26,6 +26,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from jaxcore import _jax_internals
 from jaxcore.kernels import _batching, _dq_scales, _formats, _matmul, _registry
 
 STACKED_KERNEL_NAME = "quantized_matmul_stacked"
@@ -91,9 +92,11 @@ def _abstract_eval(x2d, qvalue, *operands, scfg: _StackConfig):
 
 
 def _lower(ctx, *args, scfg: _StackConfig):
-    return mlir.lower_fun(functools.partial(_forward, scfg=scfg), multiple_results=False)(
-        ctx, *args
-    )
+    # In a program split over devices a stacked kernel call, opaque to XLA's partitioner,
+    # would gather the whole stack onto every device; the layer sliced out (XLA slices each
+    # device's shard) runs the per-matrix product on each device's shards instead.
+    forward = _per_matrix if _jax_internals.lowering_is_partitioned(ctx) else _forward
+    return mlir.lower_fun(functools.partial(forward, scfg=scfg), multiple_results=False)(ctx, *args)
 
 
 @functools.lru_cache(maxsize=256)
@@ -149,6 +152,7 @@ def _transpose(ct, x2d, *operands, scfg: _StackConfig):
 _stacked_p.def_abstract_eval(_abstract_eval)
 _stacked_p.def_impl(_impl)
 mlir.register_lowering(_stacked_p, _lower)
+_jax_internals.require_devices_during_lowering(_stacked_p)  # see _lower
 batching.primitive_batchers[_stacked_p] = _batching.matmul_batch_rule(_stacked_p.bind)
 ad.primitive_jvps[_stacked_p] = _jvp
 ad.primitive_transposes[_stacked_p] = _transpose
