@@ -121,10 +121,11 @@ def test_gradients_and_transposed_products_stay_on_shards(fmt, wspec):
     _close(ft(xts, qs), xt.astype(np.float64) @ np.asarray(dense, np.float64).T)
 
 
-def test_megatron_mlp_keeps_the_hidden_activations_split():
+@pytest.mark.parametrize("kind", sorted(AXIS_TYPES))
+def test_megatron_mlp_keeps_the_hidden_activations_split(kind):
     """Column-parallel up-projection, row-parallel down-projection: the hidden activations
     stay split over tp, and the one collective is the down-projection's sum."""
-    mesh = _mesh("auto")
+    mesh = _mesh(kind)
     rng = np.random.default_rng(4)
     up = ArrayInt4.quantize(rng.standard_normal((K, 4 * N)).astype(np.float32), block_size=64)
     down = ArrayInt4.quantize(rng.standard_normal((4 * N, K)).astype(np.float32), block_size=64)
@@ -136,7 +137,21 @@ def test_megatron_mlp_keeps_the_hidden_activations_split():
     compiled = f.lower(xs, ups, downs).compile().as_text()
     assert not _gathered(compiled), compiled[:4000]
     want = jax.nn.gelu(x @ up.materialize()) @ down.materialize()
-    _close(f(xs, ups, downs), want, tol=1e-3)
+    y = f(xs, ups, downs)
+    _close(y, want, tol=1e-3)
+    assert tuple(y.sharding.spec)[:1] == ("dp",)
+
+
+def test_activations_split_along_k_meet_a_whole_weight():
+    """x split along K (a column-parallel layer's output) times a replicated weight: x is
+    gathered (the small operand), the weight stays whole, the result is right."""
+    mesh = _mesh("auto")
+    w, x = _data(8)
+    q = ArrayNF4.quantize(w, block_size=64)
+    xs = jax.device_put(jnp.asarray(x), NamedSharding(mesh, P("dp", "tp")))
+    f = jax.jit(implicit(lambda x, w: x @ w))
+    _assert_no_weight_gathered(f.lower(xs, q).compile().as_text())
+    _close(f(xs, q), x.astype(np.float64) @ np.asarray(q.materialize(), np.float64))
 
 
 def test_codes_split_through_scale_blocks_are_gathered_and_still_right():
