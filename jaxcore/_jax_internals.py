@@ -13,6 +13,7 @@ jaxcore is tested against every JAX release from :data:`OLDEST_TESTED_JAX` to
 from __future__ import annotations
 
 import contextlib
+import sys
 import typing as tp
 import warnings
 
@@ -384,12 +385,41 @@ def forget_function_output_type(subfuns: tp.Sequence[tp.Any]) -> None:
                 st.reset()
 
 
-def require_devices_during_lowering(prim: tp.Any) -> None:
-    """Makes ``jit`` hand ``prim``'s lowering rule the program's devices (as it does for
-    ``custom_partitioning``, which a rule that lowers through it needs)."""
+class _WantsDevices:
+    """Stands for a primitive in JAX's set of primitives that need the program's devices
+    during lowering: equal to it only where the program has devices (``device_assignment``
+    in ``pxla.lower_sharding_computation``). JAX refuses a program lowered without devices
+    (``jax.export`` under an abstract mesh) when it holds such a primitive; ours lower
+    without them there (on no device to split over), so they must not count."""
+
+    __slots__ = ("prim",)
+
+    def __init__(self, prim: tp.Any):
+        self.prim = prim
+
+    def __hash__(self) -> int:
+        return hash(self.prim)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self.prim and _lowering_has_devices()
+
+
+def _lowering_has_devices() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "lower_sharding_computation":
+            return frame.f_locals.get("device_assignment", ()) is not None
+        frame = frame.f_back
+    return True
+
+
+def request_devices_during_lowering(prim: tp.Any) -> None:
+    """Makes ``jit`` hand ``prim``'s lowering rule the program's devices where it has them
+    (as it does for ``custom_partitioning``, which a rule that lowers through it needs);
+    a program lowered without devices still lowers (see :class:`_WantsDevices`)."""
     from jax._src import dispatch as _dispatch
 
-    _dispatch.prim_requires_devices_during_lowering.add(prim)
+    _dispatch.prim_requires_devices_during_lowering.add(_WantsDevices(prim))
 
 
 def lowering_is_partitioned(ctx: tp.Any) -> bool:

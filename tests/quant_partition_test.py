@@ -209,3 +209,18 @@ def test_scan_over_a_sharded_stack_runs_each_layer_on_its_shards(wspec):
     for layer in dense:
         want = want @ layer
     _close(f(xs, placed), want, tol=1e-3)
+
+
+def test_export_under_an_abstract_mesh_lowers_without_devices():
+    """jax.export of a program for 8 devices it does not have (an abstract mesh): JAX refuses
+    primitives that need devices there, so the product lowers directly (no partitioner
+    callback, which an exported artifact could not hold)."""
+    w, x = _data(9)
+    q = ArrayInt4.quantize(w, block_size=64)
+    mesh = jax.sharding.AbstractMesh((8,), ("tp",), axis_types=(jax.sharding.AxisType.Auto,))
+    f = jax.jit(implicit(lambda x, w: x @ w))
+    spec = jax.ShapeDtypeStruct((M, K), jnp.float32, sharding=NamedSharding(mesh, P("tp", None)))
+    with jax.sharding.use_abstract_mesh(mesh):
+        exported = jax.export.export(f, platforms=["cpu"])(spec, q)
+    assert exported.nr_devices == 8
+    assert "CustomSPMDPartitioning" not in exported.mlir_module()

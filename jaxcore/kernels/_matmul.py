@@ -284,7 +284,7 @@ for _prim in (_matmul_p, _matmul_t_p):
     ad.primitive_jvps[_prim] = functools.partial(_jvp, _prim)
     ad.primitive_transposes[_prim] = functools.partial(_transpose, _prim)
 for _prim in (_matmul_p, _matmul_t_p, _matmul_dq_p):
-    _jax_internals.require_devices_during_lowering(_prim)
+    _jax_internals.request_devices_during_lowering(_prim)
 
 
 def _traced(prim):

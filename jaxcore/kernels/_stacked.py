@@ -152,7 +152,7 @@ def _transpose(ct, x2d, *operands, scfg: _StackConfig):
 _stacked_p.def_abstract_eval(_abstract_eval)
 _stacked_p.def_impl(_impl)
 mlir.register_lowering(_stacked_p, _lower)
-_jax_internals.require_devices_during_lowering(_stacked_p)  # see _lower
+_jax_internals.request_devices_during_lowering(_stacked_p)  # see _lower
 batching.primitive_batchers[_stacked_p] = _batching.matmul_batch_rule(_stacked_p.bind)
 ad.primitive_jvps[_stacked_p] = _jvp
 ad.primitive_transposes[_stacked_p] = _transpose
