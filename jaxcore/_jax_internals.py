@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 import typing as tp
 import warnings
 
@@ -405,7 +406,7 @@ class _WantsDevices:
 
 
 def _lowering_has_devices() -> bool:
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "lower_sharding_computation":
             return frame.f_locals.get("device_assignment", ()) is not None
@@ -419,7 +420,8 @@ def request_devices_during_lowering(prim: tp.Any) -> None:
     a program lowered without devices still lowers (see :class:`_WantsDevices`)."""
     from jax._src import dispatch as _dispatch
 
-    _dispatch.prim_requires_devices_during_lowering.add(_WantsDevices(prim))
+    wants: tp.Any = _WantsDevices(prim)
+    _dispatch.prim_requires_devices_during_lowering.add(wants)
 
 
 def lowering_is_partitioned(ctx: tp.Any) -> bool:
