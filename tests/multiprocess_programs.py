@@ -246,6 +246,14 @@ def quant(out: pathlib.Path) -> None:
             "dense": q.materialize(),
         }
 
+    plain = jax.jit(lambda x, q: x @ q)
+
+    def check_on_shards(q, what: str):
+        """Under plain jit the kernel runs on each process's shards: nothing is gathered."""
+        text = plain.lower(x, q).compile().as_text()
+        _check("all-gather" not in text, f"{what}: the compiled x @ W gathers:\n{text[:3000]}")
+        return plain(x, q)
+
     results, stored = {}, {}
     for fmt, quantize in _FORMATS.items():
         # Quantizing a weight that is already global and sharded along N: every block (a
@@ -268,6 +276,9 @@ def quant(out: pathlib.Path) -> None:
                 f"{fmt} quantized along K: scales sharded as {q_k.scale.sharding}",
             )
             stored["nf4_k"] = (q_k.qvalue, q_k.scale)
+            results["nf4_y_k"] = check_on_shards(q_k, "NF4 split along K")
+        y_n = check_on_shards(q, f"{fmt} split along N")
+        _check(y_n.sharding.spec == P(None, "n"), f"x @ W sharded as {y_n.sharding.spec}")
         got = products(x, q)
         _check(
             got["y_sm"].sharding.spec == P(None, "n"),
@@ -287,6 +298,7 @@ def quant(out: pathlib.Path) -> None:
         np.testing.assert_array_equal(
             results[a], results[b], err_msg="NF4 quantized along N vs along K"
         )
+    np.testing.assert_allclose(results.pop("nf4_y_k"), results["nf4_y"], rtol=1e-5, atol=1e-4)
     for fmt in _FORMATS:
         dense = results.pop(f"{fmt}_dense").astype(np.float64)
         np.testing.assert_allclose(results[f"{fmt}_y"], x_np @ dense, rtol=1e-4, atol=1e-3)

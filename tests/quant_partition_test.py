@@ -224,3 +224,21 @@ def test_export_under_an_abstract_mesh_lowers_without_devices():
         exported = jax.export.export(f, platforms=["cpu"])(spec, q)
     assert exported.nr_devices == 8
     assert "CustomSPMDPartitioning" not in exported.mlir_module()
+
+
+def test_gspmd_partitioner_splits_the_same_way():
+    """With Shardy off (GSPMD's own propagation: the rule's infer_sharding_from_operands)."""
+    mesh = _mesh("auto")
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        w, x = _data(10)
+        for spec in (P(None, "tp"), P("tp", None)):
+            q = ArrayInt4.quantize(w, block_size=64)
+            qs = shard_like_logical(q, NamedSharding(mesh, spec))
+            xs = jax.device_put(jnp.asarray(x), NamedSharding(mesh, P("dp", None)))
+            f = jax.jit(implicit(lambda x, w: x @ w))
+            _assert_no_weight_gathered(f.lower(xs, qs).compile().as_text())
+            _close(f(xs, qs), x.astype(np.float64) @ np.asarray(q.materialize(), np.float64))
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
