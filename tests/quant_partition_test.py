@@ -33,6 +33,8 @@ FORMATS = {
     "int4": lambda w: ArrayInt4.quantize(w, block_size=64),
     "nf4": lambda w: ArrayNF4.quantize(w, block_size=64),
     "nf4-dq": lambda w: ArrayNF4.quantize(w, block_size=64, double_quant=True),
+    # Stored transposed (eformer's default grouping): x @ W runs the x @ S.T product.
+    "int8-axis1": lambda w: ArrayInt8.quantize(w, axis=1, block_size=32),
 }
 AXIS_TYPES = {"auto": jax.sharding.AxisType.Auto, "explicit": jax.sharding.AxisType.Explicit}
 
