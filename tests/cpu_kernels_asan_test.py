@@ -15,7 +15,6 @@ Every other run (a library built without ``--config=asan``, or none) skips it.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import re
@@ -24,7 +23,8 @@ import sys
 
 import pytest
 
-LIBRARY_NAME = "libjaxcore_cpu_kernels.so"
+from jaxcore_cpu import _library  # its search path only: importing it loads nothing
+
 FFI_TEST_FILES = (
     "cpu_kernels_test.py",
     "cpu_kernels_dq_test.py",
@@ -34,26 +34,11 @@ FFI_TEST_FILES = (
 RUNTIMES = ("libasan", "libubsan")
 
 
-def _candidates() -> list[str]:
-    """Where jaxcore_cpu looks for its library, without importing (and so loading) it."""
-    explicit = os.environ.get("JAXCORE_CPU_KERNELS_LIB")
-    if explicit:
-        return [explicit]
-    spec = importlib.util.find_spec("jaxcore_cpu")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    package = pathlib.Path(next(iter(spec.submodule_search_locations)))
-    return [
-        str(package / LIBRARY_NAME),
-        str(package.parent / "bazel-bin" / "jaxcore_cpu" / LIBRARY_NAME),
-    ]
-
-
 def _instrumented_library() -> str | None:
-    for path in _candidates():
-        if os.path.isfile(path) and b"__asan_init" in pathlib.Path(path).read_bytes():
-            return path
-    return None
+    """The library jaxcore_cpu would load, where it is built with the sanitizers."""
+    explicit = os.environ.get(_library.ENV_VAR)
+    paths = [explicit] if explicit else _library.candidates()
+    return next((p for p in paths if os.path.isfile(p) and _library._needs_asan(p)), None)
 
 
 def _runtimes(library: str) -> list[str]:

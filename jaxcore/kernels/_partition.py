@@ -50,7 +50,7 @@ def _axes(spec: PartitionSpec, dim: int) -> Axes:
 
 
 def _spec_of(shape_with_sharding) -> PartitionSpec:
-    sharding = shape_with_sharding.sharding
+    sharding = getattr(shape_with_sharding, "sharding", None)
     if isinstance(sharding, NamedSharding):
         return sharding.spec
     return PartitionSpec()
@@ -96,11 +96,6 @@ def _plan(mesh, arg_shapes, fmt: str, block_size: int) -> _Plan:
     return _Plan(m_axes, k_axes, n_axes)
 
 
-class _Typed(NamedTuple):
-    shape: tuple[int, ...]
-    sharding: Any
-
-
 def result_sharding(x_aval, qvalue_aval, *, transposed: bool, fmt: str, block_size: int):
     """The sharding of the product's result in sharding-in-types (Explicit mesh axes), as
     the partitioner lays it out; ``None`` where no operand is split over an Explicit axis."""
@@ -117,12 +112,7 @@ def result_sharding(x_aval, qvalue_aval, *, transposed: bool, fmt: str, block_si
     }
     if not explicit:
         return None
-    plan = _plan(
-        mesh,
-        [_Typed(a.shape, s) for a, s in zip((x_aval, qvalue_aval), shardings)],
-        fmt,
-        block_size,
-    )
+    plan = _plan(mesh, (x_aval, qvalue_aval), fmt, block_size)
     keep = lambda axes: tuple(a for a in axes if a in explicit)  # noqa: E731
     columns = plan.k if transposed else plan.n
     return NamedSharding(mesh, PartitionSpec(_entry(keep(plan.m)), _entry(keep(columns))))
@@ -153,8 +143,8 @@ def _shard_index(mesh, axes: Axes):
 class _Product(NamedTuple):
     """What the partitioner needs of one primitive: its forward and a local config."""
 
-    forward: Callable[..., Any]  # (x2d, qvalue, *scales, cfg) -> out
-    traced: Callable[..., Any]  # (cfg, ((shape, dtype), ...)) -> its ClosedJaxpr
+    forward: Callable[..., Any]  # (x2d, qvalue, scale, cfg) -> out, on one device's shards
+    traced: Callable[..., Any]  # (cfg, ((shape, dtype), ...)) -> the whole dispatch's jaxpr
     transposed: bool
     dq: bool
 
@@ -179,21 +169,20 @@ def _make(product: _Product) -> Callable[..., Any]:
     # code book), which a nested jit keeps inside its own jaxpr.
     call = jax.jit(call_traced, static_argnums=(5 if product.dq else 3,))
 
-    def scale_blocks(cfg, qvalue_shape) -> int:
-        return _formats.logical_rows(cfg.fmt, qvalue_shape[0]) // cfg.block_size
-
-    def infer(cfg, mesh, arg_shapes, result_shape):
-        del result_shape
-        plan = _plan(mesh, arg_shapes, cfg.fmt, cfg.block_size)
-        blocks = scale_blocks(cfg, arg_shapes[1].shape)
-        return _shardings(mesh, plan, product.transposed, blocks, product.dq)[1]
-
-    def partition(cfg, mesh, arg_shapes, result_shape):
-        del result_shape
+    def layout(cfg, mesh, arg_shapes):
+        """(plan, K, scale blocks, operand shardings, result sharding)."""
         plan = _plan(mesh, arg_shapes, cfg.fmt, cfg.block_size)
         k = _formats.logical_rows(cfg.fmt, arg_shapes[1].shape[0])
         blocks = k // cfg.block_size
-        args, out = _shardings(mesh, plan, product.transposed, blocks, product.dq)
+        return (plan, k, blocks, *_shardings(mesh, plan, product.transposed, blocks, product.dq))
+
+    def infer(cfg, mesh, arg_shapes, result_shape):
+        del result_shape
+        return layout(cfg, mesh, arg_shapes)[-1]
+
+    def partition(cfg, mesh, arg_shapes, result_shape):
+        del result_shape
+        plan, k, blocks, args, out = layout(cfg, mesh, arg_shapes)
         k_local = k // _size(mesh, plan.k)
         local = _local_cfg(cfg, k_local, blocks)
         reduced = plan.n if product.transposed else plan.k
@@ -203,10 +192,7 @@ def _make(product: _Product) -> Callable[..., Any]:
         def lower_fn(x2d, qvalue, *scales):
             if product.dq:
                 scales = (_local_scales(mesh, plan, scales, qvalue.shape[1], k_local, cfg),)
-                forward = _PLAIN[product.transposed]
-            else:
-                forward = product.forward
-            out = forward(x2d, qvalue, *scales, run_cfg)
+            out = product.forward(x2d, qvalue, *scales, run_cfg)
             if reduced:
                 out = jax.lax.psum(out, reduced).astype(cfg.out_dtype)
             return out
@@ -217,31 +203,33 @@ def _make(product: _Product) -> Callable[..., Any]:
         # Shardy's view: K is blocks (b) x stored rows per block (r) x rows per byte (p, 4-bit
         # only, never split), so a split of K in x and in the codes is one split; the
         # contracted factors are reductions. Size-1 factors are left out (Shardy refuses them
-        # in a compound dimension).
+        # in a compound dimension), and only factors never a whole dimension get a size.
         del mesh, result_types
         pair = cfg.fmt != "int8"
         stored_rows = operand_types[1].shape[0]
         blocks = stored_rows * (2 if pair else 1) // cfg.block_size
         sizes = {"b": blocks, "r": stored_rows // blocks, "p": 2 if pair else 1}
-        dim = lambda *names: _dimension([n for n in names if sizes[n] > 1])  # noqa: E731
+        compound: set[str] = set()
+
+        def dim(*names: str) -> str:
+            kept = [n for n in names if sizes[n] > 1]
+            if len(kept) > 1:
+                compound.update(kept)
+                return f"({' '.join(kept)})"
+            return kept[0] if kept else "one"
+
         k, w = dim("b", "r", "p"), f"{dim('b', 'r')} n"
         x = f"m {'n' if product.transposed else k}"
         scales = ", c d, g, " if product.dq else ", b n"
         result = f"m {k}" if product.transposed else "m n"
         rule_text = f"{x}, {w}{scales} -> {result}"
+        whole = set(re.sub(r"\([^)]*\)", " ", rule_text).replace(",", " ").split())
         contracted = ("n",) if product.transposed else ("b", "r")
         # Factor names in order of first use: Shardy wants each kind's list in that order.
-        used = list(
-            dict.fromkeys(rule_text.replace("(", " ").replace(")", " ").replace(",", " ").split())
-        )
-        factors: dict[str, Any] = {
-            "reduction_factors": tuple(f for f in used if f in contracted),
-            "need_replication_factors": tuple(f for f in used if f in ("p", "c", "d", "g")),
-        }
-        whole = set(
-            re.sub(r"\([^)]*\)", " ", rule_text.replace("->", ",")).replace(",", " ").split()
-        )
-        factors.update({f: sizes[f] for f in ("b", "r", "p") if f in used and f not in whole})
+        used = list(dict.fromkeys(re.findall(r"[a-z]+", rule_text)))
+        factors: dict[str, Any] = {f: sizes[f] for f in compound - whole}
+        factors["reduction_factors"] = tuple(f for f in used if f in contracted)
+        factors["need_replication_factors"] = tuple(f for f in used if f in ("p", "c", "d", "g"))
         return rule_text, factors
 
     fn = custom_partitioning(call, static_argnums=(5 if product.dq else 3,))
@@ -251,13 +239,6 @@ def _make(product: _Product) -> Callable[..., Any]:
         sharding_rule=rule,
     )
     return fn
-
-
-def _dimension(factors: list[str]) -> str:
-    """One dimension of an einsum-like sharding rule: a factor, or a compound of several."""
-    if not factors:
-        return "one"
-    return factors[0] if len(factors) == 1 else f"({' '.join(factors)})"
 
 
 def _local_scales(mesh, plan: _Plan, dq_parts, n_local: int, k_local: int, cfg):
@@ -275,23 +256,21 @@ def _local_scales(mesh, plan: _Plan, dq_parts, n_local: int, k_local: int, cfg):
     return full
 
 
-_PLAIN: dict[bool, Callable[..., Any]] = {}
 _FUNCTIONS: dict[Any, Callable[..., Any]] = {}
 
 
-def register(prim, forward, traced, *, transposed: bool, dq: bool = False, plain=None) -> None:
+def register(prim, forward, traced, *, transposed: bool, dq: bool = False) -> None:
     """Makes ``prim`` (operands ``x2d, qvalue, *scales``) partition by the rules above.
 
     Args:
       prim: the primitive.
-      forward: ``(x2d, qvalue, *scales, cfg) -> out``, the kernel dispatch.
-      traced: ``(cfg, operand shapes and dtypes) -> ClosedJaxpr`` of ``forward`` (cached).
+      forward: ``(x2d, qvalue, scale, cfg) -> out``, the kernel dispatch each device runs
+        on its shards (for ``dq``, with the scales already expanded).
+      traced: ``(cfg, operand shapes and dtypes) -> ClosedJaxpr`` of ``prim``'s whole
+        dispatch (cached), what a program that is not split runs.
       transposed: whether ``prim`` computes ``x @ W.T``.
       dq: whether its scales are double-quantized (codes, group scales, offset).
-      plain: for ``dq``, the dispatch of ``x @ W`` with expanded scales.
     """
-    if plain is not None:
-        _PLAIN[transposed] = plain
     _FUNCTIONS[prim] = _make(_Product(forward, traced, transposed, dq))
 
 

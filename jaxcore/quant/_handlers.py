@@ -60,9 +60,8 @@ def _contract(
     dimensions on the dense side; and, for stacked weights (leading dimensions, e.g. one
     matrix per expert), those leading dimensions as batch dimensions (a prefix of them) or
     free ones, vmapping the matrix case over them. Anything else (a matrix axis as a batch
-    dimension, contracting both
-    matrix axes) materializes the weight. The kernels accumulate in float32 at full
-    precision, so ``precision`` only applies to that fallback.
+    dimension, contracting both matrix axes) materializes the weight. The kernels accumulate
+    in float32 at full precision, so ``precision`` only applies to that fallback.
 
     Args:
       dense: the dense operand.

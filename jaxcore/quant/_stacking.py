@@ -13,8 +13,8 @@ Without these handlers the whole stack was materialized (L dense matrices) for e
 index, and the matmul that followed ran XLA's dense dot. A single matrix picked out of a
 stack with one leading axis (``stack[i]``, static or traced) is a
 `jaxcore.quant._layer.StackLayer` where a kernel reads it in place. A static slice of the
-matrix axes stays quantized too where it keeps whole blocks (a fused QKV or gate/up weight split by
-columns: ``w[:, :d]``). Other operations that reach into the matrix axes (an embedding's
+matrix axes stays quantized too where it keeps whole blocks (a fused QKV or gate/up weight
+split by columns: ``w[:, :d]``). Other operations that reach into the matrix axes (an embedding's
 row lookup ``E[tokens]``, a slice through a block) dequantize: the handlers defer to the
 dense operation on the materialized weight, which XLA fuses with the dequantization so
 only the entries read are decoded.
