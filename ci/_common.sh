@@ -192,7 +192,10 @@ ci_bazel_asan_job() {
 }
 
 # The native kernels for linux-aarch64 (.bazelrc's aarch64 config): their native test under
-# qemu-aarch64, then the aarch64 jaxcore-cpu wheel.
+# qemu-aarch64, emulating a CPU with the dot-product extension (qemu's "max": the sdot kernel
+# and the portable ones) and one without (a Cortex-A53: the run-time check must fall back to
+# the portable kernels, none of which may need more than Armv8.0), then the aarch64
+# jaxcore-cpu wheel.
 ci_native_aarch64_job() {
   JOB_STATUS=0
   ci_setup cpu
@@ -203,9 +206,16 @@ ci_native_aarch64_job() {
     fi
   done
   local code=0
-  ci_log "native tests built for aarch64, run under qemu-aarch64"
-  ci_bazel_test --config=aarch64 -- "${CI_NATIVE_TESTS[@]}" || code=$?
-  ci_phase_done "aarch64 (bazel, native tests under qemu)" "$code"
+  local cpu isa
+  for cpu in max:dotprod cortex-a53:portable; do
+    isa="${cpu#*:}"
+    cpu="${cpu%%:*}"
+    code=0
+    ci_log "native tests built for aarch64, run under qemu-aarch64 -cpu $cpu (expecting $isa)"
+    ci_bazel_test --config=aarch64 --test_env=QEMU_CPU="$cpu" --test_env=JAXCORE_EXPECT_ISA="$isa" \
+      -- "${CI_NATIVE_TESTS[@]}" || code=$?
+    ci_phase_done "aarch64 (bazel, native tests under qemu -cpu $cpu)" "$code"
+  done
   code=0
   ci_bazel build --config=aarch64 -- //jaxcore/tools:jaxcore_cpu_wheel || code=$?
   ci_phase_done "aarch64 (bazel, the jaxcore-cpu wheel)" "$code"

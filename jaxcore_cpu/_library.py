@@ -43,13 +43,18 @@ DQ_STACKED_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq_stacked"
 operand with the stack's axis first)."""
 """The XLA FFI custom-call target the kernels are registered as."""
 
-ISAS: tuple[str, ...] = ("portable", "avx2", "avxvnni", "avx512")
-"""Instruction sets the kernels are compiled for, least capable first. ``avxvnni`` is the
-AVX2 table with 256-bit int8-activation kernels built on ``vpdpbusd``: AVX-VNNI (Intel Alder
-Lake and later client cores) or, encoded for AVX-512, any CPU that has ``avx512``. ``avx512``
-needs AVX-512 F/BW/VL/DQ and VNNI (Ice Lake and later Intel server cores, AMD Zen 4 and
-later); its table is the AVX2 one with 512-bit int8-activation kernels built on
-``vpdpbusd``."""
+ISAS: tuple[str, ...] = ("portable", "avx2", "avxvnni", "avx512", "dotprod")
+"""Instruction sets the kernels are compiled for: ``portable`` everywhere, x86-64's least
+capable first, then aarch64's. ``avxvnni`` is the AVX2 table with 256-bit int8-activation
+kernels built on ``vpdpbusd``: AVX-VNNI (Intel Alder Lake and later client cores) or, encoded
+for AVX-512, any CPU that has ``avx512``. ``avx512`` needs AVX-512 F/BW/VL/DQ and VNNI (Ice
+Lake and later Intel server cores, AMD Zen 4 and later); its table is the AVX2 one with
+512-bit int8-activation kernels built on ``vpdpbusd``. ``dotprod`` (aarch64 with the
+dot-product extension: Neoverse N1 and later, Apple M1 and later) is the portable table with
+its int8-activation kernel on NEON's ``sdot``."""
+
+_X86_ISAS = ISAS[:4]
+_AARCH64_ISAS = ("portable", "dotprod")
 
 BUILD_HINT = "bazel build //jaxcore_cpu:libjaxcore_cpu_kernels.so"
 
@@ -226,7 +231,9 @@ def detected_isa() -> str:
 
 def available_isas() -> tuple[str, ...]:
     """The instruction sets :func:`set_isa` accepts on this machine, least capable first."""
-    return ISAS[: ISAS.index(detected_isa()) + 1]
+    detected = detected_isa()
+    ladder = _AARCH64_ISAS if detected in _AARCH64_ISAS[1:] else _X86_ISAS
+    return ladder[: ladder.index(detected) + 1]
 
 
 class IsaSetting(Setting):

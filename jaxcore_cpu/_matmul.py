@@ -393,17 +393,36 @@ reference's 0.71x-0.75x (int8, int4; NF4 level), M = 4 1.3x-1.9x against 0.52x-0
 6.9x-7.8x against 0.63x-1.02x. Decided by the CPU (`detected_isa`), not by `set_isa`, and at
 trace time (M is static); :func:`quantized_matmul` itself always runs the native kernels."""
 
+SIMD_ISAS = ("avx2", "avxvnni", "avx512")
+"""The instruction sets whose tables the registry implementations run at every M (x86-64: each
+has SIMD kernels for every path and precision)."""
 
-def _native_serves(m: int) -> bool:
+DOTPROD_INT8_MAX_M = 64
+"""Largest M the registry implementations give the native kernels in ``int8`` precision on an
+aarch64 CPU with ``sdot`` (``detected_isa() == "dotprod"``): the int8-activation kernels take M
+up to 64 there (the C++ planner runs larger M in float32, on the portable kernels); float32
+precision keeps :data:`PORTABLE_MAX_M`, its kernels being the portable ones. Unmeasured (no
+aarch64 machine here): chosen from instruction rates, ``sdot`` taking 16 int8 products per
+instruction against the 4 of a float32 FMA that XLA's dense product (and the reference) runs
+on, where the portable int8 kernel's widening multiplies (8 per instruction, SSE2 on Zen 4)
+already ran 1.9x-2.7x dense at M = 16."""
+
+
+def _native_serves(m: int, precision: str = "float32") -> bool:
     """Whether the registry implementations run the native kernels for M = ``m`` rows."""
-    return m <= PORTABLE_MAX_M or _library.detected_isa() != "portable"
+    detected = _library.detected_isa()
+    if detected in SIMD_ISAS:
+        return True
+    if detected == "dotprod" and precision == "int8":
+        return m <= DOTPROD_INT8_MAX_M
+    return m <= PORTABLE_MAX_M
 
 
 def _make_impl(precision: str) -> Callable[..., jax.Array]:
     def impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype, interpret: bool = False):
         del interpret
         static = dict(fmt=fmt, block_size=block_size, out_dtype=out_dtype, precision=precision)
-        if not _native_serves(x2d.shape[0]):
+        if not _native_serves(x2d.shape[0], precision):
             return _reference(x2d, qvalue, scale, path="auto", **static)
         return quantized_matmul(x2d, qvalue, scale, **static)
 
@@ -436,11 +455,12 @@ def _transposed_native_serves(m: int, fmt: str) -> bool:
     ``x @ W``; AVX-512: M = 16 0.59x-0.77x against 0.98x-2.7x, M = 64 0.90x-0.94x against
     1.04x-1.88x, M = 256 1.01x-1.08x against 1.18x-1.34x; pinned to AVX2 level with it at worst,
     M = 32 int8 in 32-row blocks 1.05x against 1.04x). With only the portable kernels, as for
-    ``x @ W``, up to :data:`PORTABLE_MAX_M` rows (M = 1: 0.61x-0.80x against the reference's
+    ``x @ W``, up to :data:`PORTABLE_MAX_M` rows (also with ``dotprod``, which adds no
+    float32 kernel; M = 1: 0.61x-0.80x against the reference's
     0.64x-0.82x or more), and never for NF4 on x86-64, whose codes SSE2 looks up one by one
     (2.1x against 1.45x at M = 1); aarch64 looks them up with NEON ``tbl``.
     """
-    if _library.detected_isa() != "portable":
+    if _library.detected_isa() in SIMD_ISAS:
         return True
     if fmt == "nf4" and platform.machine().lower() not in _ARM64:
         return False
@@ -463,7 +483,7 @@ def transposed_impl(x2d, qvalue, scale, *, fmt: str, block_size: int, out_dtype)
 def _make_dq_impl(precision: str) -> Callable[..., jax.Array]:
     def impl(x2d, qvalue, codes, group_scale, offset, *, fmt: str, block_size: int, out_dtype):
         static = dict(fmt=fmt, block_size=block_size, out_dtype=out_dtype, precision=precision)
-        if not _native_serves(x2d.shape[0]):
+        if not _native_serves(x2d.shape[0], precision):
             return _reference_dq(x2d, qvalue, codes, group_scale, offset, path="auto", **static)
         return quantized_matmul_dq(x2d, qvalue, codes, group_scale, offset, **static)
 

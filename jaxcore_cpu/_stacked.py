@@ -60,18 +60,18 @@ _bind = _plugin_api.platform_primitive(
 _call = jax.jit(functools.partial(_matmul._native_call, _bind), static_argnames=_STATIC)
 
 
-def _serves(m: int, fmt: str, transposed: bool, dq: bool) -> bool:
+def _serves(m: int, fmt: str, transposed: bool, dq: bool, precision: str) -> bool:
     """Whether the per-matrix registry implementation would run the native kernel."""
     if transposed:
         # The transposed kernels read float32 scales only; dq scales go through the fallback.
         return not dq and _matmul._transposed_native_serves(m, fmt)
-    return _matmul._native_serves(m)
+    return _matmul._native_serves(m, precision)
 
 
 def _make_impl(precision: str) -> Callable[..., jax.Array]:
     def impl(x2d, qvalue, *operands, fmt, block_size, out_dtype, transposed, fallback):
         dq = len(operands) == 4
-        if not _serves(x2d.shape[0], fmt, transposed, dq):
+        if not _serves(x2d.shape[0], fmt, transposed, dq, precision):
             return fallback(x2d, qvalue, *operands)
         return _call(
             x2d,

@@ -323,10 +323,11 @@ def test_isa_controls():
     with pytest.raises(
         ValueError,
         match=r"unknown instruction set 'sse9'; expected one of "
-        r"\('portable', 'avx2', 'avxvnni', 'avx512'\)",
+        r"\('portable', 'avx2', 'avxvnni', 'avx512', 'dotprod'\)",
     ):
         jaxcore_cpu.set_isa("sse9")
-    for missing in jaxcore_cpu.ISAS[len(ISAS) :]:
+    # Every other instruction set, the other architecture's included, is refused by name.
+    for missing in [name for name in jaxcore_cpu.ISAS if name not in ISAS]:
         with pytest.raises(
             ValueError, match=f"this CPU cannot run the '{missing}' kernels .* up to '{detected}'"
         ):
@@ -730,10 +731,23 @@ def test_ffi_rejects_an_unknown_precision_code():
 # ------------------------------------------------- CPUs with only the portable kernels
 
 
+def test_dotprod_cpu_keeps_int8_precision_native_to_64_rows(monkeypatch):
+    """aarch64 with sdot: the int8-activation kernels take M <= 64 (kInt8MaxM; the C++ planner
+    runs larger M in float32 on the portable kernels); float32 precision is as portable."""
+    from jaxcore_cpu import _library, _matmul
+
+    monkeypatch.setattr(_library, "detected_isa", lambda: "dotprod")
+    assert _matmul._native_serves(64, "int8") and not _matmul._native_serves(65, "int8")
+    assert _matmul._native_serves(1, "float32") and not _matmul._native_serves(2, "float32")
+    monkeypatch.setattr(_library, "detected_isa", lambda: "portable")
+    assert _matmul._native_serves(1, "int8") and not _matmul._native_serves(2, "int8")
+
+
 @pytest.mark.parametrize("precision", ["float32", "int8"])
 def test_portable_only_cpu_gives_the_reference_kernel_all_but_one_row(monkeypatch, precision):
-    """Where the CPU has no SIMD table (aarch64), the registry's implementations leave M > 1 to
-    the reference kernel (faster there) and keep M = 1; the direct API stays native."""
+    """Where the CPU has no SIMD table (aarch64 without sdot), the registry's implementations
+    leave M > 1 to the reference kernel (faster there) and keep M = 1; with sdot ("dotprod")
+    int8 precision stays native to M = 64; the direct API stays native."""
     from jaxcore_cpu import _library, _matmul
 
     impl = _matmul.IMPLS_BY_PRECISION[precision]
@@ -748,7 +762,14 @@ def test_portable_only_cpu_gives_the_reference_kernel_all_but_one_row(monkeypatc
     def lowered(fn, *args):
         return jax.jit(functools.partial(fn, **static)).lower(*args).as_text()
 
-    for detected, native_rows in [("portable", (1,)), (jaxcore_cpu.detected_isa(), (1, 2, 16))]:
+    # aarch64 with sdot ("dotprod") adds int8-activation kernels only: float32 stays as portable.
+    dotprod_rows = (1, 2, 16) if precision == "int8" else (1,)
+    cases = [
+        ("portable", (1,)),
+        ("dotprod", dotprod_rows),
+        (jaxcore_cpu.detected_isa(), (1, 2, 16)),
+    ]
+    for detected, native_rows in cases:
         monkeypatch.setattr(_library, "detected_isa", lambda d=detected: d)
         for m in (1, 2, 16):
             x = jnp.asarray(rng.standard_normal((m, 128)), jnp.float32)

@@ -1,6 +1,11 @@
 // Run-time choice of instruction set: the best the CPU and OS support, or a lower one the
 // caller asks for (tests, and users pinning the portable kernels).
+#include <algorithm>
 #include <atomic>
+
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
 
 #include "qmm.h"
 
@@ -19,6 +24,9 @@ Isa Detect() {
   }
   if (avx2 && CpuHasAvxVnni()) return Isa::kAvxVnni;
   if (avx2) return Isa::kAvx2;
+#elif defined(__aarch64__)
+  constexpr unsigned long kHwcapAsimdDp = 1ul << 20;  // HWCAP_ASIMDDP (asm/hwcap.h)
+  if (getauxval(AT_HWCAP) & kHwcapAsimdDp) return Isa::kDotProd;
 #endif
   return Isa::kPortable;
 }
@@ -49,10 +57,22 @@ Isa ActiveIsa() {
   return active < 0 ? DetectIsa() : static_cast<Isa>(active);
 }
 
-bool SetIsa(Isa isa) {
-  if (static_cast<int>(isa) < 0 || static_cast<int>(isa) > static_cast<int>(DetectIsa())) {
-    return false;
+std::vector<Isa> SupportedIsas() {
+  const Isa best = DetectIsa();
+  std::vector<Isa> isas = {Isa::kPortable};
+#if defined(__x86_64__) || defined(_M_X64)
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(best)) isas.push_back(isa);
   }
+#else
+  if (best != Isa::kPortable) isas.push_back(best);
+#endif
+  return isas;
+}
+
+bool SetIsa(Isa isa) {
+  const std::vector<Isa> supported = SupportedIsas();
+  if (std::find(supported.begin(), supported.end(), isa) == supported.end()) return false;
   active_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
   return true;
 }
@@ -67,6 +87,8 @@ const char* IsaName(Isa isa) {
       return "avxvnni";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kDotProd:
+      return "dotprod";
   }
   return "unknown";
 }

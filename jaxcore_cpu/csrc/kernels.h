@@ -350,6 +350,9 @@ void NtRowsAvx2(const NtPiece& p);
 void NtRowsAvx512(const NtPiece& p);
 void NtDecodePanelAvx2(const DecodePanel& d);
 void NtDecodePanelAvx512(const DecodePanel& d);
+#elif defined(__aarch64__)
+// NEON with sdot (FEAT_DotProd): the portable table with its int8-activation segments on sdot.
+const KernelTable& DotProdKernels();
 #endif
 
 }  // namespace internal

@@ -23,10 +23,11 @@ enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
 // M <= kInt8MaxM (AVX2, AVX-VNNI and AVX-512 VNNI take every M); elsewhere kFloat32.
 enum class Precision : int32_t { kFloat32 = 0, kInt8 = 1 };
 constexpr int64_t kInt8MaxM = 64;
-// Instruction sets the kernels are compiled for, best last. kAvxVnni is AVX2 with 256-bit
-// vpdpbusd: AVX-VNNI, or AVX-512 VL + VNNI (which every kAvx512 CPU has). kAvx512 needs
-// AVX-512 F, BW, VL, DQ and VNNI.
-enum class Isa : int32_t { kPortable = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512 = 3 };
+// Instruction sets the kernels are compiled for. x86-64's, best last: kAvxVnni is AVX2 with
+// 256-bit vpdpbusd: AVX-VNNI, or AVX-512 VL + VNNI (which every kAvx512 CPU has); kAvx512
+// needs AVX-512 F, BW, VL, DQ and VNNI. aarch64's: kDotProd, NEON with sdot (FEAT_DotProd).
+// SupportedIsas() (qmm.h) lists the ones a CPU runs.
+enum class Isa : int32_t { kPortable = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512 = 3, kDotProd = 4 };
 
 // One quantized matmul. All arrays are dense row-major; the caller owns them.
 struct Problem {

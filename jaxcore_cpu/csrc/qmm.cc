@@ -38,13 +38,15 @@ constexpr int64_t kAlign = 64;
 constexpr int64_t kSerialQuantizeFloats = int64_t{1} << 16;
 
 // The table SetIsa(isa) makes Kernels() return.
-const KernelTable& KernelsFor([[maybe_unused]] Isa isa) {  // only x86-64 has a choice
+const KernelTable& KernelsFor([[maybe_unused]] Isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-  if (isa >= Isa::kAvx512) return internal::Avx512Kernels();
-  if (isa >= Isa::kAvxVnni) {
+  if (isa == Isa::kAvx512) return internal::Avx512Kernels();
+  if (isa == Isa::kAvxVnni) {
     return CpuHasAvxVnni() ? internal::AvxVnniKernels() : internal::AvxVnniEvexKernels();
   }
-  if (isa >= Isa::kAvx2) return internal::Avx2Kernels();
+  if (isa == Isa::kAvx2) return internal::Avx2Kernels();
+#elif defined(__aarch64__)
+  if (isa == Isa::kDotProd) return internal::DotProdKernels();
 #endif
   return internal::PortableKernels();
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "problem.h"
 
@@ -29,7 +30,10 @@ Isa DetectIsa();
 bool CpuHasAvxVnni();
 // The instruction set Run() uses: DetectIsa(), lowered by SetIsa().
 Isa ActiveIsa();
-// Restricts the kernels to `isa` (must not exceed DetectIsa()); returns false otherwise.
+// The instruction sets this CPU runs, portable first and DetectIsa() last: on x86-64
+// kPortable up to DetectIsa(), on aarch64 kPortable and, with sdot, kDotProd.
+std::vector<Isa> SupportedIsas();
+// Restricts the kernels to `isa` (one of SupportedIsas()); returns false otherwise.
 bool SetIsa(Isa isa);
 const char* IsaName(Isa isa);
 

@@ -26,7 +26,8 @@ void CheckInt8AgreesWithPortable(const Operands& o, const char* what) {
   Run(F32Problem(o, ref.data(), Precision::kInt8), Path::kAuto, serial);
   double scale = 1e-30;
   for (float v : ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-  for (int isa = 1; isa <= static_cast<int>(DetectIsa()); ++isa) {
+  for (int isa : IsaIndices()) {
+    if (isa == static_cast<int>(Isa::kPortable)) continue;
     SetIsa(static_cast<Isa>(isa));
     std::vector<float> out(o.m * o.n, 0.0f);
     Run(F32Problem(o, out.data(), Precision::kInt8), Path::kAuto, serial);
@@ -159,7 +160,7 @@ void CheckDoubleQuantScales() {
       const float v = product + offset;
       expanded.scale[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
     }
-    for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+    for (int isa : IsaIndices()) {
       SetIsa(static_cast<Isa>(isa));
       for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
         for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
@@ -203,10 +204,10 @@ void CheckWorkspaceCoversEveryIsa() {
     std::vector<float> out(o.m * o.n, 0.0f);
     const Problem p = F32Problem(o, out.data(), Precision::kInt8);
     ShuffledRunner threads(4, 3);  // every worker's scratch gets used
-    for (int sized = 0; sized <= static_cast<int>(best); ++sized) {
+    for (int sized : IsaIndices()) {
       SetIsa(static_cast<Isa>(sized));
       const size_t bytes = WorkspaceBytes(p, Path::kAuto, threads.max_workers());
-      for (int ran = 0; ran <= static_cast<int>(best); ++ran) {
+      for (int ran : IsaIndices()) {
         SetIsa(static_cast<Isa>(ran));
         void* ws = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
         Run(p, Path::kAuto, threads, ws);
@@ -223,7 +224,7 @@ void CheckWorkspaceCoversEveryIsa() {
 // stopped scaling past two cores). Every worker still gets several tasks.
 void CheckPartialSumsStaySmall() {
   const Isa best = DetectIsa();
-  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+  for (int isa : IsaIndices()) {
     SetIsa(static_cast<Isa>(isa));
     for (Format fmt : {Format::kInt8, Format::kInt4}) {
       for (int64_t m : {1, 4, 16}) {
@@ -259,7 +260,7 @@ void CheckPartialSumsStaySmall() {
 // result dtypes (the int8 whole-row planner once divided by a zero K range here).
 void CheckEmptyK() {
   const Isa best = DetectIsa();
-  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+  for (int isa : IsaIndices()) {
     SetIsa(static_cast<Isa>(isa));
     for (Format fmt : {Format::kInt8, Format::kInt4}) {
       for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
@@ -311,7 +312,7 @@ void CheckNonFiniteActivations() {
       Operands bad = o;
       bad.x[1 * o.k + 37] = std::nanf("");
       bad.x[2 * o.k + o.k - 1] = std::numeric_limits<float>::infinity();
-      for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+      for (int isa : IsaIndices()) {
         SetIsa(static_cast<Isa>(isa));
         ThreadRunner threads(3);
         std::vector<float> want(o.m * o.n), got(o.m * o.n);

@@ -208,7 +208,7 @@ int RunTransposedChecks() {
   ThreadRunner threads(4);
   int runs = 0;
   double worst[2] = {0.0, 0.0};
-  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+  for (int isa : IsaIndices()) {
     if (!SetIsa(static_cast<Isa>(isa))) continue;
     for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
       for (const Case& c : kTransposedCases) {
