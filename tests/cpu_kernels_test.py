@@ -731,6 +731,19 @@ def test_ffi_rejects_an_unknown_precision_code():
 # ------------------------------------------------- CPUs with only the portable kernels
 
 
+def test_available_isas_follow_the_machines_ladder(monkeypatch):
+    from jaxcore_cpu import _library
+
+    for detected, ladder in [
+        ("portable", ("portable",)),
+        ("avx2", ("portable", "avx2")),
+        ("avx512", ("portable", "avx2", "avxvnni", "avx512")),
+        ("dotprod", ("portable", "dotprod")),
+    ]:
+        monkeypatch.setattr(_library, "detected_isa", lambda d=detected: d)
+        assert jaxcore_cpu.available_isas() == ladder, detected
+
+
 def test_dotprod_cpu_keeps_int8_precision_native_to_64_rows(monkeypatch):
     """aarch64 with sdot: the int8-activation kernels take M <= 64 (kInt8MaxM; the C++ planner
     runs larger M in float32 on the portable kernels); float32 precision is as portable."""
