@@ -84,7 +84,8 @@ def _ref_fn(name):
 
 def _np_ref(name):
     """The NumPy function for an op (an independent reference that needs no compiling)."""
-    return {"rsqrt": lambda x: 1 / np.sqrt(x)}.get(name) or getattr(np, name)
+    # numpy.fix is deprecated from NumPy 2.5 (the newest lock's); trunc is the same function.
+    return {"rsqrt": lambda x: 1 / np.sqrt(x), "fix": np.trunc}.get(name) or getattr(np, name)
 
 
 def _as_tuple(x):
