@@ -6,8 +6,9 @@ int8 (per-channel and blocked), int4 and NF4 (also with double-quantized scales,
 arrive expanded), a GEMV path for small M and a cache-blocked GEMM path for large M,
 float32 and bfloat16 activations, SIMD code for AVX2 + FMA (and, for int8 activations,
 AVX-512 VNNI) chosen at run time with a portable fallback (on aarch64 with NEON code-book
-lookups for NF4, and int8 activations on ``sdot`` where the CPU has it), multi-threaded on XLA's intra-op thread
-pool, in two precisions (exact float32, or int8 activations: :func:`set_precision`).
+lookups for NF4, and int8 activations on ``sdot`` where the CPU has it), multi-threaded on
+XLA's intra-op thread pool, in two precisions (exact float32, or int8 activations:
+:func:`set_precision`).
 
 ``import jaxcore`` finds this package and calls :func:`initialize`, which loads the
 library and registers its kernel as ``jaxcore.kernels``' ``quantized_matmul`` for

@@ -43,7 +43,11 @@ DQ_STACKED_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq_stacked"
 operand with the stack's axis first)."""
 """The XLA FFI custom-call target the kernels are registered as."""
 
-ISAS: tuple[str, ...] = ("portable", "avx2", "avxvnni", "avx512", "dotprod")
+# Each architecture's instruction sets, least capable first (what available_isas() slices).
+_X86_ISAS = ("portable", "avx2", "avxvnni", "avx512")
+_AARCH64_ISAS = ("portable", "dotprod")
+
+ISAS: tuple[str, ...] = _X86_ISAS + _AARCH64_ISAS[1:]
 """Instruction sets the kernels are compiled for: ``portable`` everywhere, x86-64's least
 capable first, then aarch64's. ``avxvnni`` is the AVX2 table with 256-bit int8-activation
 kernels built on ``vpdpbusd``: AVX-VNNI (Intel Alder Lake and later client cores) or, encoded
@@ -52,9 +56,6 @@ Lake and later Intel server cores, AMD Zen 4 and later); its table is the AVX2 o
 512-bit int8-activation kernels built on ``vpdpbusd``. ``dotprod`` (aarch64 with the
 dot-product extension: Neoverse N1 and later, Apple M1 and later) is the portable table with
 its int8-activation kernel on NEON's ``sdot``."""
-
-_X86_ISAS = ISAS[:4]
-_AARCH64_ISAS = ("portable", "dotprod")
 
 BUILD_HINT = "bazel build //jaxcore_cpu:libjaxcore_cpu_kernels.so"
 

@@ -497,8 +497,8 @@ __attribute__((visibility("default"))) const char* JaxcoreCpuDetectedIsa(void) {
   return jaxcore_cpu::IsaName(jaxcore_cpu::DetectIsa());
 }
 
-// Returns 1 when `name` ("portable", "avx2", "avx512", "dotprod", ...) is now the active instruction set,
-// 0 when the name is unknown or the CPU lacks it.
+// Returns 1 when `name` ("portable", "avx2", "avx512", "dotprod", ...) is now the active
+// instruction set, 0 when the name is unknown or the CPU lacks it.
 __attribute__((visibility("default"))) int JaxcoreCpuSetIsa(const char* name) {
   if (name == nullptr) return 0;
   for (auto isa : {jaxcore_cpu::Isa::kPortable, jaxcore_cpu::Isa::kAvx2,

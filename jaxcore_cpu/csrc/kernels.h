@@ -153,6 +153,15 @@ struct NtPiece {
 constexpr int kQ8Group = 32;
 extern const int8_t kNf4Int8[16];
 
+// Stored weight rows per group of kQ8Group rows of K, and the stored row holding row k of K
+// (the nibble-packed formats keep two rows of K per byte).
+template <Format kFmt>
+constexpr int kQ8GroupRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+template <Format kFmt>
+constexpr int64_t Q8StoredRow(int64_t k) {
+  return kFmt == Format::kInt8 ? k : k >> 1;
+}
+
 // Where row r (0 <= r < kQ8Group) of a group sits among its stored activation codes.
 inline int Q8CodeAt(Format fmt, int r) {
   if (fmt == Format::kInt8) return r;

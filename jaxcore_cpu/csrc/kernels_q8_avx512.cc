@@ -216,7 +216,7 @@ inline void DotRows(const Q8Task& t, int64_t g, int64_t mi, int xoff, bool first
 // across the columns at a time, each chunk decoded just before its products.
 template <Format kFmt, int kRows>
 void Q8TaskNarrow(const Q8Task& t) {
-  constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+  constexpr int kStoredRows = kQ8GroupRows<kFmt>;
   static_assert(kStoredRows % kRows == 0 && kRows % 4 == 0, "bands of whole 4-row sets");
   constexpr int kBands = kStoredRows / kRows;
   constexpr int kPerSet = kFmt == Format::kInt8 ? 1 : 2;  // quads per set of four rows
@@ -230,11 +230,11 @@ void Q8TaskNarrow(const Q8Task& t) {
   // floats there, more than kNarrowMaxM rows need).
   int32_t* carried = reinterpret_cast<int32_t*>(t.acc + t.m * lda);
   alignas(64) __m512i w[kQuads][4];
-  const uint8_t* end = t.q + (kFmt == Format::kInt8 ? t.r1 : t.r1 >> 1) * t.ldq;
+  const uint8_t* end = t.q + Q8StoredRow<kFmt>(t.r1) * t.ldq;
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
-    const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
+    const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + t.n0;
     for (int band = 0; band < kBands; ++band) {
       const uint8_t* rows = group + band * kRows * t.ldq;
       const int64_t part = (g0 % t.block_size) / kQ8Group * kBands + band;
@@ -344,7 +344,7 @@ inline void DotAllRows(const Q8Task& t, int64_t g, const __m512i (*const w[kG])[
 // one scale block (kScaleLater: per-channel int8), the scales wait for StoreColumns.
 template <Format kFmt, bool kScaleLater>
 void Q8TaskWide(const Q8Task& t) {
-  constexpr int kStoredRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
+  constexpr int kStoredRows = kQ8GroupRows<kFmt>;
   constexpr int kPerSet = kFmt == Format::kInt8 ? 1 : 2;
   const int64_t chunks = (t.cols + kChunk - 1) / kChunk;
   const int64_t span = chunks * kChunk;
@@ -352,7 +352,7 @@ void Q8TaskWide(const Q8Task& t) {
   for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + span, 0.0f);
   // decoded[gi][ci][quad][subset], after the sums in the scratch.
   __m512i(*decoded)[8][4] = reinterpret_cast<__m512i(*)[8][4]>(t.acc + t.m * lda);
-  const uint8_t* end = t.q + (kFmt == Format::kInt8 ? t.r1 : t.r1 >> 1) * t.ldq;
+  const uint8_t* end = t.q + Q8StoredRow<kFmt>(t.r1) * t.ldq;
   for (int64_t g0 = t.r0; g0 < t.r1;) {
     // Pairs for the nibble-packed formats only: an int8 pair decodes 64 stored rows (each a
     // page apart at N = 4096) before its products, and measured 10-15 % slower than single
@@ -360,7 +360,7 @@ void Q8TaskWide(const Q8Task& t) {
     const int kg = kFmt != Format::kInt8 && g0 + 2 * kQ8Group <= t.r1 &&
                            g0 / t.block_size == (g0 + kQ8Group) / t.block_size ? 2 : 1;
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
-    const uint8_t* group = t.q + (kFmt == Format::kInt8 ? g0 : g0 >> 1) * t.ldq + t.n0;
+    const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + t.n0;
     for (int gi = 0; gi < kg; ++gi) {
       for (int set = 0; set < kStoredRows / 4; ++set) {
         const uint8_t* p = group + (gi * kStoredRows + 4 * set) * t.ldq;

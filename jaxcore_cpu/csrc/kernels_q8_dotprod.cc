@@ -59,18 +59,14 @@ inline void Transpose4(uint8x16_t r0, uint8x16_t r1, uint8x16_t r2, uint8x16_t r
   out[3] = vreinterpretq_u8_u16(vzip2q_u16(b, d));
 }
 
-// Stored rows per group (nibble-packed formats keep two rows of K per byte).
-template <Format kFmt>
-constexpr int kGroupRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
-
 // Decodes group g0's `width` (<= kSpan, a multiple of kStrip) columns from n into `out`, set
 // of four stored rows by set, each row's span read whole.
 template <Format kFmt>
 void DecodeSpan(const Q8Segment& s, int64_t g0, int64_t n, int64_t width, SpanQuads* out) {
-  const int64_t first = kFmt == Format::kInt8 ? g0 : g0 >> 1;
+  const int64_t first = Q8StoredRow<kFmt>(g0);
   const uint8x16_t nibble = vdupq_n_u8(0x0F);
   const int8x16_t book = vld1q_s8(kNf4Int8);
-  for (int set = 0; set < kGroupRows<kFmt> / 4; ++set) {
+  for (int set = 0; set < kQ8GroupRows<kFmt> / 4; ++set) {
     const uint8_t* row = s.q + (first + 4 * set) * s.ldq + n;
     for (int64_t st = 0; st < width / kStrip; ++st) {
       const uint8_t* p = row + st * kStrip;

@@ -168,16 +168,6 @@ inline __m256i Widen(__m256i a) {
   return kInt16Sums<P, kFmt> ? _mm256_madd_epi16(a, _mm256_set1_epi16(1)) : a;
 }
 
-// Stored rows per group of kQ8Group rows of K.
-template <Format kFmt>
-constexpr int kGroupRows = kFmt == Format::kInt8 ? kQ8Group : kQ8Group / 2;
-
-// The stored row holding row k of K (nibble-packed formats keep two rows of K per byte).
-template <Format kFmt>
-constexpr int64_t StoredRow(int64_t k) {
-  return kFmt == Format::kInt8 ? k : k >> 1;
-}
-
 // The factor every scale carries: NF4's codes are its values times 127.
 template <Format kFmt>
 inline __m256 ScaleUnit() {
@@ -189,8 +179,8 @@ inline __m256 ScaleUnit() {
 // used whole before the group's other rows evict it.
 template <class P, Format kFmt, int kHalves>
 inline void DecodeGroup(const Q8Task& t, int64_t g0, int64_t n, GroupQuads* out) {
-  for (int set = 0; set < kGroupRows<kFmt> / 4; ++set) {
-    const uint8_t* row = t.q + (StoredRow<kFmt>(g0) + 4 * set) * t.ldq + n;
+  for (int set = 0; set < kQ8GroupRows<kFmt> / 4; ++set) {
+    const uint8_t* row = t.q + (Q8StoredRow<kFmt>(g0) + 4 * set) * t.ldq + n;
     __m256i r[kHalves][4];
     for (int i = 0; i < 4; ++i) {
       for (int h = 0; h < kHalves; ++h) r[h][i] = Load32(row + i * t.ldq + 32 * h);
@@ -336,15 +326,15 @@ void Q8TaskBlockT(const Q8Task& t) {
   const int64_t wide = t.cols / 32 * 32;
   const int64_t lda = wide + 16;  // padded: rows 4 KiB apart would share L1 sets
   for (int64_t mi = 0; mi < t.m; ++mi) std::fill(t.acc + mi * lda, t.acc + mi * lda + wide, 0.0f);
-  constexpr int kStoredRows = kGroupRows<kFmt>;
+  constexpr int kStoredRows = kQ8GroupRows<kFmt>;
   const __m256 unit = ScaleUnit<kFmt>();
-  const uint8_t* end = t.q + StoredRow<kFmt>(t.r1) * t.ldq;
+  const uint8_t* end = t.q + Q8StoredRow<kFmt>(t.r1) * t.ldq;
   GroupQuads quads[2];
   __m256 sc[2][4] = {};
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
-    const uint8_t* group = t.q + StoredRow<kFmt>(g0) * t.ldq + t.n0;
+    const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + t.n0;
     for (int64_t c = 0; c < wide;) {
       // Into L2, one group's products ahead: the next group's rows of these columns (in L1
       // the rows, a page apart, would evict each other from their shared set). A look-ahead
@@ -398,16 +388,16 @@ void Q8TaskRows(const Q8Task& t) {
   const int64_t lda = wide + 16;
   for (int r = 0; r < kR; ++r) std::fill(t.acc + r * lda, t.acc + r * lda + wide, 0.0f);
   int32_t* carried = reinterpret_cast<int32_t*>(t.acc + kR * lda);
-  constexpr int kStoredRows = kGroupRows<kFmt>;
+  constexpr int kStoredRows = kQ8GroupRows<kFmt>;
   constexpr int kBandRows = kNarrowRows<P, kFmt>;
   constexpr int kBands = kStoredRows / kBandRows;
   constexpr int kBandQuads = kQuads / kBands;
   const __m256 unit = ScaleUnit<kFmt>();
-  const uint8_t* end = t.q + StoredRow<kFmt>(t.r1) * t.ldq;
+  const uint8_t* end = t.q + Q8StoredRow<kFmt>(t.r1) * t.ldq;
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
-    const uint8_t* group = t.q + StoredRow<kFmt>(g0) * t.ldq + t.n0;
+    const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + t.n0;
     const int8_t* xq[kR];
     __m256 d[kR];
     __m256i zero_point[kR];

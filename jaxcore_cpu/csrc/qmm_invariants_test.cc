@@ -26,15 +26,15 @@ void CheckInt8AgreesWithPortable(const Operands& o, const char* what) {
   Run(F32Problem(o, ref.data(), Precision::kInt8), Path::kAuto, serial);
   double scale = 1e-30;
   for (float v : ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-  for (int isa : IsaIndices()) {
-    if (isa == static_cast<int>(Isa::kPortable)) continue;
-    SetIsa(static_cast<Isa>(isa));
+  for (Isa isa : SupportedIsas()) {
+    if (isa == Isa::kPortable) continue;
+    SetIsa(isa);
     std::vector<float> out(o.m * o.n, 0.0f);
     Run(F32Problem(o, out.data(), Precision::kInt8), Path::kAuto, serial);
     for (int64_t i = 0; i < o.m * o.n; ++i) {
       if (std::fabs(ref[i] - out[i]) > 1e-6 * scale) {
         Fail(std::string("int8 activations") + what + ": " + FormatName(o.fmt) + " " +
-             IsaName(static_cast<Isa>(isa)) + " m=" + std::to_string(o.m) +
+             IsaName(isa) + " m=" + std::to_string(o.m) +
              " differs from portable at " + std::to_string(i) + ": " + std::to_string(out[i]) +
              " vs " + std::to_string(ref[i]));
         break;
@@ -160,8 +160,8 @@ void CheckDoubleQuantScales() {
       const float v = product + offset;
       expanded.scale[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
     }
-    for (int isa : IsaIndices()) {
-      SetIsa(static_cast<Isa>(isa));
+    for (Isa isa : SupportedIsas()) {
+      SetIsa(isa);
       for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
         for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
           std::vector<float> want(o.m * o.n), got(o.m * o.n);
@@ -178,7 +178,7 @@ void CheckDoubleQuantScales() {
           for (int64_t i = 0; i < o.m * o.n; ++i) {
             const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
             if (!same) {
-              Fail(std::string("double-quant scales: ") + IsaName(static_cast<Isa>(isa)) + " " +
+              Fail(std::string("double-quant scales: ") + IsaName(isa) + " " +
                    PathName(path) + " m=" + std::to_string(o.m) + " differs at " +
                    std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
                    std::to_string(want[i]));
@@ -204,11 +204,11 @@ void CheckWorkspaceCoversEveryIsa() {
     std::vector<float> out(o.m * o.n, 0.0f);
     const Problem p = F32Problem(o, out.data(), Precision::kInt8);
     ShuffledRunner threads(4, 3);  // every worker's scratch gets used
-    for (int sized : IsaIndices()) {
-      SetIsa(static_cast<Isa>(sized));
+    for (Isa sized : SupportedIsas()) {
+      SetIsa(sized);
       const size_t bytes = WorkspaceBytes(p, Path::kAuto, threads.max_workers());
-      for (int ran : IsaIndices()) {
-        SetIsa(static_cast<Isa>(ran));
+      for (Isa ran : SupportedIsas()) {
+        SetIsa(ran);
         void* ws = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
         Run(p, Path::kAuto, threads, ws);
         std::free(ws);
@@ -224,8 +224,8 @@ void CheckWorkspaceCoversEveryIsa() {
 // stopped scaling past two cores). Every worker still gets several tasks.
 void CheckPartialSumsStaySmall() {
   const Isa best = DetectIsa();
-  for (int isa : IsaIndices()) {
-    SetIsa(static_cast<Isa>(isa));
+  for (Isa isa : SupportedIsas()) {
+    SetIsa(isa);
     for (Format fmt : {Format::kInt8, Format::kInt4}) {
       for (int64_t m : {1, 4, 16}) {
         for (int workers : {2, 16, 64}) {
@@ -240,7 +240,7 @@ void CheckPartialSumsStaySmall() {
           const SplitPlan plan = PlanSplit(p, Path::kAuto, workers);
           const std::string label = std::string(FormatName(fmt)) + " m=" + std::to_string(m) +
                                     ", " + std::to_string(workers) + " workers, " +
-                                    IsaName(static_cast<Isa>(isa));
+                                    IsaName(isa);
           if (plan.partial_bytes > weight / 4) {
             Fail("partial sums of " + std::to_string(plan.partial_bytes) + " bytes for a " +
                  std::to_string(weight) + "-byte weight (" + label + ")");
@@ -260,8 +260,8 @@ void CheckPartialSumsStaySmall() {
 // result dtypes (the int8 whole-row planner once divided by a zero K range here).
 void CheckEmptyK() {
   const Isa best = DetectIsa();
-  for (int isa : IsaIndices()) {
-    SetIsa(static_cast<Isa>(isa));
+  for (Isa isa : SupportedIsas()) {
+    SetIsa(isa);
     for (Format fmt : {Format::kInt8, Format::kInt4}) {
       for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
         for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
@@ -287,7 +287,7 @@ void CheckEmptyK() {
                       ? std::all_of(out_f32.begin(), out_f32.end(), [](float v) { return v == 0.0f; })
                       : std::all_of(out_bf16.begin(), out_bf16.end(), [](uint16_t v) { return v == 0; });
               if (!zeros) {
-                Fail(std::string("K = 0 did not give zeros: ") + IsaName(static_cast<Isa>(isa)) +
+                Fail(std::string("K = 0 did not give zeros: ") + IsaName(isa) +
                      " " + FormatName(fmt) + " " + PathName(path) + " m=" + std::to_string(m));
               }
             }
@@ -312,8 +312,8 @@ void CheckNonFiniteActivations() {
       Operands bad = o;
       bad.x[1 * o.k + 37] = std::nanf("");
       bad.x[2 * o.k + o.k - 1] = std::numeric_limits<float>::infinity();
-      for (int isa : IsaIndices()) {
-        SetIsa(static_cast<Isa>(isa));
+      for (Isa isa : SupportedIsas()) {
+        SetIsa(isa);
         ThreadRunner threads(3);
         std::vector<float> want(o.m * o.n), got(o.m * o.n);
         Run(F32Problem(o, want.data(), Precision::kInt8), Path::kAuto, threads);
@@ -322,7 +322,7 @@ void CheckNonFiniteActivations() {
           const int64_t row = i / o.n;
           const bool ok = (row == 1 || row == 2) ? std::isnan(got[i]) : got[i] == want[i];
           if (!ok) {
-            Fail(std::string("non-finite activations: ") + IsaName(static_cast<Isa>(isa)) + " " +
+            Fail(std::string("non-finite activations: ") + IsaName(isa) + " " +
                  FormatName(fmt) + " m=" + std::to_string(o.m) + " out[" + std::to_string(row) +
                  "," + std::to_string(i % o.n) + "] = " + std::to_string(got[i]) +
                  (row == 1 || row == 2 ? ", want NaN" : ", want " + std::to_string(want[i])));

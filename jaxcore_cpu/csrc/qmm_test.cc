@@ -163,9 +163,9 @@ int RunMatmulChecks() {
   ThreadRunner threads(4);
   int runs = 0;
   double worst[3] = {0.0, 0.0, 0.0};
-  for (int isa : IsaIndices()) {
-    if (!SetIsa(static_cast<Isa>(isa)) || ActiveIsa() != static_cast<Isa>(isa)) {
-      Fail(std::string("SetIsa(") + IsaName(static_cast<Isa>(isa)) + ") did not take effect");
+  for (Isa isa : SupportedIsas()) {
+    if (!SetIsa(isa) || ActiveIsa() != isa) {
+      Fail(std::string("SetIsa(") + IsaName(isa) + ") did not take effect");
       continue;
     }
     for (Format fmt : formats) {
@@ -175,7 +175,7 @@ int RunMatmulChecks() {
           for (DType out_dtype : dtypes) {
             for (Path path : paths) {
               const std::string label =
-                  std::string(IsaName(static_cast<Isa>(isa))) + " " + FormatName(fmt) + " " +
+                  std::string(IsaName(isa)) + " " + FormatName(fmt) + " " +
                   PathName(path) + " x=" + DTypeName(x_dtype) + " out=" + DTypeName(out_dtype) +
                   " m=" + std::to_string(o.m) + " k=" + std::to_string(o.k) +
                   " n=" + std::to_string(o.n) + " block=" + std::to_string(o.block);
@@ -203,9 +203,8 @@ int RunMatmulChecks() {
 
 void CheckIsaControls() {
   const Isa best = DetectIsa();
-  const std::vector<int> supported = IsaIndices();
-  if (supported.front() != static_cast<int>(Isa::kPortable) ||
-      supported.back() != static_cast<int>(best)) {
+  const std::vector<Isa> supported = SupportedIsas();
+  if (supported.front() != Isa::kPortable || supported.back() != best) {
     Fail("SupportedIsas() does not run from portable to DetectIsa()");
   }
   for (int isa = 0; isa <= static_cast<int>(Isa::kDotProd); ++isa) {
@@ -213,7 +212,8 @@ void CheckIsaControls() {
     if (name == nullptr || std::strlen(name) == 0 || std::strcmp(name, "unknown") == 0) {
       Fail("IsaName(" + std::to_string(isa) + ") is " + (name ? name : "null"));
     }
-    const bool runs = std::find(supported.begin(), supported.end(), isa) != supported.end();
+    const bool runs =
+        std::find(supported.begin(), supported.end(), static_cast<Isa>(isa)) != supported.end();
     if (!runs && SetIsa(static_cast<Isa>(isa))) {
       Fail(std::string("SetIsa accepted ") + IsaName(static_cast<Isa>(isa)) +
            ", which this CPU lacks (best: " + IsaName(best) + ")");

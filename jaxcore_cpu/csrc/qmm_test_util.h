@@ -60,13 +60,6 @@ constexpr int64_t kGuard = 16;  // canary elements on each side of the output
 
 inline int failures = 0;
 
-// SupportedIsas() as ints, for the loops over instruction sets (portable first, best last).
-inline std::vector<int> IsaIndices() {
-  std::vector<int> out;
-  for (Isa isa : SupportedIsas()) out.push_back(static_cast<int>(isa));
-  return out;
-}
-
 inline void Fail(const std::string& what) {
   if (++failures <= kShownFailures) std::fprintf(stderr, "FAIL: %s\n", what.c_str());
 }

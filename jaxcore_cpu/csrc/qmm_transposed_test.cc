@@ -208,15 +208,15 @@ int RunTransposedChecks() {
   ThreadRunner threads(4);
   int runs = 0;
   double worst[2] = {0.0, 0.0};
-  for (int isa : IsaIndices()) {
-    if (!SetIsa(static_cast<Isa>(isa))) continue;
+  for (Isa isa : SupportedIsas()) {
+    if (!SetIsa(isa)) continue;
     for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
       for (const Case& c : kTransposedCases) {
         const Operands o = MakeOperands(fmt, c, false, rng);
         for (DType x_dtype : {DType::kF32, DType::kBF16}) {
           const TransposedInputs in = MakeTransposedInputs(o, x_dtype, rng);
           for (DType out_dtype : {DType::kF32, DType::kBF16}) {
-            const std::string label = std::string("transposed ") + IsaName(static_cast<Isa>(isa)) +
+            const std::string label = std::string("transposed ") + IsaName(isa) +
                                       " " + FormatName(fmt) + " x=" + DTypeName(x_dtype) +
                                       " out=" + DTypeName(out_dtype) + " m=" + std::to_string(o.m) +
                                       " k=" + std::to_string(o.k) + " n=" + std::to_string(o.n) +
