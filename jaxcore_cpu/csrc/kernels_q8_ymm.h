@@ -27,8 +27,10 @@
 // (per-channel int8), the end. One or two activation rows (bound by memory) sweep 8 or 16
 // stored rows across the block at a time (kNarrowRows), each chunk's decoded quads kept in
 // registers from decode to products (Q8TaskRows); more rows decode whole groups into memory
-// and run 2-row tiles over them (Q8TaskBlockT). The activations come from Q8QuantizeAvx2
-// (the portable kernels' codes and order).
+// and run 2-row tiles over them (Q8TaskBlockT). There AVX2's int8 and NF4 leave the quads
+// for int16 pairs (GroupPairs): the weights and activations widened once, vpmaddwd takes 16
+// products per instruction where the signed quads need three instructions per 32. The
+// activations come from Q8QuantizeAvx2 (the portable kernels' codes and order).
 //
 // Everything here has internal linkage: each including source compiles its own copy with its
 // own ISA flags, so the linker never merges a VNNI-compiled function into the AVX2 table.
@@ -39,6 +41,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels.h"
 #include "lanes_avx2.h"
@@ -76,11 +79,11 @@ inline void Transpose4(const __m256i r[4], __m256i out[4]) {
 }
 
 // Quads of one group and 32 columns, in memory (registers cannot hold all 32 and GCC spills
-// arrays of vectors badly): quad j of row-quad qd at [qd][j]. `mag` holds what multiplies
-// the activations (Unsigned()); without VNNI, int8 and NF4 keep their codes (signs) in `sgn`.
+// arrays of vectors badly): quad j of row-quad qd at [qd][j], as they multiply the
+// activations (Unsigned()). Only for products without signs to split off: VNNI's, and
+// AVX2's int4 (AVX2's int8 and NF4 take int16 pairs here, GroupPairs).
 struct alignas(32) GroupQuads {
   uint8_t mag[kQuads][4][32];
-  uint8_t sgn[kQuads][4][32];
 };
 
 // Four signed activation bytes broadcast to every int32 lane.
@@ -179,6 +182,7 @@ inline __m256 ScaleUnit() {
 // used whole before the group's other rows evict it.
 template <class P, Format kFmt, int kHalves>
 inline void DecodeGroup(const Q8Task& t, int64_t g0, int64_t n, GroupQuads* out) {
+  static_assert(P::kVnni || kFmt == Format::kInt4, "GroupQuads carry no signs");
   for (int set = 0; set < kQ8GroupRows<kFmt> / 4; ++set) {
     const uint8_t* row = t.q + (Q8StoredRow<kFmt>(g0) + 4 * set) * t.ldq + n;
     __m256i r[kHalves][4];
@@ -190,10 +194,7 @@ inline void DecodeGroup(const Q8Task& t, int64_t g0, int64_t n, GroupQuads* out)
       DecodeStep<P, kFmt>(r[h], quad);
       for (int step = 0; step < kStepQuads<kFmt>; ++step) {
         const int qd = set * kStepQuads<kFmt> + step;
-        for (int j = 0; j < 4; ++j) {
-          Store32(out[h].mag[qd][j], Unsigned<P, kFmt>(quad[step][j]));
-          if (!P::kVnni && kFmt != Format::kInt4) Store32(out[h].sgn[qd][j], quad[step][j]);
-        }
+        for (int j = 0; j < 4; ++j) Store32(out[h].mag[qd][j], Unsigned<P, kFmt>(quad[step][j]));
       }
     }
   }
@@ -204,33 +205,23 @@ inline void DecodeGroup(const Q8Task& t, int64_t g0, int64_t n, GroupQuads* out)
 // rows; the accumulators are named so they stay in registers (kRows <= 2 leaves room).
 template <class P, Format kFmt, int kRows>
 inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, __m256i dot[kRows][4]) {
+  static_assert(P::kVnni || kFmt == Format::kInt4, "GroupQuads carry no signs");
   __m256i a[kRows][4];
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
   }
-  // One row-quad's products for the column vectors [j0, j1).
-  const auto quad = [&](int qd, int j0, int j1) {
+  // One row-quad's products.
+  const auto quad = [&](int qd) {
     __m256i xb[kRows];
     for (int r = 0; r < kRows; ++r) xb[r] = Broadcast4(xq[r] + 4 * qd);
-    for (int j = j0; j < j1; ++j) {
+    for (int j = 0; j < 4; ++j) {
       const __m256i mag = LoadA32(w.mag[qd][j]);
-      const __m256i sgn = P::kVnni || kFmt == Format::kInt4 ? mag : LoadA32(w.sgn[qd][j]);
-      for (int r = 0; r < kRows; ++r) a[r][j] = Product<P, kFmt>(a[r][j], mag, sgn, xb[r]);
+      for (int r = 0; r < kRows; ++r) a[r][j] = Product<P, kFmt>(a[r][j], mag, mag, xb[r]);
     }
   };
-  if constexpr (P::kVnni || kFmt == Format::kInt4) {
-    // Unrolled twice (AVX2 int4 at M = 16 and 64 on Zen 4: 7-9 % faster).
+  // Unrolled twice (AVX2 int4 at M = 16 and 64 on Zen 4: 7-9 % faster).
 #pragma GCC unroll 2
-    for (int qd = 0; qd < kQuads; ++qd) quad(qd, 0, 4);
-  } else {
-    // The sign-and-widen steps of int8 and NF4 keep more registers live: two passes over the
-    // quads, two column vectors each, leave GCC no accumulator to spill (int8 at M = 16, two
-    // threads: -3 %), where all four at once, or unrolled, spill.
-#pragma GCC unroll 1
-    for (int qd = 0; qd < kQuads; ++qd) quad(qd, 0, 2);
-#pragma GCC unroll 1
-    for (int qd = 0; qd < kQuads; ++qd) quad(qd, 2, 4);
-  }
+  for (int qd = 0; qd < kQuads; ++qd) quad(qd);
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < 4; ++j) dot[r][j] = Widen<P, kFmt>(a[r][j]);
   }
@@ -240,12 +231,8 @@ inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, __m256i
 // group g. f is the row's activation scale d, times the half's weight scales sc (decoder
 // order) unless kScaleLater leaves those for the end of the task.
 template <class P, Format kFmt, int kRows, bool kScaleLater>
-inline void AccumulateRows(const Q8Task& t, int64_t g, int64_t mi, const GroupQuads& w,
-                           const __m256 sc[4], float* acc, int64_t lda) {
-  const int8_t* xq[kRows];
-  for (int r = 0; r < kRows; ++r) xq[r] = t.x.q + (g * t.x.rows + mi + r) * kQ8Group;
-  __m256i dot[kRows][4];
-  DotGroup<P, kFmt, kRows>(xq, w, dot);
+inline void AddDots(const Q8Task& t, int64_t g, int64_t mi, const __m256i dot[kRows][4],
+                    const __m256 sc[4], float* acc, int64_t lda) {
   for (int r = 0; r < kRows; ++r) {
     const int64_t at = g * t.x.rows + mi + r;
     const __m256 d = _mm256_set1_ps(t.x.d[at]);
@@ -258,6 +245,150 @@ inline void AccumulateRows(const Q8Task& t, int64_t g, int64_t mi, const GroupQu
                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), f, _mm256_loadu_ps(row + 8 * j)));
     }
   }
+}
+
+// AddDots() of the products of kRows rows from mi with one half's decoded quads.
+template <class P, Format kFmt, int kRows, bool kScaleLater>
+inline void AccumulateRows(const Q8Task& t, int64_t g, int64_t mi, const GroupQuads& w,
+                           const __m256 sc[4], float* acc, int64_t lda) {
+  const int8_t* xq[kRows];
+  for (int r = 0; r < kRows; ++r) xq[r] = t.x.q + (g * t.x.rows + mi + r) * kQ8Group;
+  __m256i dot[kRows][4];
+  DotGroup<P, kFmt, kRows>(xq, w, dot);
+  AddDots<P, kFmt, kRows, kScaleLater>(t, g, mi, dot, sc, acc, lda);
+}
+
+// AVX2's int8 and NF4 from M = 3 take their products as int16 pairs (vpmaddwd: 16 products
+// per instruction) instead of signed quads (vpsignb, vpmaddubsw, vpmaddwd: 32 products per
+// three instructions on the same two pipes): a group's weights are decoded to int16 once per
+// column block and shared by every row, the activations widened once per group.
+template <class P, Format kFmt>
+constexpr bool kPairs = !P::kVnni && kFmt != Format::kInt4;
+
+// One group's weights for 32 columns as int16 pairs: pair p holds the group's activation
+// positions 2 p and 2 p + 1 (int8: rows 2 p and 2 p + 1 of K; the nibble-packed formats:
+// q8_quantize's order, DecodeGroupPairs), column vector j at w[p][j], whose int32 lane i of
+// 128-bit lane L holds the pair of column 16 L + 4 j + i (decoder order).
+struct alignas(32) GroupPairs {
+  int16_t w[kQ8Group / 2][4][16];
+};
+
+// Two rows' int8 values of 32 columns (a: the pair's first, b: its second) as pair vectors
+// in decoder order: bytes interleaved, then moved to the high byte of each int16 and shifted
+// back with their sign.
+inline void PairUp(__m256i a, __m256i b, __m256i out[4]) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);
+  out[0] = _mm256_srai_epi16(_mm256_unpacklo_epi8(zero, lo), 8);
+  out[1] = _mm256_srai_epi16(_mm256_unpackhi_epi8(zero, lo), 8);
+  out[2] = _mm256_srai_epi16(_mm256_unpacklo_epi8(zero, hi), 8);
+  out[3] = _mm256_srai_epi16(_mm256_unpackhi_epi8(zero, hi), 8);
+}
+
+inline void StorePairs(const __m256i v[4], int16_t out[4][16]) {
+  for (int j = 0; j < 4; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(out[j]), v[j]);
+}
+
+// Decodes one group for kHalves 32-column halves (columns [n, n + 32 * kHalves)) into pairs.
+// int8: stored rows 2 p and 2 p + 1. Nibble-packed (NF4): each four stored rows s0-s3 hold
+// eight rows of K, whose activations q8_quantize stores as 0 2 4 6 1 3 5 7, so the four
+// pairs are the low nibbles of (s0, s1), (s2, s3), then the high ones; each through the book.
+template <Format kFmt, int kHalves>
+inline void DecodeGroupPairs(const Q8Task& t, int64_t g0, int64_t n, GroupPairs* out) {
+  const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + n;
+  for (int set = 0; set < kQ8GroupRows<kFmt> / 4; ++set) {
+    const uint8_t* row = group + 4 * set * t.ldq;
+    for (int h = 0; h < kHalves; ++h) {
+      __m256i r[4];
+      for (int i = 0; i < 4; ++i) r[i] = Load32(row + i * t.ldq + 32 * h);
+      __m256i v[4];
+      if constexpr (kFmt == Format::kInt8) {
+        for (int i = 0; i < 2; ++i) {
+          PairUp(r[2 * i], r[2 * i + 1], v);
+          StorePairs(v, out[h].w[2 * set + i]);
+        }
+      } else {
+        const __m256i nibble = _mm256_set1_epi8(0x0F);
+        const __m256i nf4 = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(kNf4Int8)));
+        __m256i code[2][4];  // [low / high nibble][stored row]
+        for (int i = 0; i < 4; ++i) {
+          code[0][i] = _mm256_shuffle_epi8(nf4, _mm256_and_si256(r[i], nibble));
+          code[1][i] = _mm256_shuffle_epi8(
+              nf4, _mm256_and_si256(_mm256_srli_epi16(r[i], 4), nibble));
+        }
+        for (int half = 0; half < 2; ++half) {
+          for (int i = 0; i < 2; ++i) {
+            PairUp(code[half][2 * i], code[half][2 * i + 1], v);
+            StorePairs(v, out[h].w[4 * set + 2 * half + i]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The m rows of group g's activation codes as int16 (row mi at xw + 32 mi).
+inline void WidenActivations(const Q8Task& t, int64_t g, int16_t* xw) {
+  for (int64_t mi = 0; mi < t.m; ++mi) {
+    const __m256i codes = Load32(reinterpret_cast<const uint8_t*>(t.x.q) +
+                                 (g * t.x.rows + mi) * kQ8Group);
+    __m256i* out = reinterpret_cast<__m256i*>(xw + kQ8Group * mi);
+    _mm256_store_si256(out, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(codes)));
+    _mm256_store_si256(out + 1, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(codes, 1)));
+  }
+}
+
+// One pair of a 2-row tile: a[r][j] += vpmaddwd(w[j], the pair at x_r broadcast), j < 4. In
+// assembly, because GCC 12 keeps the intrinsic form's eight accumulators in registers only
+// with copies and spills between steps: in L1 on Zen 4 the tile took 1.35-1.8 cycles per 32
+// products as intrinsics (by unrolling and tile shape), 1.18 so; the whole kernel at
+// M = 16 / 64 (one thread, weights from memory) ran ~10 % faster. (int4's vpmaddubsw tile
+// written so measured 7-9 % slower than GCC's.)
+#define JAXCORE_PAIR_COLUMN(J)                  \
+  "vmovdqa " #J "*32(%[w]), %[v]\n\t"          \
+  "vpmaddwd %[x0], %[v], %[t0]\n\t"            \
+  "vpmaddwd %[x1], %[v], %[t1]\n\t"            \
+  "vpaddd %[t0], %[a0" #J "], %[a0" #J "]\n\t" \
+  "vpaddd %[t1], %[a1" #J "], %[a1" #J "]\n\t"
+[[gnu::always_inline]] inline void PairStep2(const int16_t* w, const int16_t* x0,
+                                             const int16_t* x1, __m256i a[2][4]) {
+  __m256i v, t0, t1, xb0, xb1;
+  asm("vpbroadcastd %[p0], %[x0]\n\t"
+      "vpbroadcastd %[p1], %[x1]\n\t"
+      JAXCORE_PAIR_COLUMN(0) JAXCORE_PAIR_COLUMN(1) JAXCORE_PAIR_COLUMN(2) JAXCORE_PAIR_COLUMN(3)
+      : [a00] "+x"(a[0][0]), [a01] "+x"(a[0][1]), [a02] "+x"(a[0][2]), [a03] "+x"(a[0][3]),
+        [a10] "+x"(a[1][0]), [a11] "+x"(a[1][1]), [a12] "+x"(a[1][2]), [a13] "+x"(a[1][3]),
+        [v] "=&x"(v), [t0] "=&x"(t0), [t1] "=&x"(t1), [x0] "=&x"(xb0), [x1] "=&x"(xb1)
+      : [w] "r"(w), [p0] "m"(*reinterpret_cast<const int32_t*>(x0)),
+        [p1] "m"(*reinterpret_cast<const int32_t*>(x1)),
+        "m"(*reinterpret_cast<const int16_t(*)[64]>(w)));
+}
+#undef JAXCORE_PAIR_COLUMN
+
+// AddDots() of the products of kRows rows from mi with one half's pairs.
+template <class P, Format kFmt, int kRows, bool kScaleLater>
+inline void AccumulatePairRows(const Q8Task& t, int64_t g, int64_t mi, const int16_t* xw,
+                               const GroupPairs& w, const __m256 sc[4], float* acc, int64_t lda) {
+  __m256i a[kRows][4];
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
+  }
+  const int16_t* x = xw + kQ8Group * mi;
+  for (int p = 0; p < kQ8Group / 2; ++p) {
+    if constexpr (kRows == 2) {
+      PairStep2(w.w[p][0], x + 2 * p, x + kQ8Group + 2 * p, a);
+    } else {
+      int32_t pair;
+      std::memcpy(&pair, x + 2 * p, sizeof(pair));
+      const __m256i xb = _mm256_set1_epi32(pair);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(w.w[p][j]));
+        a[0][j] = _mm256_add_epi32(a[0][j], _mm256_madd_epi16(v, xb));
+      }
+    }
+  }
+  AddDots<P, kFmt, kRows, kScaleLater>(t, g, mi, a, sc, acc, lda);
 }
 
 // The scales of 32 columns (from `scale`), times `unit`, in decoder order.
@@ -329,10 +460,13 @@ void Q8TaskBlockT(const Q8Task& t) {
   constexpr int kStoredRows = kQ8GroupRows<kFmt>;
   const __m256 unit = ScaleUnit<kFmt>();
   const uint8_t* end = t.q + Q8StoredRow<kFmt>(t.r1) * t.ldq;
-  GroupQuads quads[2];
+  constexpr bool kPair = kPairs<P, kFmt>;
+  std::conditional_t<kPair, GroupPairs, GroupQuads> quads[2];
+  int16_t* xw = reinterpret_cast<int16_t*>(t.acc + t.m * lda);  // Q8TaskAccFloats' tail
   __m256 sc[2][4] = {};
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
+    if (kPair) WidenActivations(t, g, xw);
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
     const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + t.n0;
     for (int64_t c = 0; c < wide;) {
@@ -351,10 +485,15 @@ void Q8TaskBlockT(const Q8Task& t) {
       if (!kScaleLater && (g0 + kQ8Group) % t.block_size == 0) {
         PrefetchNextBlockScales(t, g0, srow, c, 4);
       }
-      int halves = 1;
-      if (c + 64 <= wide) {
+      const int halves = c + 64 <= wide ? 2 : 1;
+      if constexpr (kPair) {
+        if (halves == 2) {
+          DecodeGroupPairs<kFmt, 2>(t, g0, t.n0 + c, quads);
+        } else {
+          DecodeGroupPairs<kFmt, 1>(t, g0, t.n0 + c, quads);
+        }
+      } else if (halves == 2) {
         DecodeGroup<P, kFmt, 2>(t, g0, t.n0 + c, quads);
-        halves = 2;
       } else {
         DecodeGroup<P, kFmt, 1>(t, g0, t.n0 + c, quads);
       }
@@ -363,9 +502,18 @@ void Q8TaskBlockT(const Q8Task& t) {
         float* acc = t.acc + c + 32 * h;
         int64_t mi = 0;
         for (; mi + 2 <= t.m; mi += 2) {
-          AccumulateRows<P, kFmt, 2, kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
+          if constexpr (kPair) {
+            AccumulatePairRows<P, kFmt, 2, kScaleLater>(t, g, mi, xw, quads[h], sc[h], acc, lda);
+          } else {
+            AccumulateRows<P, kFmt, 2, kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
+          }
         }
-        if (mi < t.m) AccumulateRows<P, kFmt, 1, kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
+        if (mi == t.m) continue;
+        if constexpr (kPair) {
+          AccumulatePairRows<P, kFmt, 1, kScaleLater>(t, g, mi, xw, quads[h], sc[h], acc, lda);
+        } else {
+          AccumulateRows<P, kFmt, 1, kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
+        }
       }
       c += 32 * halves;
     }
