@@ -35,13 +35,13 @@ ENV_VAR = "JAXCORE_CPU_KERNELS_LIB"
 """Environment variable naming the library to load instead of the bundled one."""
 
 TARGET_NAME = "jaxcore_cpu_quantized_matmul"
+"""The XLA FFI custom-call target the kernels are registered as."""
 DQ_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq"
 """The FFI target taking NF4's double-quantized scales (codes, group scales, offset)."""
 STACKED_TARGET_NAME = "jaxcore_cpu_quantized_matmul_stacked"
 DQ_STACKED_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq_stacked"
 """The two targets above on one matrix of a stack (an int32 index after x, every weight
 operand with the stack's axis first)."""
-"""The XLA FFI custom-call target the kernels are registered as."""
 
 # Each architecture's instruction sets, least capable first (what available_isas() slices).
 _X86_ISAS = ("portable", "avx2", "avxvnni", "avx512")

@@ -464,9 +464,27 @@ void Q8TaskBlockT(const Q8Task& t) {
   std::conditional_t<kPair, GroupPairs, GroupQuads> quads[2];
   int16_t* xw = reinterpret_cast<int16_t*>(t.acc + t.m * lda);  // Q8TaskAccFloats' tail
   __m256 sc[2][4] = {};
+  // Group g0's kHalves 32-column halves from column c, into quads.
+  const auto decode = [&](auto halves, int64_t g0, int64_t c) {
+    if constexpr (kPair) {
+      DecodeGroupPairs<kFmt, halves()>(t, g0, t.n0 + c, quads);
+    } else {
+      DecodeGroup<P, kFmt, halves()>(t, g0, t.n0 + c, quads);
+    }
+  };
+  // The products of kRows rows from mi with half h of group g.
+  const auto accumulate = [&](auto rows, int64_t g, int64_t mi, int h, float* acc) {
+    if constexpr (kPair) {
+      AccumulatePairRows<P, kFmt, rows(), kScaleLater>(t, g, mi, xw, quads[h], sc[h], acc, lda);
+    } else {
+      AccumulateRows<P, kFmt, rows(), kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
+    }
+  };
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
-    if (kPair) WidenActivations(t, g, xw);
+    if constexpr (kPair) WidenActivations(t, g, xw);
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
     const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + t.n0;
     for (int64_t c = 0; c < wide;) {
@@ -486,34 +504,17 @@ void Q8TaskBlockT(const Q8Task& t) {
         PrefetchNextBlockScales(t, g0, srow, c, 4);
       }
       const int halves = c + 64 <= wide ? 2 : 1;
-      if constexpr (kPair) {
-        if (halves == 2) {
-          DecodeGroupPairs<kFmt, 2>(t, g0, t.n0 + c, quads);
-        } else {
-          DecodeGroupPairs<kFmt, 1>(t, g0, t.n0 + c, quads);
-        }
-      } else if (halves == 2) {
-        DecodeGroup<P, kFmt, 2>(t, g0, t.n0 + c, quads);
+      if (halves == 2) {
+        decode(Two(), g0, c);
       } else {
-        DecodeGroup<P, kFmt, 1>(t, g0, t.n0 + c, quads);
+        decode(One(), g0, c);
       }
       for (int h = 0; h < halves; ++h) {
         if (!kScaleLater) HalfScales(srow + c + 32 * h, unit, sc[h]);
         float* acc = t.acc + c + 32 * h;
         int64_t mi = 0;
-        for (; mi + 2 <= t.m; mi += 2) {
-          if constexpr (kPair) {
-            AccumulatePairRows<P, kFmt, 2, kScaleLater>(t, g, mi, xw, quads[h], sc[h], acc, lda);
-          } else {
-            AccumulateRows<P, kFmt, 2, kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
-          }
-        }
-        if (mi == t.m) continue;
-        if constexpr (kPair) {
-          AccumulatePairRows<P, kFmt, 1, kScaleLater>(t, g, mi, xw, quads[h], sc[h], acc, lda);
-        } else {
-          AccumulateRows<P, kFmt, 1, kScaleLater>(t, g, mi, quads[h], sc[h], acc, lda);
-        }
+        for (; mi + 2 <= t.m; mi += 2) accumulate(Two(), g, mi, h, acc);
+        if (mi < t.m) accumulate(One(), g, mi, h, acc);
       }
       c += 32 * halves;
     }
