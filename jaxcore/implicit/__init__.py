@@ -9,27 +9,24 @@ under ``jit``, ``grad``, ``vmap`` and control flow, materializing only as a fall
 The modules import each other in one direction; read them bottom-up:
 
 - ``_warnings``: the fallback-materialization warning;
-- ``_base``: the array type (fields, pytree, shape/dtype discovery);
+- ``_fields``: field declarations (children or static aux data) and the type registry;
+- ``_aval``: shape/dtype, given, computed or discovered by tracing ``materialize``;
+- ``_base``: the array type (construction, pytree, value equality);
 - ``_dispatch``: the handler registry and its resolution by operand types;
 - ``_trace``: the interpreter that routes primitives to handlers;
 - ``_materialize`` (materializing through the interpreter), ``_plan`` (cached
   traces), ``_rules`` (handlers for jit, cond, while, scan, checkpoint), ``_ste``
   (straight-through estimation) and ``_tree`` (tree utilities);
 - this file, which assembles the package: it installs the interpreter-aware
-  materializer in ``_base`` (used by the default fallback handler and by shape
+  materializer in ``_aval`` (used by the default fallback handler and by shape
   discovery) and registers the control-flow rules.
 """
 
-from jaxcore.implicit import _base, _materialize, _rules
-from jaxcore.implicit._base import (
-    CallableAval,
-    ImplicitArray,
-    ImplicitArrayMeta,
-    UninitializedAval,
-    aux_field,
-    field,
-)
+from jaxcore.implicit import _aval, _materialize, _rules
+from jaxcore.implicit._aval import CallableAval, UninitializedAval
+from jaxcore.implicit._base import ImplicitArray, ImplicitArrayMeta
 from jaxcore.implicit._dispatch import AmbiguousHandlerError, register, registered_handlers
+from jaxcore.implicit._fields import aux_field, field
 from jaxcore.implicit._materialize import default_handler, materialize_handler, materialize_nested
 from jaxcore.implicit._ste import StraightThrough, ste
 from jaxcore.implicit._trace import implicit, use_implicit
@@ -54,7 +51,7 @@ from jaxcore.implicit._warnings import (
 )
 
 # Assembly: the layers below import nothing above them; they are wired together here.
-_base.install_materializer(_materialize.materialize_full)
+_aval.install_materializer(_materialize.materialize_full)
 _rules.install()
 
 __all__ = [

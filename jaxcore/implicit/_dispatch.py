@@ -35,7 +35,7 @@ import jax.extend.core as jex_core
 import numpy as np
 
 from jaxcore import _registry_version
-from jaxcore.implicit import _base
+from jaxcore.implicit import _base, _fields
 
 _ANY = object
 _ARRAY = jax.Array
@@ -488,7 +488,7 @@ def default_owner(operand_types: tuple[type, ...]) -> tp.Any:
     first = None
     overriding: dict[tp.Any, type] = {}
     for t in operand_types:
-        if t not in _base.IMPLICIT_TYPES:
+        if t not in _fields.IMPLICIT_TYPES:
             continue
         first = first or t
         handler = tp.cast(tp.Any, t).default_handler

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import typing as tp
 
-from jaxcore.implicit import _base, _trace
+from jaxcore.implicit import _aval, _base, _fields, _trace
 
 # Kept here too: the name was public to handlers written against earlier releases.
-has_implicit_children = _base.has_implicit_children
+has_implicit_children = _aval.has_implicit_children
 
 
 def materialize_one_layer(x: _base.ImplicitArray) -> tp.Any:
@@ -23,7 +23,7 @@ def materialize_one_layer(x: _base.ImplicitArray) -> tp.Any:
     interpreter with those children wrapped, so ``self.inner * 2`` inside
     ``materialize`` works like any implicit-array operation.
     """
-    if _base.has_implicit_children(x):
+    if _aval.has_implicit_children(x):
         return _trace.call_with_nested_dispatch(type(x).materialize, (x,), {})
     return x.materialize()
 
@@ -38,7 +38,7 @@ def materialize_nested(implicit_arr: tp.Any, full: bool = False) -> tp.Any:
     Returns:
         The materialized value.
     """
-    while _base.is_implicit(implicit_arr):
+    while _fields.is_implicit(implicit_arr):
         implicit_arr = materialize_one_layer(implicit_arr)
         if not full:
             break
@@ -52,7 +52,7 @@ def materialize_full(x: tp.Any) -> tp.Any:
 
 def materialize_all(values: tp.Sequence[tp.Any]) -> list[tp.Any]:
     """Fully materializes every implicit array in a flat sequence of operands."""
-    return [materialize_nested(v, full=True) if _base.is_implicit(v) else v for v in values]
+    return [materialize_nested(v, full=True) if _fields.is_implicit(v) else v for v in values]
 
 
 def default_handler(primitive: tp.Any, *args: tp.Any, **params: tp.Any) -> tp.Any:

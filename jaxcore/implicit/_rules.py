@@ -26,7 +26,7 @@ import jax.extend.core as jex_core
 from jax.extend.core import primitives as prims
 
 from jaxcore import _jax_internals, _registry_version
-from jaxcore.implicit import _base, _dispatch, _materialize, _plan, _trace, _warnings
+from jaxcore.implicit import _aval, _dispatch, _fields, _materialize, _plan, _trace, _warnings
 
 _RULE_PRECEDENCE = -(2**30)
 
@@ -44,7 +44,7 @@ def _materialize_full(x: tp.Any) -> tp.Any:
 def _signature(x: tp.Any) -> tuple[tp.Any, tuple]:
     """Tree structure plus (shape, dtype) of every leaf: what JAX requires to match."""
     leaves, treedef = jax.tree_util.tree_flatten(x)
-    return treedef, tuple(_base.leaf_signature(leaf) for leaf in leaves)
+    return treedef, tuple(_aval.leaf_signature(leaf) for leaf in leaves)
 
 
 def _apply_mask(values: tp.Sequence[tp.Any], mask: tp.Sequence[bool]) -> list[tp.Any]:
@@ -115,10 +115,10 @@ def _jit_rule_raw(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) ->
     else:
         state = (_registry_version.current(), _warnings.warnings_state())
         out = _compiled_jaxpr_fn(jaxpr, params["name"], state)(*args)
-    implicit_types = _base.IMPLICIT_TYPES
+    implicit_types = _fields.IMPLICIT_TYPES
     for value, aval in zip(out, jaxpr.out_avals):
         if type(value) in implicit_types:
-            _base.adopt_aval(value, aval.shape, aval.dtype)
+            _aval.adopt_aval(value, aval.shape, aval.dtype)
     return list(out)
 
 
@@ -136,13 +136,13 @@ def _dense_selector(x: tp.Any) -> tp.Any:
     holds exactly one leaf of the selector's own shape and dtype is read through that
     leaf, which is how quax reads a value used as a predicate.
     """
-    if not _base.is_implicit(x):
+    if not _fields.is_implicit(x):
         return x
     try:
         return _materialize_full(x)
     except NotImplementedError:
         leaves = jax.tree_util.tree_leaves(x)
-        if len(leaves) != 1 or _base.leaf_signature(leaves[0]) != (tuple(x.shape), x.dtype):
+        if len(leaves) != 1 or _aval.leaf_signature(leaves[0]) != (tuple(x.shape), x.dtype):
             raise
         return leaves[0]
 
@@ -206,7 +206,7 @@ def _while_rule(
     batch = tuple(jax.eval_shape(predicate, _apply_mask(init, mask)).shape)
     if batch:
         mask = [
-            m or (_base.is_implicit(c) and not _freezable(c, batch)) for m, c in zip(mask, init)
+            m or (_fields.is_implicit(c) and not _freezable(c, batch)) for m, c in zip(mask, init)
         ]
 
     def cond(carry: tp.Any) -> tp.Any:
@@ -232,7 +232,7 @@ def _abstract(x: tp.Any, shape_of: tp.Callable[[tuple[int, ...]], tuple[int, ...
 def _leafwise_ok(x: tp.Any, rebuilt: tp.Any, shape: tuple[int, ...]) -> bool:
     """Whether ``rebuilt`` (``x`` with its leaves sliced or stacked) stands for ``shape``/``x.dtype``."""
     try:
-        aval = _base.resolve_aval(rebuilt)
+        aval = _aval.resolve_aval(rebuilt)
     except Exception:  # noqa: BLE001 - shape unknowable that way: materialize instead.
         return False
     return tuple(aval.shape) == shape and aval.dtype == x.dtype
@@ -276,13 +276,13 @@ def _scan_rule(primitive, *args: tp.Any, reverse, length, jaxpr, unroll, **param
     consts = args[:num_consts]
     init = list(args[num_consts : num_consts + num_carry])
     xs = [
-        x if not _base.is_implicit(x) or _scannable(x, length) else _materialize_full(x)
+        x if not _fields.is_implicit(x) or _scannable(x, length) else _materialize_full(x)
         for x in args[num_consts + num_carry :]
     ]
     # Scanned inputs that index themselves in the body (`ImplicitArray.scan_slice`) stay
     # whole, closed over; the body gets their view at the iteration's index, which scans
     # along as one more input (reversed with the others under ``reverse``).
-    in_place = [_base.is_implicit(x) and x.scan_slice(0) is not None for x in xs]
+    in_place = [_fields.is_implicit(x) and x.scan_slice(0) is not None for x in xs]
     stacks = [x for x, p in zip(xs, in_place) if p]
     if stacks:
         xs = [*(None if p else x for x, p in zip(xs, in_place)), jax.numpy.arange(length)]
@@ -296,7 +296,7 @@ def _scan_rule(primitive, *args: tp.Any, reverse, length, jaxpr, unroll, **param
         out = list(fn(*consts, *carry, *x))
         # A view (of an in-place input) leaves the body as what it stands for: stacked
         # leaf by leaf it would index a stack of stacks.
-        out = [o.on_return() if _base.is_implicit(o) else o for o in out]
+        out = [o.on_return() if _fields.is_implicit(o) else o for o in out]
         return out[:num_carry], out[num_carry:]
 
     x_slice = _abstract(xs, lambda s: s[1:])
@@ -304,7 +304,7 @@ def _scan_rule(primitive, *args: tp.Any, reverse, length, jaxpr, unroll, **param
     ys_shape = jax.eval_shape(
         lambda c, x: body(_apply_mask(c, mask), x)[1], _apply_mask(init, mask), x_slice
     )
-    ys_mask = [_base.is_implicit(y) and not _stackable(y, length) for y in ys_shape]
+    ys_mask = [_fields.is_implicit(y) and not _stackable(y, length) for y in ys_shape]
 
     def masked_body(carry: list, x: list) -> tuple[list, list]:
         new_carry, ys = body(carry, x)

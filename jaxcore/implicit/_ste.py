@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxcore.implicit import _base, _dispatch, _trace
+from jaxcore.implicit import _aval, _base, _dispatch, _fields, _trace
 
 # Primitives linear in each operand when the others are held fixed. Their derivative
 # is a sum of one application per operand with that operand replaced by its tangent,
@@ -105,7 +105,7 @@ class StraightThrough(_base.ImplicitArray, warn_on_materialize=False):
 
     def materialize(self) -> jax.Array:
         """The dense array ``value`` stands for, with ``master``'s gradient."""
-        dense = _base.materialize_full(self.value)
+        dense = _aval.materialize_full(self.value)
         if self.master is None:
             return dense
         return _pass_through(self.master, dense)
@@ -133,7 +133,7 @@ def _transpose(x: tp.Any) -> tp.Any:
 
 def _bind(primitive: tp.Any, operands: tp.Sequence[tp.Any], params: dict) -> tp.Any:
     """Applies ``primitive``, through the handlers when an operand is implicit."""
-    if any(_base.is_implicit(o) for o in operands):
+    if any(_fields.is_implicit(o) for o in operands):
         return _trace.apply_primitive(primitive, list(operands), params)
     return primitive.bind(*operands, **params)
 
@@ -155,14 +155,14 @@ def _apply(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) -> tp.Any
     """``primitive`` on operands among which are :class:`StraightThrough` arrays."""
     wrapped = [type(a) is StraightThrough for a in args]
     forward = [a.value if w else a for a, w in zip(args, wrapped)]
-    handled = any(_base.is_implicit(v) for v in forward) and (
+    handled = any(_fields.is_implicit(v) for v in forward) and (
         _dispatch.resolve(primitive, tuple(type(v) for v in forward)) is not None
     )
     if not handled:
         # No handler keeps the values implicit: materialize them, with the straight-through
         # gradient, and let JAX differentiate the primitive as usual.
         _trace.warn_for(primitive, forward)
-        dense = [a.materialize() if w else _base.materialize_full(a) for a, w in zip(args, wrapped)]
+        dense = [a.materialize() if w else _aval.materialize_full(a) for a, w in zip(args, wrapped)]
         return primitive.bind(*dense, **params)
 
     # What carries each operand's tangent: a wrapped operand's master (standing for the
@@ -182,7 +182,7 @@ def _apply(primitive: tp.Any, args: tp.Sequence[tp.Any], params: dict) -> tp.Any
     carriers = _tangent_carriers(primitive, params, stopped, sources, outs)
     results: list[tp.Any] = []
     for out, carrier in zip(outs, carriers):
-        if _base.is_implicit(out):
+        if _fields.is_implicit(out):
             results.append(StraightThrough(carrier, out))
         elif carrier is not None:
             results.append(_pass_through(carrier, out))
@@ -255,10 +255,10 @@ def _straight_through_tangents(
             ops = list(operands)
             ops[i] = t
             term = _outputs(primitive, _bind(primitive, ops, params))
-            term = [_base.materialize_full(o) for o in term]
+            term = [_aval.materialize_full(o) for o in term]
             total = term if total is None else [a + b for a, b in zip(total, term)]
         return total if total is not None else [None] * n_out
-    dense = [_base.materialize_full(o) for o in operands]
+    dense = [_aval.materialize_full(o) for o in operands]
     positions = [i for i, t in enumerate(tangents) if t is not None]
 
     def at(*diff: tp.Any) -> tp.Any:
@@ -327,7 +327,7 @@ def ste(func: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
     @functools.wraps(func)
     def wrapper(x: tp.Any, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         out = func(_stop_arrays(x), *_stop_arrays(args), **_stop_arrays(kwargs))
-        implicit_out = _base.is_implicit(out)
+        implicit_out = _fields.is_implicit(out)
         if not implicit_out and not isinstance(out, (jax.Array, np.ndarray)):
             raise TypeError(
                 f"ste({name}) returned a {type(out).__name__}; the wrapped function must "

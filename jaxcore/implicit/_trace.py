@@ -38,11 +38,11 @@ import numpy as np
 from jax.extend.core import primitives as _prims
 
 from jaxcore import _jax_internals
-from jaxcore.implicit import _base, _dispatch, _warnings
+from jaxcore.implicit import _aval, _base, _dispatch, _fields, _warnings
 
-_is_implicit = _base.is_implicit
+_is_implicit = _fields.is_implicit
 _abc_token = abc.get_cache_token
-_IMPLICIT_TYPES = _base.IMPLICIT_TYPES
+_IMPLICIT_TYPES = _fields.IMPLICIT_TYPES
 
 
 class _ImplicitTracer(jax.core.Tracer):
@@ -51,7 +51,7 @@ class _ImplicitTracer(jax.core.Tracer):
     __slots__ = ("value",)
 
     def __init__(self, trace: _ImplicitTrace, value: _base.ImplicitArray):
-        super().__init__(trace, _base.resolve_aval(value))
+        super().__init__(trace, _aval.resolve_aval(value))
         self.value = value
 
     def full_lower(self) -> _ImplicitTracer:
@@ -153,7 +153,7 @@ class _ImplicitTrace(jax.core.Trace):
         if found:
             warn_for(primitive, values)
             with jex_core.set_current_trace(self.parent_trace):
-                values = [_base.materialize_full(v) for v in values]
+                values = [_aval.materialize_full(v) for v in values]
         return values
 
     def _bind_on_parent(self, primitive, values, params):
@@ -186,7 +186,7 @@ class _ImplicitTrace(jax.core.Trace):
             return self._bind_on_parent(primitive, values, params)
         with jex_core.set_current_trace(self.parent_trace):
             avals = [
-                _base.resolve_aval(v) if type(v) in _IMPLICIT_TYPES else jax.typeof(v)
+                _aval.resolve_aval(v) if type(v) in _IMPLICIT_TYPES else jax.typeof(v)
                 for v in values
             ]
             jaxpr, consts = _jax_internals.trace_to_jaxpr(
@@ -252,7 +252,7 @@ def apply_primitive(primitive: tp.Any, values: list[tp.Any], params: dict) -> tp
         return owner.default_handler(primitive, *values, params=params)
     handler = tp.cast(_dispatch.Handler, handler)
     for v in values:
-        if type(v) in _IMPLICIT_TYPES and _base.has_implicit_children(v):
+        if type(v) in _IMPLICIT_TYPES and _aval.has_implicit_children(v):
             return call_with_nested_dispatch(handler, (primitive, values, params), {})
     raw = handler.raw
     if raw is not None:
@@ -286,7 +286,7 @@ def eval_jaxpr(closed_jaxpr: jex_core.ClosedJaxpr, args: tp.Sequence[tp.Any]) ->
                         ans = apply_custom_call(primitive, eqn.params, invals)
                     elif "subfuns" in bind_params:
                         warn_for(primitive, invals)
-                        invals = [_base.materialize_full(v) for v in invals]
+                        invals = [_aval.materialize_full(v) for v in invals]
                         ans = primitive.bind(*invals, **bind_params)
                     else:
                         ans = apply_primitive(primitive, invals, bind_params)
@@ -338,7 +338,7 @@ def apply_custom_call(
         implicit_out = False
         for out, aval in zip(outs, out_avals):
             if type(out) in _IMPLICIT_TYPES:
-                _base.adopt_aval(out, aval.shape, aval.dtype)
+                _aval.adopt_aval(out, aval.shape, aval.dtype)
                 implicit_out = True
         out_leaves, out_tree = jax.tree_util.tree_flatten(list(outs))
         outputs.append((out_tree, implicit_out))
@@ -351,7 +351,7 @@ def apply_custom_call(
 
     def dense_operands(*flat: tp.Any) -> list[tp.Any]:
         return [
-            _base.materialize_full(v) for v in jax.tree_util.tree_unflatten(treedef, list(flat))
+            _aval.materialize_full(v) for v in jax.tree_util.tree_unflatten(treedef, list(flat))
         ]
 
     def dense_call(*dense: tp.Any) -> list[tp.Any]:
@@ -417,7 +417,9 @@ def call_with_nested_dispatch(fn: tp.Callable[..., tp.Any], args: tuple, kwargs:
             is_leaf=lambda c: c is not x and _is_implicit(c),
         )
 
-    args, kwargs = jax.tree_util.tree_map(wrap_children, (args, kwargs), is_leaf=_base.is_implicit)
+    args, kwargs = jax.tree_util.tree_map(
+        wrap_children, (args, kwargs), is_leaf=_fields.is_implicit
+    )
     with jex_core.set_current_trace(trace):
         out = fn(*args, **kwargs)
     return jax.tree_util.tree_map(_is_tracer_of(trace), out)
@@ -476,7 +478,7 @@ def use_implicit(fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
             f = fn
         else:
             leaves, treedef = jax.tree_util.tree_flatten(
-                (fn, args, kwargs), is_leaf=_base.is_implicit
+                (fn, args, kwargs), is_leaf=_fields.is_implicit
             )
             if not any(map(_is_implicit, leaves)):
                 return fn(*args, **kwargs)
