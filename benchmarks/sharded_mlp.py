@@ -81,6 +81,7 @@ def main() -> int:
         "int8": lambda w: quant.ArrayInt8.quantize(w),
         "int4": lambda w: quant.ArrayInt4.quantize(w, 64),
         "nf4": lambda w: quant.ArrayNF4.quantize(w, 64),
+        "nf4-dq": lambda w: quant.ArrayNF4.quantize(w, 64, double_quant=True),
     }
     split_up, split_down = NamedSharding(mesh, P(None, "tp")), NamedSharding(mesh, P("tp", None))
     whole = NamedSharding(mesh, P())

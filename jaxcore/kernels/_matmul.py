@@ -295,7 +295,14 @@ def _traced(prim):
 
 _partition.register(_matmul_p, _dispatch, _traced(_matmul_p), transposed=False)
 _partition.register(_matmul_t_p, _dispatch_transposed, _traced(_matmul_t_p), transposed=True)
-_partition.register(_matmul_dq_p, _dispatch, _traced(_matmul_dq_p), transposed=False, dq=True)
+_partition.register(
+    _matmul_dq_p,
+    _dispatch,
+    _traced(_matmul_dq_p),
+    transposed=False,
+    dq=True,
+    forward_dq=_dispatch_dq,
+)
 ad.primitive_jvps[_matmul_dq_p] = _jvp_dq
 ad.primitive_transposes[_matmul_dq_p] = _transpose_dq
 

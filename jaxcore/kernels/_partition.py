@@ -16,11 +16,14 @@ shard:
 
 The weight's placement decides: the activations are resharded to match it (they are the
 small operand), never the other way round, and a split of K that would cut a scale block
-or a byte's two 4-bit rows is gathered as before. NF4's double-quantized scales are
-gathered (their codes are 1/block_size of the weight) and expanded on each device, which
-keeps its own slice. Programs on one device, inside ``shard_map`` (already local) and
-lowered for ``jax.export`` (whose artifacts may not hold the partitioner's callback) call
-the kernel directly.
+or a byte's two 4-bit rows is gathered as before. NF4's double-quantized scales reach each
+device's double-quant kernel still compressed, as its own slice of the scale codes and of
+their group scales, where that slice holds whole groups (the groups run along the scale
+array's rows, so a split of N needs N and each shard's columns to be multiples of the group
+size); otherwise the codes are gathered (1/block_size of the weight) and each device
+expands the scales and keeps its slice. Programs on one device, inside ``shard_map``
+(already local) and lowered for ``jax.export`` (whose artifacts may not hold the
+partitioner's callback) call the kernel directly.
 """
 
 from __future__ import annotations
@@ -118,18 +121,53 @@ def result_sharding(x_aval, qvalue_aval, *, transposed: bool, fmt: str, block_si
     return NamedSharding(mesh, PartitionSpec(_entry(keep(plan.m)), _entry(keep(columns))))
 
 
-def _shardings(mesh, plan: _Plan, transposed: bool, scale_blocks: int, dq: bool):
-    """(operand shardings, result sharding) of the plan."""
+def _shardings(mesh, plan: _Plan, transposed: bool, scale_blocks: int, dq: bool, local: bool):
+    """(operand shardings, result sharding) of the plan (``local``: shard-local dq scales)."""
     named = lambda *dims: NamedSharding(mesh, PartitionSpec(*(_entry(d) for d in dims)))  # noqa: E731
     contracted, columns = (plan.n, plan.k) if transposed else (plan.k, plan.n)
     x = named(plan.m, contracted)
     qvalue = named(plan.k, plan.n)
     out = named(plan.m, columns)
+    scale = named(plan.k if scale_blocks > 1 else (), plan.n)
     if dq:
         replicated = NamedSharding(mesh, PartitionSpec())
-        return (x, qvalue, replicated, replicated, replicated), out
-    scale = named(plan.k if scale_blocks > 1 else (), plan.n)
+        # Shard-local: the codes split like the scales they encode; the group scales (1/256
+        # of the codes) stay whole and each device slices its own.
+        codes = scale if local else replicated
+        return (x, qvalue, codes, replicated, replicated), out
     return (x, qvalue, scale), out
+
+
+def _dq_local(mesh, plan: _Plan, n: int, scale_blocks: int) -> bool:
+    """Whether each device's slice of the (blocks, n) scale codes holds whole groups of
+    ``_dq_scales.GROUP_SIZE`` consecutive codes (row-major), so it can be decoded alone."""
+    group = _dq_scales.GROUP_SIZE
+    if plan.n:
+        return n % group == 0 and (n // _size(mesh, plan.n)) % group == 0
+    if plan.k and scale_blocks > 1:
+        return (scale_blocks // _size(mesh, plan.k) * n) % group == 0
+    return True  # the codes stay whole
+
+
+def _local_group_scales(mesh, plan: _Plan, group_scale, n: int, shard_shape, blocks: int):
+    """This device's group scales for its ``shard_shape`` (rows, columns) slice of the
+    (blocks, n) scale codes, which `_dq_local` has checked holds whole groups."""
+    group = _dq_scales.GROUP_SIZE
+    rows, n_local = shard_shape
+    split_rows = bool(plan.k) and rows < blocks
+    if plan.n:
+        table = group_scale.reshape(blocks, n // group)
+        if split_rows:
+            start = _shard_index(mesh, plan.k) * rows
+            table = jax.lax.dynamic_slice_in_dim(table, start, rows, axis=0)
+        per_row = n_local // group
+        start = _shard_index(mesh, plan.n) * per_row
+        return jax.lax.dynamic_slice_in_dim(table, start, per_row, axis=1).reshape(-1)
+    if split_rows:
+        count = rows * n // group
+        start = _shard_index(mesh, plan.k) * count
+        return jax.lax.dynamic_slice_in_dim(group_scale, start, count)
+    return group_scale
 
 
 def _shard_index(mesh, axes: Axes):
@@ -147,6 +185,8 @@ class _Product(NamedTuple):
     traced: Callable[..., Any]  # (cfg, ((shape, dtype), ...)) -> the whole dispatch's jaxpr
     transposed: bool
     dq: bool
+    # (x2d, qvalue, codes, group_scale, offset, cfg) -> out, on one device's shards (dq only)
+    forward_dq: Callable[..., Any] | None = None
 
 
 def _local_cfg(cfg, k_local: int, scale_blocks: int):
@@ -170,11 +210,17 @@ def _make(product: _Product) -> Callable[..., Any]:
     call = jax.jit(call_traced, static_argnums=(5 if product.dq else 3,))
 
     def layout(cfg, mesh, arg_shapes):
-        """(plan, K, scale blocks, operand shardings, result sharding)."""
+        """(plan, K, scale blocks, shard-local dq scales, operand shardings, result sharding)."""
         plan = _plan(mesh, arg_shapes, cfg.fmt, cfg.block_size)
         k = _formats.logical_rows(cfg.fmt, arg_shapes[1].shape[0])
         blocks = k // cfg.block_size
-        return (plan, k, blocks, *_shardings(mesh, plan, product.transposed, blocks, product.dq))
+        dq_local = (
+            product.dq
+            and product.forward_dq is not None
+            and _dq_local(mesh, plan, arg_shapes[1].shape[1], blocks)
+        )
+        shardings = _shardings(mesh, plan, product.transposed, blocks, product.dq, dq_local)
+        return (plan, k, blocks, dq_local, *shardings)
 
     def infer(cfg, mesh, arg_shapes, result_shape):
         del result_shape
@@ -182,17 +228,24 @@ def _make(product: _Product) -> Callable[..., Any]:
 
     def partition(cfg, mesh, arg_shapes, result_shape):
         del result_shape
-        plan, k, blocks, args, out = layout(cfg, mesh, arg_shapes)
+        plan, k, blocks, dq_local, args, out = layout(cfg, mesh, arg_shapes)
         k_local = k // _size(mesh, plan.k)
         local = _local_cfg(cfg, k_local, blocks)
         reduced = plan.n if product.transposed else plan.k
         # Partial products are summed in float32, then rounded once.
         run_cfg = local.returning(jnp.float32) if reduced else local
+        n = arg_shapes[1].shape[1]
 
         def lower_fn(x2d, qvalue, *scales):
-            if product.dq:
-                scales = (_local_scales(mesh, plan, scales, qvalue.shape[1], k_local, cfg),)
-            out = product.forward(x2d, qvalue, *scales, run_cfg)
+            if dq_local:
+                codes, group_scale, offset = scales
+                group_scale = _local_group_scales(mesh, plan, group_scale, n, codes.shape, blocks)
+                assert product.forward_dq is not None  # dq_local requires it
+                out = product.forward_dq(x2d, qvalue, codes, group_scale, offset, run_cfg)
+            else:
+                if product.dq:
+                    scales = (_local_scales(mesh, plan, scales, qvalue.shape[1], k_local, cfg),)
+                out = product.forward(x2d, qvalue, *scales, run_cfg)
             if reduced:
                 out = jax.lax.psum(out, reduced).astype(cfg.out_dtype)
             return out
@@ -259,7 +312,7 @@ def _local_scales(mesh, plan: _Plan, dq_parts, n_local: int, k_local: int, cfg):
 _FUNCTIONS: dict[Any, Callable[..., Any]] = {}
 
 
-def register(prim, forward, traced, *, transposed: bool, dq: bool = False) -> None:
+def register(prim, forward, traced, *, transposed: bool, dq: bool = False, forward_dq=None) -> None:
     """Makes ``prim`` (operands ``x2d, qvalue, *scales``) partition by the rules above.
 
     Args:
@@ -270,8 +323,11 @@ def register(prim, forward, traced, *, transposed: bool, dq: bool = False) -> No
         dispatch (cached), what a program that is not split runs.
       transposed: whether ``prim`` computes ``x @ W.T``.
       dq: whether its scales are double-quantized (codes, group scales, offset).
+      forward_dq: for ``dq``, ``(x2d, qvalue, codes, group_scale, offset, cfg) -> out``, the
+        dispatch each device runs on its shard of the compressed scales where that shard
+        holds whole groups; without it every device expands the scales.
     """
-    _FUNCTIONS[prim] = _make(_Product(forward, traced, transposed, dq))
+    _FUNCTIONS[prim] = _make(_Product(forward, traced, transposed, dq, forward_dq))
 
 
 def partitioned(prim) -> Callable[..., Any] | None:
