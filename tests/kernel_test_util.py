@@ -201,3 +201,34 @@ def registry_restored(*names):
                 kernels.unregister_kernel(name, platform)
             for platform, impl in impls.items():
                 kernels.register_kernel(name, platform, impl)
+
+
+def dq_dense64(q) -> np.ndarray:
+    """An NF4 double-quant weight in float64 from its stored codes, group scales and offset,
+    independently of jaxcore's decoders."""
+    codes = np.asarray(q.scale, np.float64).reshape(-1)
+    group = np.asarray(q.scale_group_scale, np.float64)[np.arange(codes.size) // 256]
+    absmax = (codes * group + float(q.scale_offset)).reshape(q.scale.shape)
+    return numpy_dense("nf4", q.qvalue, absmax, q.block_size)
+
+
+@contextlib.contextmanager
+def dq_stand_in(monkeypatch, record):
+    """Registers a ``jax.numpy`` kernel for ``quantized_matmul_dq`` on cpu for the body (the
+    registry is restored afterwards); each trace appends ``record(x2d, codes, group_scale)``
+    to the list it yields."""
+    from jaxcore.kernels import plugin_api
+
+    monkeypatch.delenv(kernels.INTERPRET_ENV_VAR, raising=False)
+    calls = []
+
+    def impl(x2d, qvalue, codes, group_scale, offset, *, fmt, block_size, out_dtype):
+        calls.append(record(x2d, codes, group_scale))
+        scale = plugin_api.expand_dq_scales(codes, group_scale, offset)
+        return kernels.reference_quantized_matmul(
+            x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+        )
+
+    with registry_restored(plugin_api.DQ_KERNEL_NAME):
+        kernels.register_kernel(plugin_api.DQ_KERNEL_NAME, "cpu", impl)
+        yield calls

@@ -23,30 +23,15 @@ from jaxcore.kernels import plugin_api
 DQ = plugin_api.DQ_KERNEL_NAME
 
 
-def _dense64(q) -> np.ndarray:
-    """The weight in float64 from the stored codes, independently of jaxcore's decoders."""
-    codes = np.asarray(q.scale, np.float64).reshape(-1)
-    group = np.asarray(q.scale_group_scale, np.float64)[np.arange(codes.size) // 256]
-    absmax = (codes * group + float(q.scale_offset)).reshape(q.scale.shape)
-    return kernel_test_util.numpy_dense("nf4", q.qvalue, absmax, q.block_size)
+_dense64 = kernel_test_util.dq_dense64
 
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    """Registers a jnp kernel for ``quantized_matmul_dq`` on cpu that records each trace;
-    the registry is restored afterwards."""
-    monkeypatch.delenv(kernels.INTERPRET_ENV_VAR, raising=False)
-    calls = []
-
-    def impl(x2d, qvalue, codes, group_scale, offset, *, fmt, block_size, out_dtype):
-        calls.append((x2d.shape, codes.dtype, group_scale.shape))
-        scale = plugin_api.expand_dq_scales(codes, group_scale, offset)
-        return kernels.reference_quantized_matmul(
-            x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
-        )
-
-    with kernel_test_util.registry_restored(DQ):
-        kernels.register_kernel(DQ, "cpu", impl)
+    """A jnp kernel for ``quantized_matmul_dq`` on cpu recording each trace's shapes."""
+    with kernel_test_util.dq_stand_in(
+        monkeypatch, lambda x2d, codes, group_scale: (x2d.shape, codes.dtype, group_scale.shape)
+    ) as calls:
         yield calls
 
 
