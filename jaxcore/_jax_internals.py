@@ -417,11 +417,21 @@ def _lowering_has_devices() -> bool:
 def request_devices_during_lowering(prim: tp.Any) -> None:
     """Makes ``jit`` hand ``prim``'s lowering rule the program's devices where it has them
     (as it does for ``custom_partitioning``, which a rule that lowers through it needs);
-    a program lowered without devices still lowers (see :class:`_WantsDevices`)."""
-    from jax._src import dispatch as _dispatch
+    a program lowered without devices still lowers (see :class:`_WantsDevices`).
 
+    A JAX without that set (it is private) leaves ``prim`` as it is. From jax 0.11 its
+    lowering then sees no devices, `lowering_is_partitioned` is false, and a program split
+    over devices calls the kernel on gathered operands: correct, without the per-shard rule
+    (jax 0.10 hands every lowering its devices).
+    """
+    try:
+        from jax._src import dispatch as _dispatch
+
+        wanting = _dispatch.prim_requires_devices_during_lowering
+    except (ImportError, AttributeError):
+        return
     wants: tp.Any = _WantsDevices(prim)
-    _dispatch.prim_requires_devices_during_lowering.add(wants)
+    wanting.add(wants)
 
 
 def lowering_is_partitioned(ctx: tp.Any) -> bool:

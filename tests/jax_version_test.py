@@ -218,3 +218,14 @@ def test_lowering_target_is_inert_for_cpu_and_tpu():
     for platform in ("cpu", "tpu"):
         with _jax_internals.lowering_target(platform):
             assert float(jax.jit(lambda x: x + 1.0)(1.0)) == 2.0
+
+
+def test_a_jax_without_the_devices_during_lowering_set_still_registers(monkeypatch):
+    """``request_devices_during_lowering`` uses a private JAX set; where a release lacks it,
+    registering a primitive is a no-op (the kernel then runs on gathered operands)."""
+    from jax._src import dispatch
+
+    from jaxcore.kernels import _matmul
+
+    monkeypatch.delattr(dispatch, "prim_requires_devices_during_lowering")
+    _jax_internals.request_devices_during_lowering(_matmul._matmul_p)  # no error

@@ -244,3 +244,19 @@ def test_gspmd_partitioner_splits_the_same_way():
             _close(f(xs, qs), x.astype(np.float64) @ np.asarray(q.materialize(), np.float64))
     finally:
         jax.config.update("jax_use_shardy_partitioner", previous)
+
+
+def test_without_jaxs_devices_during_lowering_set_the_product_is_still_right(monkeypatch):
+    """A JAX release without its private set of primitives that want devices during lowering
+    (``_jax_internals.request_devices_during_lowering``) still computes the product (from
+    jax 0.11 on gathered operands, without the per-shard rule)."""
+    from jax._src import dispatch
+
+    monkeypatch.setattr(dispatch, "prim_requires_devices_during_lowering", set())
+    mesh = _mesh("auto")
+    w, x = _data(5)
+    q = FORMATS["int4"](w)
+    qs = shard_like_logical(q, NamedSharding(mesh, P(None, "tp")))
+    xs = jax.device_put(jnp.asarray(x), NamedSharding(mesh, P("dp", None)))
+    y = jax.jit(implicit(lambda x, w: x @ w * 1.0))(xs, qs)
+    _close(y, np.asarray(x, np.float64) @ np.asarray(q.materialize(), np.float64))
