@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from jaxcore import kernels
+from jaxcore.kernels import plugin_api
 
 REL_TOL = {jnp.float32: 2e-6, jnp.bfloat16: 2.0**-8, jnp.float16: 2.0**-11}
 """Tolerance per compute dtype, relative to |x| @ |W|."""
@@ -217,8 +218,6 @@ def dq_stand_in(monkeypatch, record):
     """Registers a ``jax.numpy`` kernel for ``quantized_matmul_dq`` on cpu for the body (the
     registry is restored afterwards); each trace appends ``record(x2d, codes, group_scale)``
     to the list it yields."""
-    from jaxcore.kernels import plugin_api
-
     monkeypatch.delenv(kernels.INTERPRET_ENV_VAR, raising=False)
     calls = []
 

@@ -101,6 +101,23 @@ inline __m256i LoadA32(const uint8_t* p) { return _mm256_load_si256(reinterpret_
 template <Format kFmt>
 constexpr int kStepQuads = kFmt == Format::kInt8 ? 1 : 2;
 
+// The low and high nibbles of v's bytes; NF4's through its code book (with VNNI, the book
+// plus 128, so they come out unsigned).
+template <class P, Format kFmt>
+inline void SplitNibbles(__m256i v, __m256i& lo, __m256i& hi) {
+  static_assert(kFmt != Format::kInt8, "int8 codes are whole bytes");
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  lo = _mm256_and_si256(v, nibble);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+  if constexpr (kFmt == Format::kNf4) {
+    __m256i nf4 = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kNf4Int8)));
+    if (P::kVnni) nf4 = _mm256_xor_si256(nf4, _mm256_set1_epi8(static_cast<char>(0x80)));
+    lo = _mm256_shuffle_epi8(nf4, lo);
+    hi = _mm256_shuffle_epi8(nf4, hi);
+  }
+}
+
 // Decodes four stored rows of 32 columns (r) into kStepQuads quad steps. int8: rows 0-3 of K.
 // Nibble-packed: a byte holds rows 2 s and 2 s + 1 of stored row s, so the low nibbles give
 // rows {0, 2, 4, 6} of the eight and the high ones {1, 3, 5, 7}; q8_quantize stores each eight
@@ -111,25 +128,15 @@ template <class P, Format kFmt>
 inline void DecodeStep(const __m256i r[4], __m256i quad[kStepQuads<kFmt>][4]) {
   __m256i t[4];
   Transpose4(r, t);
-  if constexpr (kFmt == Format::kInt8) {
-    for (int j = 0; j < 4; ++j) quad[0][j] = t[j];
-  } else {
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
-    __m256i nf4 = _mm256_broadcastsi128_si256(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kNf4Int8)));
-    if (P::kVnni) nf4 = _mm256_xor_si256(nf4, _mm256_set1_epi8(static_cast<char>(0x80)));
-    for (int j = 0; j < 4; ++j) {
-      __m256i lo = _mm256_and_si256(t[j], nibble);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(t[j], 4), nibble);
-      if (kFmt == Format::kNf4) {
-        lo = _mm256_shuffle_epi8(nf4, lo);
-        hi = _mm256_shuffle_epi8(nf4, hi);
-      }
-      quad[0][j] = lo;
-      quad[1][j] = hi;
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (kFmt == Format::kInt8) {
+      quad[0][j] = t[j];
+    } else {
+      SplitNibbles<P, kFmt>(t[j], quad[0][j], quad[1][j]);
     }
   }
 }
+
 
 // What multiplies the activations of a decoded quad: int4's nibbles as they are; for int8
 // and NF4 the code plus 128 (VNNI; DecodeStep() already added it to NF4's) or its magnitude
@@ -293,8 +300,9 @@ inline void StorePairs(const __m256i v[4], int16_t out[4][16]) {
 // int8: stored rows 2 p and 2 p + 1. Nibble-packed (NF4): each four stored rows s0-s3 hold
 // eight rows of K, whose activations q8_quantize stores as 0 2 4 6 1 3 5 7, so the four
 // pairs are the low nibbles of (s0, s1), (s2, s3), then the high ones; each through the book.
-template <Format kFmt, int kHalves>
+template <class P, Format kFmt, int kHalves>
 inline void DecodeGroupPairs(const Q8Task& t, int64_t g0, int64_t n, GroupPairs* out) {
+  static_assert(!P::kVnni, "pairs are AVX2's");
   const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + n;
   for (int set = 0; set < kQ8GroupRows<kFmt> / 4; ++set) {
     const uint8_t* row = group + 4 * set * t.ldq;
@@ -308,15 +316,8 @@ inline void DecodeGroupPairs(const Q8Task& t, int64_t g0, int64_t n, GroupPairs*
           StorePairs(v, out[h].w[2 * set + i]);
         }
       } else {
-        const __m256i nibble = _mm256_set1_epi8(0x0F);
-        const __m256i nf4 = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(kNf4Int8)));
         __m256i code[2][4];  // [low / high nibble][stored row]
-        for (int i = 0; i < 4; ++i) {
-          code[0][i] = _mm256_shuffle_epi8(nf4, _mm256_and_si256(r[i], nibble));
-          code[1][i] = _mm256_shuffle_epi8(
-              nf4, _mm256_and_si256(_mm256_srli_epi16(r[i], 4), nibble));
-        }
+        for (int i = 0; i < 4; ++i) SplitNibbles<P, kFmt>(r[i], code[0][i], code[1][i]);
         for (int half = 0; half < 2; ++half) {
           for (int i = 0; i < 2; ++i) {
             PairUp(code[half][2 * i], code[half][2 * i + 1], v);
@@ -467,7 +468,7 @@ void Q8TaskBlockT(const Q8Task& t) {
   // Group g0's kHalves 32-column halves from column c, into quads.
   const auto decode = [&](auto halves, int64_t g0, int64_t c) {
     if constexpr (kPair) {
-      DecodeGroupPairs<kFmt, halves()>(t, g0, t.n0 + c, quads);
+      DecodeGroupPairs<P, kFmt, halves()>(t, g0, t.n0 + c, quads);
     } else {
       DecodeGroup<P, kFmt, halves()>(t, g0, t.n0 + c, quads);
     }
