@@ -12,7 +12,8 @@ double-quantized absmax) and each M in --m it prints, all measured in the same r
 
 On CPU (float32 activations, K = N = 4096 by default, --model-shape for (4096, 14336)) it
 prints the machine (CPU model, cores, the native kernels' instruction set) and, for int8
-per-channel and in 32-row blocks, int4 and NF4 in 64-row blocks and NF4 double-quant:
+per-channel and in 32-row blocks, int4 and NF4 in 64-row blocks, NF4 double-quant, and
+int8 in 32-row blocks and int4 with float16 scales (``-f16``, llama.cpp's scale dtype):
 
 * the native kernel of the ``jaxcore-cpu`` plugin (``jaxcore_cpu``, via XLA's FFI), the
   portable reference kernel (what runs without the plugin) and XLA's dense float32 matmul,
@@ -261,7 +262,9 @@ def _cpu_formats(w):
     return {
         "int8": quant.ArrayInt8.quantize(w, block_size=k),
         "int8-b32": quant.ArrayInt8.quantize(w, block_size=32),
+        "int8-b32-f16": quant.ArrayInt8.quantize(w, block_size=32, scale_dtype="float16"),
         "int4": quant.ArrayInt4.quantize(w, 64),
+        "int4-f16": quant.ArrayInt4.quantize(w, 64, scale_dtype="float16"),
         "nf4": quant.ArrayNF4.quantize(w, 64),
         "nf4-dq": quant.ArrayNF4.quantize(w, 64, double_quant=True),
     }
@@ -503,9 +506,9 @@ def _cpu_main(args):
         for name, q in weights.items()
     }
     print("\nweights (codes + scales): bytes per weight, copies rotated")
-    print(f"  {'dense f32':10s} 4.0000  x{len(dense_copies)}")
+    print(f"  {'dense f32':12s} 4.0000  x{len(dense_copies)}")
     for name, q in weights.items():
-        print(f"  {name:10s} {q.storage_nbytes / (k * n):.4f}  x{len(copies[name])}")
+        print(f"  {name:12s} {q.storage_nbytes / (k * n):.4f}  x{len(copies[name])}")
 
     ort_runs, ort_note = {}, None
     ort_copies = _copy_count(rotate, k * n // 2 + k // args.ort_block * n * 4, chain)
@@ -558,7 +561,7 @@ def _cpu_main(args):
             f"\nM = {m}: dense f32 {base * 1e3:.3f} ms, {w.nbytes / base / 1e9:.1f} GB/s of weight"
         )
         print(
-            f"  {'format':10s} {'native ms':>10s} {'x dense':>8s} {'GB/s':>6s}"
+            f"  {'format':12s} {'native ms':>10s} {'x dense':>8s} {'GB/s':>6s}"
             f"   {'int8-act ms':>11s} {'x dense':>8s} {'GB/s':>6s}"
             f"   {'reference ms':>12s} {'x dense':>8s} {'GB/s':>6s}"
         )
@@ -572,7 +575,7 @@ def _cpu_main(args):
                     )
                 else:
                     cells.append(f"{'-':>10s} {'-':>8s} {'-':>6s}")
-            print(f"  {name:10s} {cells[0]}   {cells[1]}   {cells[2]:>29s}")
+            print(f"  {name:12s} {cells[0]}   {cells[1]}   {cells[2]:>29s}")
             for prec in precisions:
                 summary.setdefault(m, {})[name + suffix[prec]] = t.get(name + suffix[prec])
         for name, (_, nbytes) in ort_runs.items():

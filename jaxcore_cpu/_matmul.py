@@ -49,6 +49,10 @@ for them).
 
 _FORMAT_CODES = {"int8": 0, "int4": 1, "nf4": 2}
 _NATIVE_DTYPES = (np.dtype(jnp.float32), np.dtype(jnp.bfloat16))
+SCALE_DTYPES = (np.dtype(jnp.float32), np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+"""Scale dtypes the ``x @ W`` kernels read as stored (16-bit ones are converted per task,
+in cache, so they cost half the bytes from memory); others are converted to float32 first.
+The transposed kernels read float32 only."""
 
 
 def _logical_rows(fmt: str, qvalue) -> int:
@@ -282,7 +286,8 @@ def quantized_matmul(
         dtypes are converted to float32.
       qvalue: the stored codes: int8 (K, N) for ``int8``, nibble-packed uint8 (K // 2, N)
         for ``int4`` and ``nf4`` (the layout of ``jaxcore.kernels``).
-      scale: floating (K // block_size, N) block scales (read as float32).
+      scale: floating (K // block_size, N) block scales; float32, float16 and bfloat16
+        are read as stored (:data:`SCALE_DTYPES`), other dtypes converted to float32.
       fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
       block_size: logical rows of K per scale row (even for the 4-bit formats).
       out_dtype: result dtype; default ``x2d.dtype``. Accumulation is float32.
@@ -300,9 +305,10 @@ def quantized_matmul(
       LibraryNotFoundError, RuntimeError: the native library cannot be loaded.
     """
     _check_settings(path, precision)
-    problem, scale, out_dtype = _plugin_api.prepare_operands(
+    problem, scale32, out_dtype = _plugin_api.prepare_operands(
         x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
     )
+    scale = scale if scale.dtype in SCALE_DTYPES else scale32
     return _launch(
         _call,
         problem,

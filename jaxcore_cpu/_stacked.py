@@ -60,18 +60,20 @@ _bind = _plugin_api.platform_primitive(
 _call = jax.jit(functools.partial(_matmul._native_call, _bind), static_argnames=_STATIC)
 
 
-def _serves(m: int, fmt: str, transposed: bool, dq: bool, precision: str) -> bool:
-    """Whether the per-matrix registry implementation would run the native kernel."""
+def _serves(m: int, fmt: str, transposed: bool, dq: bool, scale_dtype, precision: str) -> bool:
+    """Whether the native kernel reads the stack in place: where the per-matrix registry
+    implementation would run it, and the kernels read the stack's scales as stored (others
+    take the fallback, which converts the one matrix's scales)."""
     if transposed:
         # The transposed kernels read float32 scales only; dq scales go through the fallback.
-        return not dq and _matmul._transposed_native_serves(m, fmt)
-    return _matmul._native_serves(m, precision)
+        return not dq and scale_dtype == np.float32 and _matmul._transposed_native_serves(m, fmt)
+    return (dq or scale_dtype in _matmul.SCALE_DTYPES) and _matmul._native_serves(m, precision)
 
 
 def _make_impl(precision: str) -> Callable[..., jax.Array]:
     def impl(x2d, qvalue, *operands, fmt, block_size, out_dtype, transposed, fallback):
         dq = len(operands) == 4
-        if not _serves(x2d.shape[0], fmt, transposed, dq, precision):
+        if not _serves(x2d.shape[0], fmt, transposed, dq, operands[0].dtype, precision):
             return fallback(x2d, qvalue, *operands)
         return _call(
             x2d,
@@ -90,8 +92,8 @@ def _make_impl(precision: str) -> Callable[..., jax.Array]:
 
     ``impl(x2d, qvalue, *scales, index, *, fmt, block_size, out_dtype, transposed, fallback)``:
     the native kernel on matrix ``index`` of the stack where the per-matrix implementation
-    would run it natively (``x @ W.T`` always in float32, and never with double-quantized
-    scales), else ``fallback``, jaxcore's sliced per-matrix product.
+    would run it natively (``x @ W.T`` always in float32, and only with float32 scales),
+    else ``fallback``, jaxcore's sliced per-matrix product.
     """
     return impl
 

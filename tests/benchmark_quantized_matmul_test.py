@@ -98,7 +98,7 @@ def test_script_times_chained_calls_end_to_end():
     assert "M = 1: dense f32" in out and "M = 3: dense f32" in out
     # Per M, a row per format: native, int8-activation and reference cells, each
     # "ms ratio GB/s" or three dashes.
-    formats = ("int8", "int8-b32", "int4", "nf4", "nf4-dq")
+    formats = ("int8", "int8-b32", "int8-b32-f16", "int4", "int4-f16", "nf4", "nf4-dq")
     rows = [r for r in (line.split() for line in out.splitlines()) if r and r[0] in formats]
     timed = [r for r in rows if len(r) == 10]
     assert sorted(r[0] for r in timed) == sorted(formats * 2)
@@ -140,7 +140,7 @@ def test_transposed_script_times_every_format_against_both_dense_products():
     out = result.stdout
     assert "x @ W.T with W (K=64, N=96), x (M, 96) float32" in out
     assert "M = 1: dense f32 x @ W" in out and "M = 3: dense f32 x @ W" in out
-    formats = ("int8", "int8-b32", "int4", "nf4", "nf4-dq")
+    formats = ("int8", "int8-b32", "int8-b32-f16", "int4", "int4-f16", "nf4", "nf4-dq")
     rows = [r for r in (line.split() for line in out.splitlines()) if r and r[0] in formats]
     assert sorted(r[0] for r in rows) == sorted(formats * 2)
     for row in rows:  # native "ms ratio GB/s" (or dashes), then reference "ms ratio"

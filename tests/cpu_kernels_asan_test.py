@@ -28,6 +28,7 @@ from jaxcore_cpu import _library  # its search path only: importing it loads not
 FFI_TEST_FILES = (
     "cpu_kernels_test.py",
     "cpu_kernels_dq_test.py",
+    "cpu_kernels_half_scales_test.py",
     "cpu_kernels_isa_test.py",
     "cpu_kernels_stacked_test.py",
     "cpu_kernels_transposed_test.py",

@@ -484,8 +484,8 @@ BAD_CALLS = {
         r"scale must have shape .* = \(1, 8\), got \(1, 7\)",
     ),
     "scale dtype": (
-        dict(x=F32, qvalue=I8, scale=np.ones((1, 8), np.float16), out_shape=(2, 8)),
-        r"scale must be float32",
+        dict(x=F32, qvalue=I8, scale=np.ones((1, 8), np.int16), out_shape=(2, 8)),
+        r"scale must be float32, float16 or bfloat16",
     ),
     "qvalue dtype": (
         dict(x=F32, qvalue=I8.astype(np.float32), scale=S, out_shape=(2, 8)),

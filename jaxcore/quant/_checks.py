@@ -81,6 +81,56 @@ def check_weight(x, what: str, check_finite: bool = False) -> jax.Array:
     return x
 
 
+SCALE_DTYPES = ("float32", "float16", "bfloat16")
+"""Dtypes the quantizers store block scales in (``scale_dtype``)."""
+
+
+def check_scale_dtype(scale_dtype, what: str) -> str:
+    """The name of a supported scale dtype (`SCALE_DTYPES`), or a TypeError naming them."""
+    try:
+        name = np.dtype(scale_dtype).name
+    except TypeError:
+        name = None
+    if name not in SCALE_DTYPES:
+        raise TypeError(
+            f"{what}: scale_dtype={scale_dtype!r} is not supported; expected one of "
+            f"{list(SCALE_DTYPES)}"
+        )
+    return name
+
+
+def check_scale_range(x: jax.Array, qmax: float, scale_dtype: str, what: str) -> None:
+    """Raises when a block's scale (its absmax / ``qmax``) overflows float16 scales.
+
+    Checked when the values are known: inside ``jit`` such blocks come back non-finite
+    instead (as blocks holding an infinity do). bfloat16 and float32 cover float32's range.
+
+    Raises:
+      ValueError: naming the largest finite value and the largest one the scales allow.
+    """
+    if scale_dtype != "float16" or isinstance(x, jax.core.Tracer) or x.size == 0:
+        return
+    largest = float(_largest_finite(x))
+    scale = np.float32(largest) / np.float32(qmax)
+    with np.errstate(over="ignore"):  # the overflow is what is being checked
+        overflows = bool(np.isinf(np.float16(scale)))
+    if overflows:
+        limit = float(np.finfo(np.float16).max) * qmax
+        raise ValueError(
+            f"{what}: float16 scales hold at most {float(np.finfo(np.float16).max):g}, but the "
+            f"weight's largest finite |value| {largest:.6g} needs a scale of {scale:.6g} "
+            f"(|value| / {qmax:g}); with scale_dtype='float16' the weight must stay within "
+            f"+-{limit:.6g}: scale it down, or store float32 or bfloat16 scales"
+        )
+
+
+@jax.jit
+def _largest_finite(x: jax.Array) -> jax.Array:
+    """The largest finite |x| (0 if none), as float32."""
+    a = jnp.abs(x.astype(jnp.float32))
+    return jnp.max(jnp.where(jnp.isfinite(a), a, jnp.float32(0)), initial=jnp.float32(0))
+
+
 def check_block_size(block_size, k: int, *, what: str, even: bool) -> int:
     """Checks that ``block_size`` is a positive (even, if asked) divisor of ``k``.
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from jaxcore.quant import _quantize
 
 
-@jax.jit
-def quantize_int8_per_tensor(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+@functools.partial(jax.jit, static_argnums=1)
+def quantize_int8_per_tensor(
+    x: jax.Array, scale_dtype: str = "float32"
+) -> tuple[jax.Array, jax.Array]:
     """Symmetric int8 of a (K, N) matrix with a single scale, absmax(x) / 127.
 
     The matrix is quantized as one block (the per-block quantizer on its K * N values,
@@ -18,9 +22,9 @@ def quantize_int8_per_tensor(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     the kernels read unchanged.
 
     Returns:
-      (qvalue int8 (K, N), scale float32 (1, N)).
+      (qvalue int8 (K, N), scale (1, N) of ``scale_dtype``).
     """
     k, n = x.shape
     flat = x.reshape(k * n, 1)
-    q, scale = _quantize.quantize_int8(flat, max(k * n, 1))
+    q, scale = _quantize.quantize_int8(flat, max(k * n, 1), scale_dtype)
     return q.reshape(k, n), jnp.broadcast_to(scale.reshape(1, 1), (1, n))

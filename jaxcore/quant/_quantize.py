@@ -61,40 +61,65 @@ def _expand_rows(per_block: jax.Array, block_size: int) -> jax.Array:
     return jnp.repeat(per_block, block_size, axis=0)
 
 
-def _symmetric(x: jax.Array, block_size: int, qmax: int) -> tuple[jax.Array, jax.Array]:
-    """Rounds x / scale to integers in [-qmax, qmax] with scale = absmax / qmax per block."""
+def _rounded(scale: jax.Array, scale_dtype: str) -> jax.Array:
+    """``scale`` rounded to ``scale_dtype`` (to nearest), as float32 values.
+
+    The codes are computed against the rounded scale, so ``codes * stored scale`` is the
+    nearest grid point of each weight. A scale beyond the dtype's range becomes infinite, and
+    its block non-finite, like a block whose absmax is.
+    """
+    if scale_dtype == "float32":
+        return scale
+    return scale.astype(scale_dtype).astype(jnp.float32)
+
+
+def _symmetric(
+    x: jax.Array, block_size: int, qmax: int, scale_dtype: str = "float32"
+) -> tuple[jax.Array, jax.Array]:
+    """Rounds x / scale to integers in [-qmax, qmax] with scale = absmax / qmax per block
+    (rounded to ``scale_dtype``); returns the codes and the scales in ``scale_dtype``."""
     absmax = block_absmax(x, block_size)
-    scale = absmax / jnp.float32(qmax)
+    scale = _rounded(absmax / jnp.float32(qmax), scale_dtype)
     safe = jnp.where((scale == 0) | ~jnp.isfinite(scale), jnp.float32(1), scale)
     q = jnp.clip(jnp.round(x.astype(jnp.float32) / _expand_rows(safe, block_size)), -qmax, qmax)
+    # A finite absmax whose rounded scale overflowed counts as non-finite too.
+    absmax = jnp.where(jnp.isfinite(scale), absmax, jnp.float32(jnp.inf))
     q = _non_finite_codes(x, absmax, block_size, q.astype(jnp.int32), qmax, -qmax, 0)
-    return q, scale
+    return q, scale.astype(scale_dtype)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def quantize_int8(x: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
-    """Symmetric int8: returns (qvalue int8 (K, N), scale float32 (K // block_size, N))."""
-    q, scale = _symmetric(x, block_size, 127)
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def quantize_int8(
+    x: jax.Array, block_size: int, scale_dtype: str = "float32"
+) -> tuple[jax.Array, jax.Array]:
+    """Symmetric int8: returns (qvalue int8 (K, N), scale (K // block_size, N) of scale_dtype)."""
+    q, scale = _symmetric(x, block_size, 127, scale_dtype)
     return q.astype(jnp.int8), scale
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def quantize_int4(x: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
-    """Symmetric int4 in [-7, 7]: returns (qvalue uint8 (K // 2, N), scale float32)."""
-    q, scale = _symmetric(x, block_size, 7)
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def quantize_int4(
+    x: jax.Array, block_size: int, scale_dtype: str = "float32"
+) -> tuple[jax.Array, jax.Array]:
+    """Symmetric int4 in [-7, 7]: returns (qvalue uint8 (K // 2, N), scale of scale_dtype)."""
+    q, scale = _symmetric(x, block_size, 7, scale_dtype)
     return pack_nibbles(q + INT4_ZERO_POINT), scale
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def quantize_nf4(x: jax.Array, block_size: int) -> tuple[jax.Array, jax.Array]:
-    """NF4: each value / its block absmax goes to the nearest NF4 code.
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def quantize_nf4(
+    x: jax.Array, block_size: int, scale_dtype: str = "float32"
+) -> tuple[jax.Array, jax.Array]:
+    """NF4: each value / its block absmax (rounded to ``scale_dtype``) goes to the nearest
+    NF4 code.
 
     Returns:
-      (qvalue uint8 (K // 2, N) of packed code indices, absmax float32 (K // block_size, N)).
+      (qvalue uint8 (K // 2, N) of packed code indices, absmax (K // block_size, N) of
+      ``scale_dtype``).
     """
-    absmax = block_absmax(x, block_size)
+    absmax = _rounded(block_absmax(x, block_size), scale_dtype)
     normalized = _normalize(x, absmax, block_size)
     index = jnp.searchsorted(jnp.asarray(NF4_MIDPOINTS), normalized, side="left").astype(jnp.int32)
     # Codes 15 and 0 are +1 and -1, code 7 is 0 (see jaxcore.kernels.NF4_CODE).
     index = _non_finite_codes(x, absmax, block_size, index, 15, 0, 7)
-    return pack_nibbles(index), absmax
+    return pack_nibbles(index), absmax.astype(scale_dtype)

@@ -1,5 +1,5 @@
 // bfloat16 <-> float32 conversions of the activations and results (plain C++), one value at a
-// time or whole row-major arrays a row per task.
+// time or whole row-major arrays a row per task; float16 -> float32 for 16-bit scales.
 #ifndef JAXCORE_CPU_CSRC_BF16_H_
 #define JAXCORE_CPU_CSRC_BF16_H_
 
@@ -13,6 +13,27 @@ namespace internal {
 
 inline float Bf16ToF32(uint16_t v) {
   const uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// IEEE binary16 to float32, exactly: subnormals scaled up, infinities and NaNs (payload
+// kept) carried over.
+inline float F16ToF32(uint16_t v) {
+  const uint32_t sign = static_cast<uint32_t>(v & 0x8000u) << 16;
+  const uint32_t exponent = (v >> 10) & 0x1Fu, mantissa = v & 0x3FFu;
+  uint32_t bits;
+  if (exponent == 0x1Fu) {
+    bits = sign | 0x7F800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else {
+    // Zero or subnormal: mantissa * 2^-24, exact in float32.
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &magnitude, sizeof(bits));
+    bits |= sign;
+  }
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;

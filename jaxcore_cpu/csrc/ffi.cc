@@ -1,4 +1,4 @@
-// The XLA FFI handlers `JaxcoreCpuQuantizedMatmul` (float32 scales) and
+// The XLA FFI handlers `JaxcoreCpuQuantizedMatmul` (float32, float16 or bfloat16 scales) and
 // `JaxcoreCpuQuantizedMatmulDq` (double-quantized scales), their `...Stacked` forms (one
 // matrix of a stack, by index) and the C entry points the Python
 // package loads with ctypes. Operand checks here turn bad input into an FFI error (a
@@ -325,8 +325,19 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer qvalue,
   Path path;
   if (ffi::Error err = Common(x, qvalue, out, attrs, &p, &path); err.failure()) return err;
   if (ffi::Error err = CheckScaleShape(p, "scale", scale.dimensions()); err.failure()) return err;
-  if (scale.element_type() != ffi::DataType::F32) return Invalid("scale must be float32");
-  p.scale = static_cast<const float*>(scale.untyped_data());
+  switch (scale.element_type()) {
+    case ffi::DataType::F32:
+      p.scale = static_cast<const float*>(scale.untyped_data());
+      break;
+    case ffi::DataType::F16:
+    case ffi::DataType::BF16:
+      p.scale_half = static_cast<const uint16_t*>(scale.untyped_data());
+      p.scale_half_type =
+          scale.element_type() == ffi::DataType::F16 ? HalfType::kF16 : HalfType::kBF16;
+      break;
+    default:
+      return Invalid("scale must be float32, float16 or bfloat16");
+  }
   return Execute(pool, p, path);
 }
 

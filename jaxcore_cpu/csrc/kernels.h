@@ -293,6 +293,11 @@ constexpr int64_t kQ8TaskNarrowMaxM = 4;
 using ExpandDq = void (*)(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 void ExpandDqPortable(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 
+// Converts `count` 16-bit scales of `type` (Problem::scale_half) to float32, exactly
+// (subnormals, infinities and NaNs included).
+using ExpandHalf = void (*)(const uint16_t* in, int64_t count, HalfType type, float* out);
+void ExpandHalfPortable(const uint16_t* in, int64_t count, HalfType type, float* out);
+
 void NtRowsPortable(const NtPiece& p);
 void NtDecodePanelPortable(const DecodePanel& d);
 
@@ -313,6 +318,7 @@ struct KernelTable {
   // Largest M the float32 GEMV path takes with this table (gemv_segment's m).
   int64_t gemv_max_m = kGemvMaxM;
   ExpandDq expand_dq = ExpandDqPortable;
+  ExpandHalf expand_half = ExpandHalfPortable;
   // Optional: two slivers per call (then the GEMM takes its slivers in pairs where it can).
   MicroKernelPair microkernel_pair = nullptr;
   // The transposed product's row kernel and transposing panel decoder (kernels_nt.h).
@@ -340,6 +346,7 @@ constexpr int64_t kGemvAvx2MaxM = 8;  // rows the AVX2 GEMV takes
 void Q8QuantizeAvx2(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
                     int32_t* sum);
 void Q8TaskAvx2(const Q8Task& t);
+void ExpandHalfAvx2(const uint16_t* in, int64_t count, HalfType type, float* out);
 // AVX-VNNI: the AVX2 table with the 256-bit int8-activation kernel on vpdpbusd, built twice
 // from one source: VEX-encoded (AvxVnniKernels, CPUs with AVX-VNNI) and EVEX-encoded
 // (AvxVnniEvexKernels, for AVX-512 VNNI CPUs without AVX-VNNI, where tests check it).

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "bf16.h"
 #include "kernels.h"
 
 #if defined(__aarch64__)
@@ -237,6 +238,12 @@ void ExpandDqPortable(const int8_t* codes, int64_t count, float gs, float offset
     const float product = static_cast<float>(static_cast<double>(codes[i]) * gs);
     const float v = product + offset;
     out[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
+  }
+}
+
+void ExpandHalfPortable(const uint16_t* in, int64_t count, HalfType type, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    out[i] = type == HalfType::kBF16 ? Bf16ToF32(in[i]) : F16ToF32(in[i]);
   }
 }
 

@@ -13,6 +13,8 @@ namespace jaxcore_cpu {
 
 enum class Format : int32_t { kInt8 = 0, kInt4 = 1, kNf4 = 2 };
 enum class DType : int32_t { kF32 = 0, kBF16 = 1 };
+// The 16-bit floats block scales may be stored as (Problem::scale_half).
+enum class HalfType : int32_t { kF16 = 0, kBF16 = 1 };
 // kAuto picks GEMV for small M and the cache-blocked GEMM otherwise.
 enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
 // How activations enter the products. kFloat32 is exact (float32 products of the decoded
@@ -58,6 +60,13 @@ struct Problem {
   int64_t group_count = 0;              // must be ceil(B * N / dq_group)
   int64_t dq_group = 256;
   float scale_offset = 0.0f;
+  // 16-bit scales (float16, as llama.cpp stores them, or bfloat16), read instead of `scale`
+  // when scale_half is set: (K / block_size, N) of scale_half_type, each converted exactly to
+  // float32. Expanded as double-quantized scales are (above), so a weight's scales cost half
+  // the bytes from memory and the kernels still read float32. Not with scale_codes, and not
+  // for the transposed product.
+  const uint16_t* scale_half = nullptr;
+  HalfType scale_half_type = HalfType::kF16;
 };
 
 // A task body: a reference to a callable taking (int64_t task, int worker). Unlike

@@ -82,25 +82,34 @@ struct Buffers {
   int8_t* xq = nullptr;       // int8 precision: quantized activations and their groups'
   float* xd = nullptr;        //   scales and code sums
   int32_t* xsum = nullptr;
-  float* scales = nullptr;  // double-quant: GEMM, every expanded scale; GEMV, per worker,
-                            //   the expanded scales of one task (TaskScaleFloats)
+  float* scales = nullptr;  // expanded scales (ExpandsScales): GEMM, every scale; GEMV, per
+                            //   worker, the scales of one task (TaskScaleFloats)
 };
 
 // Scale rows a split-K task's K range [k0, k0 + k_len) can touch, times its columns: the
-// double-quant scratch each worker expands one task's scales into.
+// scratch each worker expands one task's scales into (ExpandsScales).
 int64_t TaskScaleFloats(const Problem& p, const GemvSplit& s) {
   if (p.block_size <= 0) return 0;
   return (CeilDiv(s.k_len, p.block_size) + 1) * s.ncols;
 }
 
-// Expands double-quantized scales (Problem::scale_codes) of scale blocks [b0, b1) and columns
-// [n0, n0 + cols) into out[(b - b0) * ldo + c], as jaxcore/kernels/_dq_scales.py does: each
-// run of codes that shares a group scale through the table's expand_dq.
-void ExpandDqScales(const KernelTable& kt, const Problem& p, int64_t b0, int64_t b1, int64_t n0,
-                    int64_t cols, float* out, int64_t ldo) {
+// Whether Run() reads the scales through an expanded float32 copy (double-quantized or
+// 16-bit scales) instead of Problem::scale.
+bool ExpandsScales(const Problem& p) { return p.scale_codes || p.scale_half; }
+
+// Expands the stored scales (Problem::scale_codes or scale_half) of scale blocks [b0, b1) and
+// columns [n0, n0 + cols) into out[(b - b0) * ldo + c]: 16-bit ones converted, double-quantized
+// ones as jaxcore/kernels/_dq_scales.py does, each run of codes that shares a group scale
+// through the table's expand_dq.
+void ExpandScales(const KernelTable& kt, const Problem& p, int64_t b0, int64_t b1, int64_t n0,
+                  int64_t cols, float* out, int64_t ldo) {
   for (int64_t blk = b0; blk < b1; ++blk) {
     float* row = out + (blk - b0) * ldo;
-    const int64_t base = blk * p.n + n0;  // flat index of the row's first code
+    const int64_t base = blk * p.n + n0;  // flat index of the row's first scale
+    if (p.scale_half) {
+      kt.expand_half(p.scale_half + base, cols, p.scale_half_type, row);
+      continue;
+    }
     for (int64_t c = 0; c < cols;) {
       const int64_t g = (base + c) / p.dq_group;
       const int64_t end = std::min(cols, (g + 1) * p.dq_group - base);
@@ -122,7 +131,7 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
       b.pending = carve.Take<std::atomic<int64_t>>(split.col_tasks);
     }
     b.acc = carve.Take<float>(workers * RoundUp(AccFloats(kt, p), kAlign / sizeof(float)));
-    if (p.scale_codes) {
+    if (ExpandsScales(p)) {
       b.scales =
           carve.Take<float>(workers * RoundUp(TaskScaleFloats(p, split), kAlign / sizeof(float)));
     }
@@ -135,7 +144,9 @@ Buffers Layout(const KernelTable& kt, const Problem& p, Path path, int workers, 
     if (p.out_dtype != DType::kF32) b.out32 = carve.Take<float>(p.m * p.n);
     b.apack = carve.Take<float>(internal::GemmPackFloats(p.m, p.k));
     b.panel = carve.Take<float>(workers * internal::GemmPanelFloats());
-    if (p.scale_codes && p.block_size > 0) b.scales = carve.Take<float>(p.k / p.block_size * p.n);
+    if (ExpandsScales(p) && p.block_size > 0) {
+      b.scales = carve.Take<float>(p.k / p.block_size * p.n);
+    }
   }
   if (bytes) *bytes = carve.used();
   return b;
@@ -150,7 +161,7 @@ void Store(DType dtype, void* out, int64_t index, float v) {
 }
 
 // A split-K task's scales: at[(blk - k0 / block_size) * ld + c] for scale block blk and
-// column n0 + c, in the weight's own scale array or in a worker's expanded double-quant copy.
+// column n0 + c, in the weight's own scale array or in a worker's expanded copy.
 struct TaskScales {
   const float* at;
   int64_t ld;
@@ -261,14 +272,15 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
     int64_t k0 = 0, k1 = 0;
     RangeRows(split, p.k, kt_index, &k0, &k1);
     float* partial = planes + kt_index * plane;
-    // Double-quant scales are expanded per task, just the blocks and columns it reads: they
-    // stay in this worker's cache, and only their int8 codes come from memory.
+    // Double-quantized and 16-bit scales are expanded per task, just the blocks and columns
+    // it reads: they stay in this worker's cache, and only their stored bytes come from
+    // memory.
     TaskScales scales{nullptr, p.n};
     if (p.k > 0) {
       const int64_t b0 = k0 / p.block_size;
-      if (p.scale_codes) {
+      if (ExpandsScales(p)) {
         float* own = b.scales + worker * scale_floats;
-        ExpandDqScales(kt, p, b0, CeilDiv(k1, p.block_size), n0, cols, own, cols);
+        ExpandScales(kt, p, b0, CeilDiv(k1, p.block_size), n0, cols, own, cols);
         scales = {own, cols};
       } else {
         scales.at = p.scale + b0 * p.n + n0;
@@ -303,7 +315,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
   });
 }
 
-// The GEMM path (gemm.h) over the weight as stored, its scales expanded (double quant) or not.
+// The GEMM path (gemm.h) over the weight as stored, its scales expanded (ExpandsScales) or not.
 void RunGemm(const Problem& p, const Buffers& b, Runner& runner, const KernelTable& kt) {
   internal::Gemm g;
   g.m = p.m;
@@ -315,7 +327,7 @@ void RunGemm(const Problem& p, const Buffers& b, Runner& runner, const KernelTab
   g.apack = b.apack;
   g.panels = b.panel;
   g.decode = kt.decode_panel;
-  g.weight = internal::StoredWeight(p, p.scale_codes ? b.scales : p.scale);
+  g.weight = internal::StoredWeight(p, ExpandsScales(p) ? b.scales : p.scale);
   internal::RunGemm(g, runner, kt);
   if (g.out != p.out) {
     internal::F32RowsToBf16(runner, g.out, p.m, p.n, static_cast<uint16_t*>(p.out));
@@ -362,11 +374,20 @@ std::string Validate(const Problem& p) {
     err << "double-quant group_scale must hold ceil(K / block_size * N / " << p.dq_group
         << ") = " << CeilDiv(p.k / p.block_size * p.n, p.dq_group) << " entries, got "
         << p.group_count;
+  } else if (p.scale_codes && p.scale_half) {
+    err << "double-quantized and 16-bit scales are exclusive: set scale_codes or scale_half";
+  } else if (p.scale_half && p.scale_half_type != HalfType::kF16 &&
+             p.scale_half_type != HalfType::kBF16) {
+    err << "unknown 16-bit scale type code " << static_cast<int>(p.scale_half_type)
+        << " (0=float16, 1=bfloat16)";
   } else if (p.transposed && p.scale_codes) {
     err << "the transposed product reads float32 scales, not double-quantized ones";
+  } else if (p.transposed && p.scale_half) {
+    err << "the transposed product reads float32 scales, not 16-bit ones";
   } else if (p.m * (p.transposed ? p.k : p.n) > 0 &&  // a non-empty result, from ...
              (!p.out || ((p.transposed ? p.n : p.k) > 0 &&  // ... non-empty sums
-                         (!p.x || !p.qvalue || (p.scale_codes ? !p.group_scale : !p.scale))))) {
+                         (!p.x || !p.qvalue ||
+                          (p.scale_codes ? !p.group_scale : !p.scale && !p.scale_half))))) {
     err << "null data pointer for a non-empty operand";
   }
   return err.str();
@@ -408,10 +429,10 @@ void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
   path = Resolve(kt, p, path);
   const Buffers b = Layout(kt, p, path, std::max(1, runner.max_workers()), workspace, nullptr);
   if (path == Path::kGemm) {
-    if (p.scale_codes && p.k > 0) {
+    if (ExpandsScales(p) && p.k > 0) {
       // Every panel reads its scale rows for M rows of products: expanded once, up front.
       runner.Parallel(p.k / p.block_size, [&](int64_t blk, int) {
-        ExpandDqScales(kt, p, blk, blk + 1, 0, p.n, b.scales + blk * p.n, p.n);
+        ExpandScales(kt, p, blk, blk + 1, 0, p.n, b.scales + blk * p.n, p.n);
       });
     }
     RunGemm(p, b, runner, kt);

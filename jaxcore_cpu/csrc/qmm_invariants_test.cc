@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels.h"
 #include "qmm.h"
 #include "qmm_test_util.h"
 
@@ -183,6 +186,96 @@ void CheckDoubleQuantScales() {
                    std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
                    std::to_string(want[i]));
               break;
+            }
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
+// 16-bit scales (Problem::scale_half): every float16 and bfloat16 bit pattern converts
+// exactly (against std::ldexp and a shift); a problem reading them equals, bit for bit, the
+// same problem given their float32 values, on every instruction set, path and precision,
+// subnormal, infinite and NaN scales included.
+void CheckHalfScales() {
+  const Isa best = DetectIsa();
+  std::vector<uint16_t> all(65536);
+  for (int i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<std::pair<const char*, internal::ExpandHalf>> converters = {
+      {"portable", internal::ExpandHalfPortable}};
+#if defined(__x86_64__)
+  if (DetectIsa() >= Isa::kAvx2) converters.push_back({"avx2", internal::ExpandHalfAvx2});
+#endif
+  for (const auto& [name, expand] : converters) {
+    for (HalfType type : {HalfType::kF16, HalfType::kBF16}) {
+      std::vector<float> got(all.size());
+      expand(all.data(), static_cast<int64_t>(all.size()), type, got.data());
+      for (int i = 0; i < 65536; ++i) {
+        float want;
+        if (type == HalfType::kBF16) {
+          const uint32_t bits = static_cast<uint32_t>(i) << 16;
+          std::memcpy(&want, &bits, sizeof(want));
+        } else {
+          const int e = (i >> 10) & 0x1F, mant = i & 0x3FF;
+          want = e == 0x1F ? (mant ? std::nanf("") : std::numeric_limits<float>::infinity())
+                 : e == 0  ? std::ldexp(static_cast<float>(mant), -24)
+                           : std::ldexp(static_cast<float>(1024 + mant), e - 25);
+          if (i & 0x8000) want = -want;
+        }
+        const bool same = std::isnan(want) ? std::isnan(got[i]) : got[i] == want &&
+                                                                      std::signbit(got[i]) == std::signbit(want);
+        if (!same) {
+          Fail(std::string("16-bit scale conversion: ") + name + " bits " +
+               std::to_string(i) + " gave " + std::to_string(got[i]) + ", want " +
+               std::to_string(want));
+          break;
+        }
+      }
+    }
+  }
+  std::mt19937 rng(19);
+  std::uniform_int_distribution<int> bits(0, 65535);
+  for (const Case& c : {Case{1, 256, 300, false, 64, 64}, Case{16, 512, 300, false, 32, 32},
+                        Case{70, 128, 33, false, 64, 64}, Case{2, 520, 40, false, 40, 40}}) {
+    for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+      const Operands o = MakeOperands(fmt, c, false, rng);
+      const int64_t count = o.k / o.block * o.n;
+      for (HalfType type : {HalfType::kF16, HalfType::kBF16}) {
+        std::vector<uint16_t> half(count);
+        for (auto& v : half) {  // scales near 0.01, a few special ones
+          v = type == HalfType::kF16 ? static_cast<uint16_t>(0x2000 + bits(rng) % 0x0800)
+                                     : static_cast<uint16_t>(0x3C00 + bits(rng) % 0x0100);
+        }
+        half[0] = type == HalfType::kF16 ? 0x0003 : 0x0001;  // subnormal
+        if (count > 5) half[5] = type == HalfType::kF16 ? 0x7C00 : 0x7F80;  // +inf
+        if (count > 9) half[9] = type == HalfType::kF16 ? 0x7E00 : 0x7FC0;  // NaN
+        Operands expanded = o;
+        internal::ExpandHalfPortable(half.data(), count, type, expanded.scale.data());
+        for (Isa isa : SupportedIsas()) {
+          SetIsa(isa);
+          for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+            for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
+              std::vector<float> want(o.m * o.n), got(o.m * o.n);
+              ThreadRunner threads(3);
+              Run(F32Problem(expanded, want.data(), precision), path, threads);
+              Problem p = F32Problem(o, got.data(), precision);
+              p.scale = nullptr;
+              p.scale_half = half.data();
+              p.scale_half_type = type;
+              if (std::string err = Validate(p); !err.empty()) Fail("16-bit scales rejected: " + err);
+              Run(p, path, threads);
+              for (int64_t i = 0; i < o.m * o.n; ++i) {
+                const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+                if (!same) {
+                  Fail(std::string("16-bit scales: ") + IsaName(isa) + " " + PathName(path) +
+                       " " + FormatName(fmt) + " m=" + std::to_string(o.m) + " differs at " +
+                       std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
+                       std::to_string(want[i]));
+                  break;
+                }
+              }
             }
           }
         }

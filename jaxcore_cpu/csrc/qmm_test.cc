@@ -284,6 +284,15 @@ void CheckValidate() {
       {"null dq group scales",
        [](Problem& p) { p.scale_codes = reinterpret_cast<const int8_t*>(q); p.group_count = 1; p.scale = scale; },
        Format::kNf4},
+      {"both double-quantized and 16-bit scales",
+       [](Problem& p) { p.scale_codes = reinterpret_cast<const int8_t*>(q); p.group_scale = scale; p.group_count = 1; p.scale_half = reinterpret_cast<const uint16_t*>(q); },
+       Format::kNf4},
+      {"unknown 16-bit scale type",
+       [](Problem& p) { p.scale_half = reinterpret_cast<const uint16_t*>(q); p.scale_half_type = static_cast<HalfType>(4); },
+       Format::kInt8},
+      {"16-bit scales for the transposed product",
+       [](Problem& p) { p.scale_half = reinterpret_cast<const uint16_t*>(q); p.transposed = true; p.k = 4; p.n = 8; },
+       Format::kInt8},
   };
   for (const Bad& b : bad) {
     Problem p = valid(b.fmt);
@@ -305,6 +314,7 @@ int main() {
   CheckEmptyK();
   CheckNonFiniteActivations();
   CheckDoubleQuantScales();
+  CheckHalfScales();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   // CI runs this test on emulated CPUs with and without an instruction set (qemu's -cpu) and
   // says which it expects the run-time check to find.

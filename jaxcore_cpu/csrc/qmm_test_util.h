@@ -250,6 +250,7 @@ inline Problem F32Problem(const Operands& o, float* out, Precision precision) {
 void CheckInt8AcrossIsas();
 void CheckScheduleIndependence();
 void CheckDoubleQuantScales();
+void CheckHalfScales();
 void CheckWorkspaceCoversEveryIsa();
 void CheckPartialSumsStaySmall();
 void CheckEmptyK();
