@@ -8,8 +8,9 @@ there), and programs lowered for ``jax.export``, whose artifacts must not depend
 custom call that only this library provides.
 
 The kernels read float32 or bfloat16 activations, the stored codes exactly as
-``jaxcore.kernels`` lays them out, and float32 block scales, and write float32 or
-bfloat16; other dtypes are converted around the call. :func:`quantized_matmul_dq` (a second
+``jaxcore.kernels`` lays them out, and float32, float16 or bfloat16 block scales (16-bit
+ones converted inside the call, a task's blocks at a time), and write float32 or bfloat16;
+other dtypes are converted around the call. :func:`quantized_matmul_dq` (a second
 FFI target) takes NF4's double-quantized scales as stored (int8 codes, group scales, offset)
 and expands them inside the call, so no float32 copy is written by XLA on every call.
 """
@@ -305,10 +306,15 @@ def quantized_matmul(
       LibraryNotFoundError, RuntimeError: the native library cannot be loaded.
     """
     _check_settings(path, precision)
-    problem, scale32, out_dtype = _plugin_api.prepare_operands(
-        x2d, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+    problem, scale, out_dtype = _plugin_api.prepare_operands(
+        x2d,
+        qvalue,
+        scale,
+        fmt=fmt,
+        block_size=block_size,
+        out_dtype=out_dtype,
+        scale_dtypes=SCALE_DTYPES,
     )
-    scale = scale if scale.dtype in SCALE_DTYPES else scale32
     return _launch(
         _call,
         problem,

@@ -49,6 +49,44 @@ def test_interpret_matches_reference(fmt, m, k, n, block_size, dtype, overrides)
     ktu.check_interpret_matches_reference(jaxcore_gpu, fmt, m, k, n, block_size, dtype, overrides)
 
 
+@pytest.mark.parametrize("scale_dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize(
+    "fmt,m,k,n,block_size,overrides",
+    [("int8", 1, 512, 64, 32, {}), ("int4", 3, 256, 72, 16, {}), ("nf4", 1, 1024, 96, 64, {})],
+)
+def test_16_bit_scales_are_loaded_as_stored(scale_dtype, fmt, m, k, n, block_size, overrides):
+    """float16/bfloat16 scales (``jaxcore.quant``'s ``scale_dtype``) reach the kernel as
+    stored, widened in registers: no float32 copy in the program, the same numbers."""
+    x, qvalue, scale = _make(fmt, m, k, n, block_size, jnp.float32)
+    scale = scale.astype(scale_dtype)
+    run = jax.jit(
+        lambda x, q, s: jaxcore_gpu.quantized_matmul(
+            x, q, s, fmt=fmt, block_size=block_size, interpret=True
+        )
+    )
+    with jaxcore_gpu.block_config(**overrides):
+        out = run(x, qvalue, scale)
+        operands = _pallas_operand_dtypes(jax.make_jaxpr(run)(x, qvalue, scale).jaxpr)
+    _check(out, x, qvalue, scale.astype(jnp.float32), fmt, block_size, jnp.float32)
+    assert operands[-1] == jnp.dtype(scale_dtype), operands
+
+
+def _pallas_operand_dtypes(jaxpr) -> list:
+    """The operand dtypes of the (one) pallas_call in ``jaxpr``, searched through nested
+    jaxprs (jit, cond, ...)."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            return [v.aval.dtype for v in eqn.invars]
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found = _pallas_operand_dtypes(inner)
+                    if found:
+                        return found
+    return []
+
+
 def test_out_dtype_and_impl_entry_point():
     ktu.check_entry_point_in_interpret_mode(jaxcore_gpu.IMPLS["rocm"], k=128, n=32)
 

@@ -22,7 +22,10 @@ _MOSAIC = "tpu_custom_call"
 _CUSTOM_CALL = {"cuda": _TRITON, "rocm": _TRITON, "tpu": _MOSAIC}
 
 
-def _quantize(fmt, w, block_size):
+def _quantize(fmt, w, block_size, scale_dtype=None):
+    if scale_dtype is not None:  # 16-bit scales; NF4 without double quantization
+        cls = {"int8": quant.ArrayInt8, "int4": quant.ArrayInt4, "nf4": quant.ArrayNF4}[fmt]
+        return cls.quantize(w, block_size=block_size, scale_dtype=scale_dtype)
     if fmt == "int8":
         return quant.ArrayInt8.quantize(w, block_size=block_size)
     if fmt == "int4":
@@ -36,10 +39,10 @@ def _model(x, w1, w2):
     return kernels.quantized_matmul(h.astype(x.dtype), w2)
 
 
-def _export(platform, fmt, tokens):
+def _export(platform, fmt, tokens, scale_dtype=None):
     keys = jax.random.split(jax.random.key(0), 3)
-    w1 = _quantize(fmt, jax.random.normal(keys[0], (256, 512)), 64)
-    w2 = _quantize(fmt, jax.random.normal(keys[1], (512, 256)), 128)
+    w1 = _quantize(fmt, jax.random.normal(keys[0], (256, 512)), 64, scale_dtype)
+    w2 = _quantize(fmt, jax.random.normal(keys[1], (512, 256)), 128, scale_dtype)
     x = jax.ShapeDtypeStruct((2, tokens, 256), jnp.bfloat16)
     with _jax_internals.lowering_target(platform):
         exported = jax.export.export(
@@ -67,6 +70,19 @@ def test_export_contains_the_platform_kernel(platform, fmt, tokens):
     assert calls.count(_CUSTOM_CALL[platform]) == 2, calls
     assert set(calls) == {_CUSTOM_CALL[platform]}
     assert f"jaxcore_quantized_matmul_{fmt}" in text
+
+
+@pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("platform", ["cuda", "rocm", "tpu"])
+def test_16_bit_scales_lower(platform, scale_dtype):
+    """The Triton kernel takes 16-bit scales as stored (no float32 copy before it); the TPU
+    kernel reads float32, converted first."""
+    exported, text = _export(platform, "int4", 1, scale_dtype)
+    calls = re.findall(r"custom_call @([\w$.]+)", text)
+    assert calls.count(_CUSTOM_CALL[platform]) == 2, calls
+    short = {"float16": "f16", "bfloat16": "bf16"}[scale_dtype]
+    converts = re.findall(rf"stablehlo.convert %\S+ : \(tensor<\d+x\d+x{short}>\)", text)
+    assert len(converts) == (2 if platform == "tpu" else 0), converts
 
 
 @pytest.mark.parametrize("platform,stages", [("cuda", 4), ("rocm", 2)])

@@ -31,6 +31,9 @@ FORMATS = {
     "int8": lambda w: ArrayInt8.quantize(w),
     "int8-b32": lambda w: ArrayInt8.quantize(w, block_size=32),
     "int4": lambda w: ArrayInt4.quantize(w, block_size=64),
+    # 16-bit scales go to the kernels as stored, split like float32 ones.
+    "int4-f16": lambda w: ArrayInt4.quantize(w, block_size=64, scale_dtype="float16"),
+    "int8-b32-bf16": lambda w: ArrayInt8.quantize(w, block_size=32, scale_dtype="bfloat16"),
     "nf4": lambda w: ArrayNF4.quantize(w, block_size=64),
     "nf4-dq": lambda w: ArrayNF4.quantize(w, block_size=64, double_quant=True),
     # Stored transposed (eformer's default grouping): x @ W runs the x @ S.T product.

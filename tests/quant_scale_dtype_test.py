@@ -105,3 +105,21 @@ def test_float16_range(cls, limit):
     assert np.isfinite(np.asarray(q.materialize())).all()
     w[5, 3] = 0.98 * limit  # within range: no error
     cls.quantize(jnp.asarray(w), scale_dtype="float16")
+
+
+def test_checkpoint_round_trip(tmp_path):
+    """16-bit scales save and load with their dtype (safetensors), as float32 ones do."""
+    pytest.importorskip("safetensors")
+    from jaxcore import io
+
+    tree = {
+        "int4": quant.ArrayInt4.quantize(weight(5), scale_dtype="float16"),
+        "nf4": quant.ArrayNF4.quantize(weight(6), scale_dtype="bfloat16"),
+    }
+    io.save(tmp_path / "w.safetensors", tree)
+    loaded = io.load(tmp_path / "w.safetensors", tree)
+    for name in tree:
+        assert loaded[name].scale.dtype == tree[name].scale.dtype
+        np.testing.assert_array_equal(
+            np.asarray(loaded[name].materialize()), np.asarray(tree[name].materialize())
+        )

@@ -109,20 +109,27 @@ def check_problem(x, qvalue, scale, *, fmt: str, block_size: int) -> Problem:
     return problem
 
 
-def prepare_operands(x, qvalue, scale, *, fmt: str, block_size: int, out_dtype=None):
+def prepare_operands(
+    x, qvalue, scale, *, fmt: str, block_size: int, out_dtype=None, scale_dtypes=(jnp.float32,)
+):
     """What every plugin kernel does first: check the operands and resolve the defaults.
 
     Args:
       x, qvalue, scale, fmt, block_size: as for :func:`check_problem`.
       out_dtype: the requested result dtype, or ``None`` for ``x.dtype``.
+      scale_dtypes: the scale dtypes the kernel reads as they are (16-bit scales, which
+        ``jaxcore.quant``'s ``scale_dtype`` stores, save a kernel that converts them in
+        place a float32 copy per call); others are converted to float32.
 
     Returns:
-      ``(problem, scale, out_dtype)``: the :class:`Problem`, the scale as float32 (the
-      kernels read it so), and the result dtype as a ``numpy.dtype``.
+      ``(problem, scale, out_dtype)``: the :class:`Problem`, the scale (float32 unless its
+      dtype is in ``scale_dtypes``), and the result dtype as a ``numpy.dtype``.
 
     Raises:
       ValueError, TypeError: as :func:`check_problem`.
     """
     problem = check_problem(x, qvalue, scale, fmt=fmt, block_size=block_size)
     out_dtype = jnp.dtype(out_dtype if out_dtype is not None else x.dtype)
-    return problem, scale.astype(jnp.float32), out_dtype
+    if not any(scale.dtype == jnp.dtype(d) for d in scale_dtypes):
+        scale = scale.astype(jnp.float32)
+    return problem, scale, out_dtype

@@ -41,7 +41,8 @@ def fake_quantize(w: jax.Array, fmt: str = "nf4", **options) -> jax.Array:
       w: float (K, N) master weight.
       fmt: ``"int8"``, ``"int4"`` or ``"nf4"``.
       **options: keyword options of that format's ``quantize`` (``block_size``, ``axis``,
-        ``double_quant``, ``check_finite``), e.g. ``fake_quantize(w, "int4", block_size=32)``.
+        ``double_quant``, ``check_finite``, ``scale_dtype``), e.g.
+        ``fake_quantize(w, "int4", block_size=32)``.
         ``block_size`` may also be given as a one-element sequence (``[32]``, ``(32,)``).
 
     Returns:
