@@ -51,9 +51,8 @@ for them).
 _FORMAT_CODES = {"int8": 0, "int4": 1, "nf4": 2}
 _NATIVE_DTYPES = (np.dtype(jnp.float32), np.dtype(jnp.bfloat16))
 SCALE_DTYPES = (np.dtype(jnp.float32), np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
-"""Scale dtypes the ``x @ W`` kernels read as stored (16-bit ones are converted per task,
-in cache, so they cost half the bytes from memory); others are converted to float32 first.
-The transposed kernels read float32 only."""
+"""Scale dtypes the kernels read as stored (16-bit ones are converted per task, in cache,
+so they cost half the bytes from memory); others are converted to float32 first."""
 
 
 def _logical_rows(fmt: str, qvalue) -> int:
@@ -375,7 +374,13 @@ def quantized_matmul_transposed(
     rows = _logical_rows(fmt, qvalue) if qvalue.ndim else 0
     stand_in = jax.ShapeDtypeStruct((x2d.shape[0], rows), x2d.dtype)
     problem, scale, out_dtype = _plugin_api.prepare_operands(
-        stand_in, qvalue, scale, fmt=fmt, block_size=block_size, out_dtype=out_dtype
+        stand_in,
+        qvalue,
+        scale,
+        fmt=fmt,
+        block_size=block_size,
+        out_dtype=out_dtype,
+        scale_dtypes=SCALE_DTYPES,
     )
     if x2d.shape[1] != problem.n:
         raise ValueError(

@@ -65,8 +65,12 @@ def _serves(m: int, fmt: str, transposed: bool, dq: bool, scale_dtype, precision
     implementation would run it, and the kernels read the stack's scales as stored (others
     take the fallback, which converts the one matrix's scales)."""
     if transposed:
-        # The transposed kernels read float32 scales only; dq scales go through the fallback.
-        return not dq and scale_dtype == np.float32 and _matmul._transposed_native_serves(m, fmt)
+        # The transposed kernels read no double-quantized scales: those take the fallback.
+        return (
+            not dq
+            and scale_dtype in _matmul.SCALE_DTYPES
+            and _matmul._transposed_native_serves(m, fmt)
+        )
     return (dq or scale_dtype in _matmul.SCALE_DTYPES) and _matmul._native_serves(m, precision)
 
 
@@ -92,8 +96,9 @@ def _make_impl(precision: str) -> Callable[..., jax.Array]:
 
     ``impl(x2d, qvalue, *scales, index, *, fmt, block_size, out_dtype, transposed, fallback)``:
     the native kernel on matrix ``index`` of the stack where the per-matrix implementation
-    would run it natively (``x @ W.T`` always in float32, and only with float32 scales),
-    else ``fallback``, jaxcore's sliced per-matrix product.
+    would run it natively (``x @ W.T`` always in float32, and never with double-quantized
+    scales) with scales it reads as stored, else ``fallback``, jaxcore's sliced per-matrix
+    product.
     """
     return impl
 

@@ -46,7 +46,7 @@ struct Problem {
   // The transposed product out(M, K) = x(M, N) @ W^T instead: x is (m, n) and out (m, k).
   // Its paths: kGemv streams W's rows along N with the activation rows in registers, kGemm
   // runs the GEMM over panels decoded from W's rows transposed, kAuto picks by M. One
-  // precision (float32: `precision` is ignored); plain float32 scales (no scale_codes).
+  // precision (float32: `precision` is ignored); float32 or 16-bit scales (no scale_codes).
   bool transposed = false;
   // Double-quantized scales (NF4 with QLoRA's compressed absmax), read instead of `scale`
   // when scale_codes is set. With B = K / block_size and i = b * N + n the flat index:
@@ -63,8 +63,8 @@ struct Problem {
   // 16-bit scales (float16, as llama.cpp stores them, or bfloat16), read instead of `scale`
   // when scale_half is set: (K / block_size, N) of scale_half_type, each converted exactly to
   // float32. Expanded as double-quantized scales are (above), so a weight's scales cost half
-  // the bytes from memory and the kernels still read float32. Not with scale_codes, and not
-  // for the transposed product.
+  // the bytes from memory and the kernels still read float32 (the transposed product's rows
+  // path converts a chunk of a scale row at a time). Not with scale_codes.
   const uint16_t* scale_half = nullptr;
   HalfType scale_half_type = HalfType::kF16;
 };

@@ -382,8 +382,6 @@ std::string Validate(const Problem& p) {
         << " (0=float16, 1=bfloat16)";
   } else if (p.transposed && p.scale_codes) {
     err << "the transposed product reads float32 scales, not double-quantized ones";
-  } else if (p.transposed && p.scale_half) {
-    err << "the transposed product reads float32 scales, not 16-bit ones";
   } else if (p.m * (p.transposed ? p.k : p.n) > 0 &&  // a non-empty result, from ...
              (!p.out || ((p.transposed ? p.n : p.k) > 0 &&  // ... non-empty sums
                          (!p.x || !p.qvalue ||

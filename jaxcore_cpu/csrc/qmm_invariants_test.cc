@@ -195,10 +195,23 @@ void CheckDoubleQuantScales() {
   SetIsa(best);
 }
 
+// got == want element by element (NaN where want is NaN).
+void SameResults(const std::vector<float>& want, const std::vector<float>& got,
+                 const std::string& what) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+    if (!same) {
+      Fail("16-bit scales: " + what + " differs at " + std::to_string(i) + ": " +
+           std::to_string(got[i]) + " vs " + std::to_string(want[i]));
+      return;
+    }
+  }
+}
+
 // 16-bit scales (Problem::scale_half): every float16 and bfloat16 bit pattern converts
 // exactly (against std::ldexp and a shift); a problem reading them equals, bit for bit, the
-// same problem given their float32 values, on every instruction set, path and precision,
-// subnormal, infinite and NaN scales included.
+// same problem given their float32 values, on every instruction set, path and precision and
+// for the transposed product, subnormal, infinite and NaN scales included.
 void CheckHalfScales() {
   const Isa best = DetectIsa();
   std::vector<uint16_t> all(65536);
@@ -266,17 +279,29 @@ void CheckHalfScales() {
               p.scale_half_type = type;
               if (std::string err = Validate(p); !err.empty()) Fail("16-bit scales rejected: " + err);
               Run(p, path, threads);
-              for (int64_t i = 0; i < o.m * o.n; ++i) {
-                const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
-                if (!same) {
-                  Fail(std::string("16-bit scales: ") + IsaName(isa) + " " + PathName(path) +
-                       " " + FormatName(fmt) + " m=" + std::to_string(o.m) + " differs at " +
-                       std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
-                       std::to_string(want[i]));
-                  break;
-                }
-              }
+              SameResults(want, got, std::string(IsaName(isa)) + " " + PathName(path) + " " +
+                                         FormatName(fmt) + " m=" + std::to_string(o.m));
             }
+          }
+          // The transposed product x(M, N) @ W^T, on its rows path and its GEMM.
+          std::vector<float> xt(o.m * o.n);
+          for (size_t i = 0; i < xt.size(); ++i) xt[i] = o.x[i % o.x.size()];
+          for (Path path : {Path::kGemv, Path::kGemm}) {
+            std::vector<float> want(o.m * o.k), got(o.m * o.k);
+            ThreadRunner threads(3);
+            Problem a = F32Problem(expanded, want.data(), Precision::kFloat32);
+            a.transposed = true;
+            a.x = xt.data();
+            Run(a, path, threads);
+            Problem b = a;
+            b.out = got.data();
+            b.scale = nullptr;
+            b.scale_half = half.data();
+            b.scale_half_type = type;
+            if (std::string err = Validate(b); !err.empty()) Fail("16-bit scales rejected: " + err);
+            Run(b, path, threads);
+            SameResults(want, got, std::string("transposed ") + IsaName(isa) + " " +
+                                       PathName(path) + " " + FormatName(fmt));
           }
         }
       }

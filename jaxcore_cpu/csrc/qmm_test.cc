@@ -290,9 +290,7 @@ void CheckValidate() {
       {"unknown 16-bit scale type",
        [](Problem& p) { p.scale_half = reinterpret_cast<const uint16_t*>(q); p.scale_half_type = static_cast<HalfType>(4); },
        Format::kInt8},
-      {"16-bit scales for the transposed product",
-       [](Problem& p) { p.scale_half = reinterpret_cast<const uint16_t*>(q); p.transposed = true; p.k = 4; p.n = 8; },
-       Format::kInt8},
+
   };
   for (const Bad& b : bad) {
     Problem p = valid(b.fmt);

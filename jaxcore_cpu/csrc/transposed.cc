@@ -52,12 +52,17 @@ int64_t XsRows(const Problem& p) { return std::min(std::max<int64_t>(p.m, 1), kR
 int64_t XsFloats(const Problem& p) { return XsRows(p) * XsStride(p); }
 
 struct Scratch {
+  float* scales = nullptr; // 16-bit scales as float32: GEMM, all of them; rows, per worker,
+                           //   one chunk's (ScaleFloats())
   float* x32 = nullptr;    // rows: bf16 activations as float32
   float* y32 = nullptr;    // float32 result before its bf16 conversion
   float* xs = nullptr;     // rows: per worker, XsFloats() scaled activations
   float* apack = nullptr;  // GEMM: packed activations
   float* panels = nullptr; // GEMM: per worker, one decoded panel
 };
+
+// Per worker on the rows path: one scale row's chunk of 16-bit scales, converted.
+int64_t ScaleFloats(const Problem& p) { return RoundUp(ChunkCols(p), kAlignFloats); }
 
 Scratch Carve(const Problem& p, Path path, int workers, void* base, size_t* bytes) {
   char* at = static_cast<char*>(base);
@@ -72,9 +77,11 @@ Scratch Carve(const Problem& p, Path path, int workers, void* base, size_t* byte
   if (path == Path::kGemm) {
     s.apack = take(GemmPackFloats(p.m, p.n));
     s.panels = take(workers * GemmPanelFloats());
+    if (p.scale_half) s.scales = take(p.k / p.block_size * p.n);
   } else {
     if (p.x_dtype != DType::kF32) s.x32 = take(p.m * p.n);
     s.xs = take(workers * XsFloats(p));
+    if (p.scale_half) s.scales = take(workers * ScaleFloats(p));
   }
   if (bytes) *bytes = static_cast<size_t>(used);
   return s;
@@ -93,7 +100,13 @@ void RunTransposedGemm(const Problem& p, const Scratch& s, float* y, Runner& run
   g.apack = s.apack;
   g.panels = s.panels;
   g.decode = kt.nt_decode_panel;
-  g.weight = StoredWeight(p, p.scale);
+  if (p.scale_half) {
+    // Every panel reads its scale rows for M rows of products: converted once, up front.
+    runner.Parallel(p.k / p.block_size, [&](int64_t blk, int) {
+      kt.expand_half(p.scale_half + blk * p.n, p.n, p.scale_half_type, s.scales + blk * p.n);
+    });
+  }
+  g.weight = StoredWeight(p, p.scale_half ? s.scales : p.scale);
   RunGemm(g, runner, kt);
 }
 
@@ -115,12 +128,17 @@ void RunTransposedRows(const Problem& p, const Scratch& s, float* y, int workers
     const int64_t r0 = task * task_rows, r1 = std::min(p.k, r0 + task_rows);
     for (int64_t mi = 0; mi < p.m; ++mi) std::fill(y + mi * p.k + r0, y + mi * p.k + r1, 0.0f);
     float* xs = s.xs + worker * xs_floats;
+    float* own_scales = p.scale_half ? s.scales + worker * ScaleFloats(p) : nullptr;
     for (int64_t n0 = 0; n0 < p.n; n0 += chunk) {
       const int64_t cols = std::min(chunk, p.n - n0);
       for (int64_t ra = r0, rb; ra < r1; ra = rb) {
         const int64_t blk = ra / p.block_size;
         rb = std::min(r1, (blk + 1) * p.block_size);
         const float* srow = p.scale + blk * p.n + n0;
+        if (p.scale_half) {
+          kt.expand_half(p.scale_half + blk * p.n + n0, cols, p.scale_half_type, own_scales);
+          srow = own_scales;
+        }
         for (int64_t m0 = 0; m0 < p.m; m0 += kRowsPerPass) {
           const int64_t mr = std::min(kRowsPerPass, p.m - m0);
           for (int64_t i = 0; i < mr; ++i) {
