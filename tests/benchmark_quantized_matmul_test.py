@@ -8,6 +8,7 @@ with whichever kernel serves here (the native plugin, or the reference kernel al
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,32 @@ def test_stacked_layers_script_rejects_bad_sizes():
     result = _run("--d", "96", script=STACKED_SCRIPT)
     assert result.returncode == 2
     assert "--d and --hidden must be multiples of 64" in result.stderr
+
+
+def test_scale_dtypes_script_times_each_format_against_its_16_bit_twin():
+    pytest.importorskip("jaxcore_cpu")
+    import jaxcore_cpu
+
+    try:
+        jaxcore_cpu.isa()
+    except Exception as e:  # noqa: BLE001 - no library built here
+        pytest.skip(f"native kernels unavailable: {e}")
+    result = _run(
+        *("--k", "128", "--n", "96", "--m", "1", "3", "--reps", "2", "--rotate-mb", "1"),
+        *("--chain", "2"),
+        script=REPO / "benchmarks" / "scale_dtypes.py",
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "int8-b32-f16  1.0625 bytes per weight" in out
+    for precision in ("int8", "float32"):
+        for m in (1, 3):
+            section = out[out.index(f"{precision} activations, M = {m}:") :]
+            for name, twin in [
+                ("int8-b32-f16", "int8-b32"),
+                ("int4-f16", "int4"),
+                ("nf4-bf16", "nf4"),
+            ]:
+                line = next(x for x in section.splitlines() if x.strip().startswith(name))
+                ratios = [float(r) for r in re.findall(r"([0-9.]+)x", line)]
+                assert f"x {twin} (" in line and len(ratios) == 2 and min(ratios) > 0, line
