@@ -193,6 +193,19 @@ def _launch(call, problem, operands, *, block_size, out_dtype, **static) -> jax.
     return call(*operands, block_size=int(block_size), out_dtype=np.dtype(out_dtype), **static)
 
 
+def _prepare(x2d, qvalue, scale, fmt, block_size, out_dtype):
+    """``plugin_api.prepare_operands`` keeping the scale dtypes the kernels read."""
+    return _plugin_api.prepare_operands(
+        x2d,
+        qvalue,
+        scale,
+        fmt=fmt,
+        block_size=block_size,
+        out_dtype=out_dtype,
+        scale_dtypes=SCALE_DTYPES,
+    )
+
+
 def _check_dq_scales(codes, group_scale, offset) -> None:
     if codes.ndim != 2 or codes.dtype != np.int8:
         raise TypeError(
@@ -305,15 +318,7 @@ def quantized_matmul(
       LibraryNotFoundError, RuntimeError: the native library cannot be loaded.
     """
     _check_settings(path, precision)
-    problem, scale, out_dtype = _plugin_api.prepare_operands(
-        x2d,
-        qvalue,
-        scale,
-        fmt=fmt,
-        block_size=block_size,
-        out_dtype=out_dtype,
-        scale_dtypes=SCALE_DTYPES,
-    )
+    problem, scale, out_dtype = _prepare(x2d, qvalue, scale, fmt, block_size, out_dtype)
     return _launch(
         _call,
         problem,
@@ -373,15 +378,7 @@ def quantized_matmul_transposed(
     # The weight checked as every plugin kernel checks it, against activations of (M, K).
     rows = _logical_rows(fmt, qvalue) if qvalue.ndim else 0
     stand_in = jax.ShapeDtypeStruct((x2d.shape[0], rows), x2d.dtype)
-    problem, scale, out_dtype = _plugin_api.prepare_operands(
-        stand_in,
-        qvalue,
-        scale,
-        fmt=fmt,
-        block_size=block_size,
-        out_dtype=out_dtype,
-        scale_dtypes=SCALE_DTYPES,
-    )
+    problem, scale, out_dtype = _prepare(stand_in, qvalue, scale, fmt, block_size, out_dtype)
     if x2d.shape[1] != problem.n:
         raise ValueError(
             f"x @ W.T: x {x2d.shape} must have N={problem.n} columns for {fmt} qvalue "

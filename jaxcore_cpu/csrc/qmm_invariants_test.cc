@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -136,6 +137,43 @@ void CheckScheduleIndependence() {
   }
 }
 
+// got == want element by element (NaN where want is NaN).
+void SameResults(const std::vector<float>& want, const std::vector<float>& got,
+                 const std::string& what) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+    if (!same) {
+      Fail(what + " differs at " + std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
+           std::to_string(want[i]));
+      return;
+    }
+  }
+}
+
+// o's product with its scales stored another way (`stored` replaces Problem::scale) equals,
+// bit for bit, the product with their float32 values (`expanded`), on every instruction set,
+// precision and path.
+void SameAsFloat32Scales(const Operands& o, const Operands& expanded,
+                         const std::function<void(Problem&)>& stored, const std::string& what) {
+  for (Isa isa : SupportedIsas()) {
+    SetIsa(isa);
+    for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
+      for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
+        std::vector<float> want(o.m * o.n), got(o.m * o.n);
+        ThreadRunner threads(3);
+        Run(F32Problem(expanded, want.data(), precision), path, threads);
+        Problem p = F32Problem(o, got.data(), precision);
+        p.scale = nullptr;
+        stored(p);
+        if (std::string err = Validate(p); !err.empty()) Fail(what + ": rejected: " + err);
+        Run(p, path, threads);
+        SameResults(want, got, what + " " + IsaName(isa) + " " + PathName(path) + " " +
+                                   FormatName(o.fmt) + " m=" + std::to_string(o.m));
+      }
+    }
+  }
+}
+
 // Double-quantized scales (Problem::scale_codes) give exactly the result of the float32
 // scales they expand to (the same expansion then the same kernels), on every path, ISA and
 // precision, with groups of 256 straddling scale rows (N = 300), split-K tasks starting
@@ -163,49 +201,17 @@ void CheckDoubleQuantScales() {
       const float v = product + offset;
       expanded.scale[i] = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : v;
     }
-    for (Isa isa : SupportedIsas()) {
-      SetIsa(isa);
-      for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
-        for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
-          std::vector<float> want(o.m * o.n), got(o.m * o.n);
-          ThreadRunner threads(3);
-          Run(F32Problem(expanded, want.data(), precision), path, threads);
-          Problem p = F32Problem(o, got.data(), precision);
-          p.scale = nullptr;
+    SameAsFloat32Scales(
+        o, expanded,
+        [&](Problem& p) {
           p.scale_codes = codes.data();
           p.group_scale = group_scale.data();
           p.group_count = groups;
           p.scale_offset = offset;
-          if (std::string err = Validate(p); !err.empty()) Fail("dq problem rejected: " + err);
-          Run(p, path, threads);
-          for (int64_t i = 0; i < o.m * o.n; ++i) {
-            const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
-            if (!same) {
-              Fail(std::string("double-quant scales: ") + IsaName(isa) + " " +
-                   PathName(path) + " m=" + std::to_string(o.m) + " differs at " +
-                   std::to_string(i) + ": " + std::to_string(got[i]) + " vs " +
-                   std::to_string(want[i]));
-              break;
-            }
-          }
-        }
-      }
-    }
+        },
+        "double-quant scales");
   }
   SetIsa(best);
-}
-
-// got == want element by element (NaN where want is NaN).
-void SameResults(const std::vector<float>& want, const std::vector<float>& got,
-                 const std::string& what) {
-  for (size_t i = 0; i < want.size(); ++i) {
-    const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
-    if (!same) {
-      Fail("16-bit scales: " + what + " differs at " + std::to_string(i) + ": " +
-           std::to_string(got[i]) + " vs " + std::to_string(want[i]));
-      return;
-    }
-  }
 }
 
 // 16-bit scales (Problem::scale_half): every float16 and bfloat16 bit pattern converts
@@ -266,26 +272,18 @@ void CheckHalfScales() {
         if (count > 9) half[9] = type == HalfType::kF16 ? 0x7E00 : 0x7FC0;  // NaN
         Operands expanded = o;
         internal::ExpandHalfPortable(half.data(), count, type, expanded.scale.data());
-        for (Isa isa : SupportedIsas()) {
-          SetIsa(isa);
-          for (Precision precision : {Precision::kFloat32, Precision::kInt8}) {
-            for (Path path : {Path::kAuto, Path::kGemv, Path::kGemm}) {
-              std::vector<float> want(o.m * o.n), got(o.m * o.n);
-              ThreadRunner threads(3);
-              Run(F32Problem(expanded, want.data(), precision), path, threads);
-              Problem p = F32Problem(o, got.data(), precision);
-              p.scale = nullptr;
+        SameAsFloat32Scales(
+            o, expanded,
+            [&](Problem& p) {
               p.scale_half = half.data();
               p.scale_half_type = type;
-              if (std::string err = Validate(p); !err.empty()) Fail("16-bit scales rejected: " + err);
-              Run(p, path, threads);
-              SameResults(want, got, std::string(IsaName(isa)) + " " + PathName(path) + " " +
-                                         FormatName(fmt) + " m=" + std::to_string(o.m));
-            }
-          }
-          // The transposed product x(M, N) @ W^T, on its rows path and its GEMM.
-          std::vector<float> xt(o.m * o.n);
-          for (size_t i = 0; i < xt.size(); ++i) xt[i] = o.x[i % o.x.size()];
+            },
+            "16-bit scales");
+        // The transposed product x(M, N) @ W^T, on its rows path and its GEMM.
+        std::vector<float> xt(o.m * o.n);
+        for (size_t i = 0; i < xt.size(); ++i) xt[i] = o.x[i % o.x.size()];
+        for (Isa isa : SupportedIsas()) {
+          SetIsa(isa);
           for (Path path : {Path::kGemv, Path::kGemm}) {
             std::vector<float> want(o.m * o.k), got(o.m * o.k);
             ThreadRunner threads(3);
@@ -300,8 +298,8 @@ void CheckHalfScales() {
             b.scale_half_type = type;
             if (std::string err = Validate(b); !err.empty()) Fail("16-bit scales rejected: " + err);
             Run(b, path, threads);
-            SameResults(want, got, std::string("transposed ") + IsaName(isa) + " " +
-                                       PathName(path) + " " + FormatName(fmt));
+            SameResults(want, got, std::string("16-bit scales, transposed: ") + IsaName(isa) +
+                                       " " + PathName(path) + " " + FormatName(fmt));
           }
         }
       }
