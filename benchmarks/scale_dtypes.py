@@ -58,7 +58,11 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=41)
     parser.add_argument("--chain", type=int, default=8)
     parser.add_argument("--rotate-mb", type=float, default=128)
+    import plot_tables  # benchmarks/, the script's directory
+
+    plot_tables.add_plot_option(parser)
     args = parser.parse_args(argv)
+    plot_tables.check_plot_option(parser, args)
     if args.chain < 1:
         parser.error(f"--chain must be at least 1, got {args.chain}")
     native, why_not = _qm._native()
@@ -77,6 +81,8 @@ def main(argv=None):
     )
     for name, q in weights.items():
         print(f"  {name:13s} {q.storage_nbytes / w.size:.4f} bytes per weight")
+    names = [name for name, twin, _ in _FORMATS if twin is not None]
+    table = []
     for precision in ("int8", "float32"):
         fns = {
             convert: _chain.chained(
@@ -94,6 +100,8 @@ def main(argv=None):
                 if twin is not None:
                     contenders[name + " via XLA"] = (fns[True], sets)
             t = _qm._time_rotating(contenders, args.reps, per_call=args.chain)
+            twins = {name: twin for name, twin, _ in _FORMATS}
+            table.append((f"{precision} {m}", [t[name] / t[twins[name]] for name in names]))
             print(f"\n{precision} activations, M = {m}:")
             for name, twin, _ in _FORMATS:
                 if twin is None:
@@ -103,6 +111,11 @@ def main(argv=None):
                     f"{twin} ({t[twin] * 1e3:.3f} ms); scales converted by XLA first: "
                     f"{t[name + ' via XLA'] / t[name]:.3f}x the in-kernel time"
                 )
+
+    title = "time with 16-bit scales / with float32 scales (precision and M per row)"
+    plot_tables.print_ratios(title, "precision M", names, table)
+    if args.plot is not None:
+        plot_tables.plot_ratios(args.plot, title, "precision M", names, table)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ TABLE_SCRIPTS = [
     "quantized_matmul.py",
     "quantized_matmul_transposed.py",
     "quantized_mlp.py",
+    "scale_dtypes.py",
     "sharded_mlp.py",
     "stacked_layers.py",
     "tree_overheads.py",
