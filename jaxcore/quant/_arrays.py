@@ -278,10 +278,9 @@ class ArrayInt8(QuantizedArray):
             infinity keeps it (with its sign) and its other entries are NaN, in eager and
             jitted code alike.
           scale_dtype: the dtype the block scales are stored in: ``"float32"`` (default),
-            ``"float16"`` (as llama.cpp stores them; half the scale bytes, which at small M
-            the CPU kernels read ~5 % faster; scales below 6.1e-5 lose precision and below
-            6e-8 flush to zero) or ``"bfloat16"`` (float32's range, 8 bits of precision).
-            The codes are computed against the rounded scales.
+            ``"float16"`` (llama.cpp's; half the scale bytes; full precision from 6.1e-5 to
+            65504) or ``"bfloat16"`` (float32's range, 8 bits); the codes are computed
+            against the rounded scales (docs/guide/quant.md).
 
         Returns:
           The quantized array; it materializes to ``x.dtype``.
@@ -353,10 +352,9 @@ class ArrayInt4(QuantizedArray):
             infinity keeps it (with its sign) and its other entries are NaN, in eager and
             jitted code alike.
           scale_dtype: the dtype the block scales are stored in: ``"float32"`` (default),
-            ``"float16"`` (as llama.cpp stores them; half the scale bytes, which at small M
-            the CPU kernels read ~5 % faster; scales below 6.1e-5 lose precision and below
-            6e-8 flush to zero) or ``"bfloat16"`` (float32's range, 8 bits of precision).
-            The codes are computed against the rounded scales.
+            ``"float16"`` (llama.cpp's; half the scale bytes; full precision from 6.1e-5 to
+            65504) or ``"bfloat16"`` (float32's range, 8 bits); the codes are computed
+            against the rounded scales (docs/guide/quant.md).
 
         Returns:
           The quantized array; it materializes to ``x.dtype``.
@@ -455,10 +453,9 @@ class ArrayNF4(QuantizedArray):
             infinity keeps it (with its sign) and its other entries are NaN, in eager and
             jitted code alike.
           scale_dtype: the dtype the block absmax are stored in: ``"float32"`` (default),
-            ``"float16"`` (as llama.cpp stores them; half the scale bytes, which at small M
-            the CPU kernels read ~5 % faster; scales below 6.1e-5 lose precision and below
-            6e-8 flush to zero) or ``"bfloat16"`` (float32's range, 8 bits of precision).
-            The codes are computed against the rounded scales.
+            ``"float16"`` (llama.cpp's; half the scale bytes; full precision from 6.1e-5 to
+            65504) or ``"bfloat16"`` (float32's range, 8 bits); the codes are computed
+            against the rounded scales (docs/guide/quant.md).
             Not with ``double_quant``, which stores the absmax as int8 codes.
 
         Returns:
