@@ -27,7 +27,8 @@ larger) per contender, dense float32 included. One matrix would sit in a 32 MB L
 quantized form and flatter the quantized side.
 
 Timings are medians of --reps interleaved repetitions (each repetition times every
-contender once, so drift hits all of them alike) after a compile-and-warm-up call. On CPU
+contender once, in a freshly shuffled order, so drift and the call that ran just before hit
+all of them alike) after a compile-and-warm-up call. On CPU
 each timed call is one jitted program of --chain matmuls (default 8), each by its own weight
 copy and each waiting for the one before, and the time per matmul is the call's time over
 --chain: a model's matmuls run inside one program, and a lone call's dispatch (~0.1-0.2 ms
@@ -344,14 +345,23 @@ def _nbytes(tree) -> int:
 def _time_rotating(contenders: dict, reps: int, per_call: int = 1) -> dict:
     """Median seconds per call over ``per_call``; contender = (fn, [args for copy 0, 1, ...]).
 
-    Each repetition calls every contender once, on its next weight copy (or set of copies).
+    Each repetition calls every contender once, on its next weight copy (or set of copies),
+    in an order shuffled afresh per repetition (a fixed seed, so runs are comparable): what
+    runs just before a call shapes its time, and a fixed order would hand one contender the
+    same neighbour every time. On the 2-vCPU Zen 4 VM the native call right after XLA's
+    dense float32 matmul ran 10-30 % slower than the same call after another native one,
+    so in a fixed order the first quantized format always paid that.
     """
     for fn, arg_sets in contenders.values():
         for args in arg_sets:  # compiles, and touches every copy once
             jax.block_until_ready(fn(*args))
     samples = {name: [] for name in contenders}
+    order = list(contenders)
+    shuffle = np.random.default_rng(0).shuffle
     for rep in range(reps):
-        for name, (fn, arg_sets) in contenders.items():
+        shuffle(order)
+        for name in order:
+            fn, arg_sets = contenders[name]
             args = arg_sets[rep % len(arg_sets)]
             t0 = time.perf_counter()
             jax.block_until_ready(fn(*args))
