@@ -20,6 +20,8 @@ int8 in 32-row blocks and int4 with float16 scales (``-f16``, llama.cpp's scale 
   each as milliseconds, ratio to dense and weight GB/s (stored bytes / time);
 * ONNX Runtime's 4-bit ``MatMulNBits`` (com.microsoft, --ort-block rows per block; with
   float32 and with int8 activation compute) when ``onnxruntime`` and ``onnx`` import.
+* ggml's (llama.cpp's) ``mul_mat`` of q8_0 and q4_0 weights when ``ggml-python`` imports
+  (benchmarks/_ggml.py says how to build it as llama.cpp does).
 
 Every CPU contender rotates over enough distinct copies of its weight that each call reads
 the weight from memory: at least --rotate-mb (default: 128 MB or 4x the L3 cache, the
@@ -58,6 +60,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import _chain  # benchmarks/, the script's directory (as plot_tables)
+import _ggml
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,6 +68,10 @@ import plot_tables
 
 import jaxcore
 from jaxcore import kernels, quant
+
+# ggml's products against float64 x @ w, relative to the product's norm: q8_0 measured
+# ~0.008, q4_0 ~0.08 (both quantize the weight; q8_0 the activations too).
+_GGML_TOLERANCE = {"ggml-q8_0": 0.03, "ggml-q4_0": 0.25}
 
 # Peak HBM bandwidth (bytes/s) by device kind substring.
 _PEAK_HBM = {"H100": 3.35e12, "H200": 4.8e12}
@@ -533,6 +540,22 @@ def _cpu_main(args):
     elif ort_note:
         print(f"  {ort_note}")
 
+    ggml_runs = {}
+    ggml, ggml_note = _ggml.load()
+    if ggml is not None:
+        w_np = np.asarray(w)
+        for fmt in _ggml.FORMATS:
+            count = _copy_count(rotate, _ggml.stored_bytes(ggml, fmt, k, n), chain)
+            ggml_runs[f"ggml-{fmt}"] = _ggml.Contender(
+                ggml, fmt, w_np, count, chain, _usable_cpus()
+            )
+            print(
+                f"  {'ggml-' + fmt:12s} {ggml_runs['ggml-' + fmt].nbytes / (k * n):.4f}  x{count}"
+                f"   ({ggml_note}; int8 activations)"
+            )
+    else:
+        print(f"  {ggml_note}")
+
     dense = _chain.chained(jnp.dot, chain)
     ref = _chain.chained(
         lambda x, q: kernels.reference_quantized_matmul(
@@ -565,6 +588,9 @@ def _cpu_main(args):
                 lambda group, a: [s.run(None, {"A": a})[0] for s in group],
                 [(group, x_np) for group in _sets(sessions, chain)],
             )
+        for name, c in ggml_runs.items():
+            c.check(x_np, w_np, _GGML_TOLERANCE[name])
+            contenders[name] = c.contender(x_np)
         t = _time_rotating(contenders, reps, per_call=chain)
         base = t["dense"]
         print(
@@ -594,16 +620,25 @@ def _cpu_main(args):
                 f"{nbytes / t[name] / 1e9:6.1f}   (ONNX Runtime)"
             )
             summary.setdefault(m, {})[name] = t[name]
+        for name, c in ggml_runs.items():
+            print(
+                f"  {name:13s} {t[name] * 1e3:7.3f} {t[name] / base:8.3f} "
+                f"{c.nbytes / t[name] / 1e9:6.1f}   (ggml, llama.cpp's library)"
+            )
+            summary.setdefault(m, {})[name] = t[name]
         for name in summary.get(m, {}):
             if summary[m][name] is not None:
                 summary[m][name] /= base
 
-    if native is not None or ort_runs:
+    for c in ggml_runs.values():
+        c.close()
+    if native is not None or ort_runs or ggml_runs:
         names = [c + suffix[p] for p in precisions for c in weights] + list(ort_runs)
+        names += list(ggml_runs)
         names = [c for c in names if any(summary[m].get(c) is not None for m in summary)]
         print(
             f"\nratio to dense f32 (native kernel, float32 activations; 'i8': int8 "
-            f"activations; ONNX Runtime where named), K={k} N={n}:"
+            f"activations; ONNX Runtime and ggml where named), K={k} N={n}:"
         )
         print("  | M | " + " | ".join(names) + " |")
         print("  |---|" + "---|" * len(names))
@@ -624,7 +659,7 @@ def _cpu_main(args):
                 [(str(m), [summary[m].get(c) for c in names]) for m in args.m],
             )
     elif args.plot is not None:
-        print("plot: nothing to draw (no native kernel and no ONNX Runtime contender)")
+        print("plot: nothing to draw (no native kernel, ONNX Runtime or ggml contender)")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,31 @@ def test_time_rotating_cycles_the_sets_and_divides_by_the_chain(bench):
     assert 0 <= t["a"] < 1
 
 
+def test_time_rotating_shuffles_the_order_of_each_repetition(bench):
+    calls = []
+
+    def make(name):
+        def fn(tag):
+            calls.append((name, tag))
+            return jnp.zeros(())
+
+        return fn
+
+    names = ["a", "b", "c"]
+    contenders = {n: (make(n), [(f"{n}0",), (f"{n}1",)]) for n in names}
+    bench._time_rotating(contenders, reps=12, per_call=1)
+    timed = calls[2 * len(names) :]  # after each contender's warm-up calls
+    reps = [timed[i : i + 3] for i in range(0, len(timed), 3)]
+    assert len(reps) == 12
+    for rep, group in enumerate(reps):
+        # Every contender once per repetition, on the set the repetition picks.
+        assert sorted(group) == [(n, f"{n}{rep % 2}") for n in names]
+    # No contender keeps the same place (so none always follows the same neighbour).
+    for n in names:
+        assert len({[name for name, _ in g].index(n) for g in reps}) > 1
+    assert len({tuple(name for name, _ in g) for g in reps}) > 2
+
+
 def test_script_times_chained_calls_end_to_end():
     result = _run(
         *("--k", "64", "--n", "64", "--m", "1", "3", "--reps", "2", "--rotate-mb", "1"),
@@ -113,6 +138,15 @@ def test_script_times_chained_calls_end_to_end():
     if "native kernels: ISA" in out:
         table = out[out.index("ratio to dense f32") :]
         assert table.count("| 1 |") == 1 and table.count("| 3 |") == 1
+    # ggml (llama.cpp's library) beside them where ggml-python imports, else a note saying so.
+    if "ggml skipped:" in out:
+        assert "pip install ggml-python" in out
+    else:
+        ggml_rows = [
+            r for r in (line.split() for line in out.splitlines()) if r[:1] == ["ggml-q8_0"]
+        ]
+        assert len(ggml_rows) == 3, out  # its stored bytes, then one row per M
+        assert "| ggml-q8_0 | ggml-q4_0 |" in out
 
 
 def test_script_times_single_calls_with_chain_one():
