@@ -5,6 +5,7 @@ are checked against float64 NumPy at sizes that are no multiple of ggml's or jax
 and its bad inputs against the errors that name them.
 """
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -77,3 +78,19 @@ def test_bad_inputs_raise_naming_the_problem(ggml):
             c.check(x, np.ones((64, 8), np.float32), 0.03)  # not the weight it holds
     finally:
         c.close()
+
+
+def test_script_drops_a_ggml_contender_whose_product_is_off(ggml, monkeypatch, capsys):
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "quantized_matmul.py"
+    spec = importlib.util.spec_from_file_location("quantized_matmul_ggml_check", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "_GGML_TOLERANCE", {"ggml-q8_0": 0.03, "ggml-q4_0": 0.0})
+    argv = ["quantized_matmul.py", "--k", "64", "--n", "64", "--m", "1", "2", "--reps", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--rotate-mb", "1", "--chain", "2", "--no-reference"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "ggml-q4_0 skipped from M = 1 on: ggml's product is off by" in out
+    assert "ggml-q4_0 skipped from M = 2" not in out  # dropped once, for the rest of the run
+    table = out[out.index("ratio to dense f32") :]
+    assert "ggml-q8_0" in table and "ggml-q4_0" not in table
