@@ -19,10 +19,20 @@ interleaved tiles (its CPU "repack" buffers), which this does not do.
 from __future__ import annotations
 
 import ctypes
+from typing import NamedTuple
 
 import numpy as np
 
 FORMATS = ("q8_0", "q4_0")
+
+
+class _Graph(NamedTuple):
+    """One ggml graph of ``chain`` products and what computing it needs."""
+
+    graph: object  # ggml_cgraph pointer
+    plan: object  # its ggml_cplan
+    work: object  # the plan's work buffer (kept alive with it)
+    outputs: list  # the products' tensors
 
 
 def load():
@@ -45,10 +55,6 @@ def _kind(ggml, fmt: str) -> int:
     if fmt not in FORMATS:
         raise ValueError(f"unknown ggml format {fmt!r}; choose from {FORMATS}")
     return ggml.GGML_TYPE_Q8_0 if fmt == "q8_0" else ggml.GGML_TYPE_Q4_0
-
-
-def _floats(a: np.ndarray):
-    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
 
 
 class Contender:
@@ -83,7 +89,8 @@ class Contender:
         self._weights = [ggml.ggml_new_tensor_2d(self._ctx, kind, self.k, self.n)]
         rows = np.ascontiguousarray(w.T, dtype=np.float32)  # ggml's (N rows of K)
         first = ggml.ggml_get_data(self._weights[0])
-        ggml.ggml_quantize_chunk(kind, _floats(rows), first, 0, self.n, self.k, None)
+        src = rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        ggml.ggml_quantize_chunk(kind, src, first, 0, self.n, self.k, None)
         for _ in range(copies - 1):
             t = ggml.ggml_new_tensor_2d(self._ctx, kind, self.k, self.n)
             ctypes.memmove(ggml.ggml_get_data(t), first, self.nbytes)
@@ -91,13 +98,19 @@ class Contender:
         params = ggml.ggml_threadpool_params_default(threads)
         params.poll = 0  # idle workers sleep: a polling pool would take the next contender's cores
         self._pool = ggml.ggml_threadpool_new(ctypes.byref(params))
-        # For the M last built: (context, input tensor, [(graph, plan, work, outputs)], x).
-        self._graphs = None
+        # The graphs of the M last built (_build): their context, their input tensor, and
+        # per set of `chain` copies a _Graph.
+        self._m = None
+        self._m_ctx = None
+        self._x = None
+        self._graphs = []
 
     def _build(self, m: int):
+        """The graphs for M rows of activations (kept while M stays the same)."""
+        if m == self._m:
+            return
         g = self._g
-        if self._graphs is not None:
-            g.ggml_free(self._graphs[0])
+        self._free_graphs()
         per_graph = self.chain * (self.n * m * 4 + 64 + g.ggml_tensor_overhead())
         ctx = g.ggml_init(
             g.ggml_init_params(
@@ -119,19 +132,24 @@ class Contender:
             plan = g.ggml_graph_plan(graph, self.threads, self._pool)
             work = (ctypes.c_uint8 * max(1, plan.work_size))()
             plan.work_data = ctypes.cast(work, ctypes.POINTER(ctypes.c_uint8))
-            graphs.append((graph, plan, work, outs))
-        self._graphs = (ctx, x, graphs)
+            graphs.append(_Graph(graph, plan, work, outs))
+        self._m, self._m_ctx, self._x, self._graphs = m, ctx, x, graphs
 
-    def _run(self, x: np.ndarray, graph) -> None:
+    def _free_graphs(self) -> None:
+        if self._m_ctx is not None:
+            self._g.ggml_free(self._m_ctx)
+        self._m, self._m_ctx, self._x, self._graphs = None, None, None, []
+
+    def _run(self, x: np.ndarray, graph: _Graph) -> None:
         g = self._g
-        ctypes.memmove(g.ggml_get_data(self._graphs[1]), x.ctypes.data, x.nbytes)
-        status = g.ggml_graph_compute(graph[0], ctypes.byref(graph[1]))
+        ctypes.memmove(g.ggml_get_data(self._x), x.ctypes.data, x.nbytes)
+        status = g.ggml_graph_compute(graph.graph, ctypes.byref(graph.plan))
         if status != 0:
             raise RuntimeError(f"ggml_graph_compute failed with status {status}")
 
-    def output(self, graph, i: int) -> np.ndarray:
+    def output(self, graph: _Graph, i: int) -> np.ndarray:
         """Product ``i`` of ``graph``'s last run, (M, N)."""
-        t = graph[3][i]
+        t = graph.outputs[i]
         m = self._g.ggml_nrows(t)
         data = ctypes.cast(self._g.ggml_get_data(t), ctypes.POINTER(ctypes.c_float))
         return np.ctypeslib.as_array(data, (m, self.n)).copy()
@@ -142,7 +160,7 @@ class Contender:
         if x.shape[1] != self.k:
             raise ValueError(f"x has {x.shape[1]} columns, the weight {self.k} rows")
         self._build(x.shape[0])
-        return self._run, [(x, graph) for graph in self._graphs[2]]
+        return self._run, [(x, graph) for graph in self._graphs]
 
     def check(self, x: np.ndarray, w: np.ndarray, tolerance: float) -> float:
         """Builds x's graphs, runs the first and returns its first product's error against
@@ -159,9 +177,7 @@ class Contender:
     def close(self) -> None:
         """Frees the contexts and the thread pool."""
         g = self._g
-        if self._graphs is not None:
-            g.ggml_free(self._graphs[0])
-            self._graphs = None
+        self._free_graphs()
         if self._pool is not None:
             g.ggml_threadpool_free(self._pool)
             self._pool = None

@@ -546,11 +546,10 @@ def _cpu_main(args):
         w_np = np.asarray(w)
         for fmt in _ggml.FORMATS:
             count = _copy_count(rotate, _ggml.stored_bytes(ggml, fmt, k, n), chain)
-            ggml_runs[f"ggml-{fmt}"] = _ggml.Contender(
-                ggml, fmt, w_np, count, chain, _usable_cpus()
-            )
+            c = _ggml.Contender(ggml, fmt, w_np, count, chain, _usable_cpus())
+            ggml_runs[f"ggml-{fmt}"] = c
             print(
-                f"  {'ggml-' + fmt:12s} {ggml_runs['ggml-' + fmt].nbytes / (k * n):.4f}  x{count}"
+                f"  {'ggml-' + fmt:12s} {c.nbytes / (k * n):.4f}  x{count}"
                 f"   ({ggml_note}; int8 activations)"
             )
     else:
@@ -620,16 +619,12 @@ def _cpu_main(args):
             print(f"  {name:12s} {cells[0]}   {cells[1]}   {cells[2]:>29s}")
             for prec in precisions:
                 summary.setdefault(m, {})[name + suffix[prec]] = t.get(name + suffix[prec])
-        for name, (_, nbytes) in ort_runs.items():
+        others = [(name, nbytes, "ONNX Runtime") for name, (_, nbytes) in ort_runs.items()]
+        others += [(name, c.nbytes, "ggml, llama.cpp's library") for name, c in ggml_runs.items()]
+        for name, nbytes, source in others:
             print(
                 f"  {name:13s} {t[name] * 1e3:7.3f} {t[name] / base:8.3f} "
-                f"{nbytes / t[name] / 1e9:6.1f}   (ONNX Runtime)"
-            )
-            summary.setdefault(m, {})[name] = t[name]
-        for name, c in ggml_runs.items():
-            print(
-                f"  {name:13s} {t[name] * 1e3:7.3f} {t[name] / base:8.3f} "
-                f"{c.nbytes / t[name] / 1e9:6.1f}   (ggml, llama.cpp's library)"
+                f"{nbytes / t[name] / 1e9:6.1f}   ({source})"
             )
             summary.setdefault(m, {})[name] = t[name]
         for name in summary.get(m, {}):

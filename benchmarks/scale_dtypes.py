@@ -24,6 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import _chain  # benchmarks/, the script's directory
 import jax
 import jax.numpy as jnp
+import plot_tables
 import quantized_matmul as _qm
 
 from jaxcore import quant
@@ -58,8 +59,6 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=41)
     parser.add_argument("--chain", type=int, default=8)
     parser.add_argument("--rotate-mb", type=float, default=128)
-    import plot_tables  # benchmarks/, the script's directory
-
     plot_tables.add_plot_option(parser)
     args = parser.parse_args(argv)
     plot_tables.check_plot_option(parser, args)
@@ -81,7 +80,8 @@ def main(argv=None):
     )
     for name, q in weights.items():
         print(f"  {name:13s} {q.storage_nbytes / w.size:.4f} bytes per weight")
-    names = [name for name, twin, _ in _FORMATS if twin is not None]
+    twins = {name: twin for name, twin, _ in _FORMATS if twin is not None}
+    names = list(twins)
     table = []
     for precision in ("int8", "float32"):
         fns = {
@@ -100,7 +100,6 @@ def main(argv=None):
                 if twin is not None:
                     contenders[name + " via XLA"] = (fns[True], sets)
             t = _qm._time_rotating(contenders, args.reps, per_call=args.chain)
-            twins = {name: twin for name, twin, _ in _FORMATS}
             table.append((f"{precision} {m}", [t[name] / t[twins[name]] for name in names]))
             print(f"\n{precision} activations, M = {m}:")
             for name, twin, _ in _FORMATS:
