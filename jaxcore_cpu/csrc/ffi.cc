@@ -20,6 +20,7 @@
 #include <sched.h>
 #endif
 
+#include "placement.h"
 #include "qmm.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -54,6 +55,7 @@ struct CallState {
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
   std::atomic<int> workers{0};
+  CpuClaims cpus;  // where the call's workers run
   std::mutex mu;
   std::condition_variable finished;
 };
@@ -113,13 +115,15 @@ class PoolRunner final : public Runner {
     s->next.store(0, std::memory_order_relaxed);
     s->done.store(0, std::memory_order_relaxed);
     s->workers.store(0, std::memory_order_relaxed);
+    s->cpus.Reset();
+    s->cpus.Claim();
     for (int h = 0; h < helpers; ++h) {
       pool_->Schedule([s, generation] {
         uint64_t e = s->entry.load(std::memory_order_acquire);
         do {
           if (e >> 32 != generation || (e & kClosed) != 0) return;  // its call has ended
         } while (!s->entry.compare_exchange_weak(e, e + 1, std::memory_order_acq_rel));
-        Work(*s);
+        WorkApart(*s);
         const uint64_t before = s->entry.fetch_sub(1, std::memory_order_acq_rel);
         if ((before & kClosed) != 0 && (before & kInside) == 1) {  // the last one out
           s->entry.store((generation + 1) << 32, std::memory_order_release);
@@ -159,6 +163,15 @@ class PoolRunner final : public Runner {
   // How long a caller with no tasks left polls before it sleeps: long enough to cover the
   // usual imbalance of the last tasks, short against a time slice.
   static constexpr std::chrono::microseconds kSpin{200};
+
+  // Work() for a pool task, on a CPU of its own: where another worker of the call runs on
+  // this CPU (placement.h), the task moves to one that none does for as long as it works.
+  static void WorkApart(CallState& s) {
+    if (!s.cpus.Claim() || s.next.load(std::memory_order_relaxed) >= s.num_tasks) return Work(s);
+    ScopedAvoidCpus apart(s.cpus.claimed());
+    if (apart.moved()) s.cpus.Claim();
+    Work(s);
+  }
 
   static void Work(CallState& s) {
     int worker = -1;

@@ -313,6 +313,7 @@ int main() {
   CheckNonFiniteActivations();
   CheckDoubleQuantScales();
   CheckHalfScales();
+  CheckPlacement();
   std::printf("detected instruction set: %s\n", IsaName(DetectIsa()));
   // CI runs this test on emulated CPUs with and without an instruction set (qemu's -cpu) and
   // says which it expects the run-time check to find.

@@ -255,6 +255,8 @@ void CheckWorkspaceCoversEveryIsa();
 void CheckPartialSumsStaySmall();
 void CheckEmptyK();
 void CheckNonFiniteActivations();
+// placement_test.cc: a call's CPU claims and ScopedAvoidCpus (placement.h).
+void CheckPlacement();
 // qmm_transposed_test.cc: the transposed product against the reference; returns its runs.
 int RunTransposedChecks();
 
