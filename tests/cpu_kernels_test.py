@@ -15,6 +15,8 @@ under ``bazel-bin/``, and skips the module when nothing was built.
 
 import dataclasses
 import functools
+import os
+import pathlib
 import re
 import threading
 
@@ -230,6 +232,64 @@ def test_concurrent_calls_from_threads_match_lone_calls():
             assert_matches(want, x, w.dense, jnp.float32, f"lone call M={x.shape[0]}")
         else:
             assert_int8_close(want, x, w.dense, f"lone int8-activation call M={x.shape[0]}")
+
+
+def _cpu_list(text):
+    """CPUs of a /proc Cpus_allowed_list value ("0-3,6") as a set."""
+    cpus = set()
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def _thread_affinities():
+    """Each thread of this process (by id) and the CPUs it may run on, from /proc."""
+    out = {}
+    for task in pathlib.Path("/proc/self/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended while we looked
+            continue
+        for line in status.splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                out[task.name] = _cpu_list(line.split(":", 1)[1])
+    return out
+
+
+@pytest.mark.skipif(
+    not pathlib.Path("/proc/self/task").is_dir() or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux's /proc and two usable CPUs",
+)
+def test_pool_threads_keep_their_cpu_affinity():
+    """A pool thread that lands on a CPU where another worker of its call runs moves itself
+    to a free CPU for the call (placement.h) and must get its affinity back: after many
+    contended calls (three Python threads at once, each call using XLA's pool), every thread
+    of the process may still run on every CPU the process may."""
+    allowed = os.sched_getaffinity(0)
+    rng = np.random.default_rng(13)
+    w = random_weight(rng, "int4", 1024, 1024, 64)
+    fn = jax.jit(
+        functools.partial(jaxcore_cpu.quantized_matmul, fmt="int4", block_size=64, precision="int8")
+    )
+    x = jnp.asarray(rng.standard_normal((16, 1024)), jnp.float32)
+    want = np.asarray(fn(x, w.qvalue, w.scale))
+
+    mismatches = []
+
+    def run():
+        for _ in range(60):
+            if not np.array_equal(np.asarray(fn(x, w.qvalue, w.scale)), want):
+                mismatches.append(1)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not mismatches, f"{len(mismatches)} contended calls differed from a lone call"
+    narrowed = {tid: cpus for tid, cpus in _thread_affinities().items() if cpus != allowed}
+    assert not narrowed, f"threads left with narrowed affinity {narrowed} (process: {allowed})"
 
 
 def test_other_dtypes_are_converted():
