@@ -1,11 +1,12 @@
 // Keeps the workers of one parallel call on distinct CPUs.
 //
 // The pool thread that a call wakes to help it is sometimes put by the scheduler on the CPU
-// its caller runs on (wake-affine placement) while another CPU idles, and the two then share
-// one CPU until the load balancer moves one of them: on the 2-vCPU Zen 4 VM that took the
-// whole call in 13 % of int4 calls at M = 16 (K = N = 4096), which ran at one CPU's speed
-// (2.0-2.2 ms against 1.0-1.1). A helper that finds another worker of its call on its CPU
-// moves itself, for the call, to the CPUs no worker of the call has claimed.
+// its caller runs on (wake-affine placement) while the other CPUs look busy, often with other
+// pools' threads polling for work, and the two then share one CPU until the load balancer
+// moves one of them: on the 2-vCPU Zen 4 VM that took the whole call in 7-13 % of int4 calls
+// at M = 16 (K = N = 4096), which ran at one CPU's speed (2.0-2.2 ms against 1.0-1.1). A
+// helper that finds another worker of its call on its CPU moves itself, for the call, to the
+// CPUs no worker of the call has claimed.
 #ifndef JAXCORE_CPU_CSRC_PLACEMENT_H_
 #define JAXCORE_CPU_CSRC_PLACEMENT_H_
 
