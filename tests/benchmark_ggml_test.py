@@ -44,6 +44,7 @@ def test_products_match_numpy_and_rotate_distinct_copies(ggml, fmt, tolerance, p
         assert c.nbytes == _ggml.stored_bytes(ggml, fmt, k, n) == round(per_weight * k * n)
         for m in (1, 3, 17):
             x = rng.standard_normal((m, k)).astype(np.float32)
+            want = x.astype(np.float64) @ w
             err = c.check(x, w, tolerance)
             assert 0 < err <= tolerance
             fn, sets = c.contender(x)
@@ -52,7 +53,6 @@ def test_products_match_numpy_and_rotate_distinct_copies(ggml, fmt, tolerance, p
                 fn(*args)
                 for i in range(2):  # every product of every set, each by its own copy
                     got = c.output(args[1], i)
-                    want = x.astype(np.float64) @ w
                     assert got.shape == (m, n)
                     assert np.linalg.norm(got - want) <= tolerance * np.linalg.norm(want)
         pointers = {ggml.ggml_get_data(t) for t in c._weights}

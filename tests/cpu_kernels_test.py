@@ -234,26 +234,14 @@ def test_concurrent_calls_from_threads_match_lone_calls():
             assert_int8_close(want, x, w.dense, f"lone int8-activation call M={x.shape[0]}")
 
 
-def _cpu_list(text):
-    """CPUs of a /proc Cpus_allowed_list value ("0-3,6") as a set."""
-    cpus = set()
-    for part in text.strip().split(","):
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
-
-
 def _thread_affinities():
-    """Each thread of this process (by id) and the CPUs it may run on, from /proc."""
+    """Each thread of this process (by id) and the CPUs it may run on."""
     out = {}
     for task in pathlib.Path("/proc/self/task").iterdir():
         try:
-            status = (task / "status").read_text()
+            out[task.name] = os.sched_getaffinity(int(task.name))
         except OSError:  # the thread ended while we looked
             continue
-        for line in status.splitlines():
-            if line.startswith("Cpus_allowed_list:"):
-                out[task.name] = _cpu_list(line.split(":", 1)[1])
     return out
 
 
