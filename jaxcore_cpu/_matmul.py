@@ -38,10 +38,10 @@ PRECISIONS: dict[str, int] = {"float32": 0, "int8": 1}
 
 ``float32`` (the default) is exact: decoded weights times float32 activations, float32
 accumulation, equal to ``x @ dequantize(W)`` up to float32 rounding. ``int8`` quantizes each
-activation row to int8 in groups of 32 along K and sums integer products, as llama.cpp's
-CPU kernels do: roughly twice the arithmetic rate where the weights are 4-bit, at a
-relative error of about 1e-3 (worst seen 5e-3 of ``sum |x| |w|``; NF4 codes also round
-to the int8 grid). It applies to weights whose ``block_size`` is a multiple of 32, and to
+activation row to int8 with one scale per 32 values along K (per 64 for int4 and NF4 whose
+``block_size`` is a multiple of 64) and sums integer products, as llama.cpp's CPU kernels
+do: roughly twice the arithmetic rate where the weights are 4-bit, at a relative error of
+about 1e-3 (worst seen 6e-3 of ``sum |x| |w|``; NF4 codes also round to the int8 grid). It applies to weights whose ``block_size`` is a multiple of 32, and to
 every M with the AVX2, AVX-VNNI and AVX-512 VNNI kernels (integer products outrun float32
 FMAs there) or to M <= 64 with the portable ones; other calls run in ``float32``. Under
 ``int8`` a row whose activations hold NaN or infinity comes out all NaN (no int8 code stands

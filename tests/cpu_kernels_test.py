@@ -633,6 +633,81 @@ def test_int8_precision_is_close_and_not_float32(case):
         assert np.abs(as64(exact) - first).max() > 1e-6 * np.abs(first).max(), case
 
 
+# NF4's code book on the int8 grid (round(127 * code)): the int8 path's NF4 weights, over 127.
+NF4_INT8 = np.array([-127, -88, -67, -50, -36, -23, -12, 0, 10, 20, 31, 43, 56, 71, 92, 127])
+
+
+def int8_precision_emulated(x, w, span):
+    """NumPy's ``precision="int8"`` product: each activation row quantized to int8 with one
+    scale per ``span`` x 32 values along K (d = max|x| / 127, codes round-half-even of
+    x * (127 / max|x|), both in float32), integer sums per 32, scaled in float64."""
+    x32 = np.asarray(x, np.float32)
+    m, k = x32.shape
+    units = x32.reshape(m, k // (32 * span), 32 * span)
+    amax = np.abs(units).max(axis=2, keepdims=True)
+    d = amax / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    codes = np.rint(units * inv).astype(np.int64).reshape(m, k)
+    d = np.repeat(d.reshape(m, -1).astype(np.float64), 32 * span, axis=1)  # per K
+    q = np.asarray(w.qvalue)
+    if w.fmt == "int8":
+        ints, unit = q.astype(np.int64), 1.0
+    else:
+        idx = np.empty((2 * q.shape[0], q.shape[1]), np.int64)
+        idx[0::2], idx[1::2] = q & 0xF, q >> 4
+        ints, unit = (idx - 8, 1.0) if w.fmt == "int4" else (NF4_INT8[idx], 1.0 / 127)
+    wk = ints * np.repeat(np.asarray(w.scale, np.float64), w.block_size, axis=0) * unit
+    return (codes * d) @ wk, (np.abs(codes) * d) @ np.abs(wk)
+
+
+@pytest.mark.parametrize(
+    "fmt, block_size, span",
+    [
+        ("int8", 32, 1),
+        ("int8", 256, 1),
+        ("int4", 32, 1),
+        ("int4", 64, 2),
+        ("nf4", 64, 2),
+        ("nf4", 128, 2),
+    ],
+)
+def test_int8_precision_matches_its_numpy_emulation(fmt, block_size, span):
+    """The activation quantization is the documented one on every instruction set: a scale
+    per 32 values, or per 64 for the 4-bit formats in blocks of a multiple of 64 (where the
+    AVX-512 kernel sums a pair of groups in int32), whatever M is."""
+    rng = np.random.default_rng(41)
+    k, n = 256, 200
+    w = random_weight(rng, fmt, k, n, block_size)
+    case = f"{fmt} in blocks of {block_size}"
+    # Outliers in some groups, so a scale per 64 and one per 32 give different codes.
+    x = rng.standard_normal((16, k)).astype(np.float32)
+    x[:, 40] *= 30.0
+    x[3, 130:140] *= 50.0
+    want, bound = int8_precision_emulated(x, w, span)
+    other, _ = int8_precision_emulated(x, w, 3 - span)
+    # The emulation tells the two spans apart (by far more than float32 rounding).
+    assert np.abs(other - want).max() > 1e-3 * np.abs(want).max(), case
+    for isa in ISAS:
+        with jaxcore_cpu.set_isa(isa):
+            for m in (1, 5, 16):
+                got = jaxcore_cpu.quantized_matmul(
+                    jnp.asarray(x[:m]),
+                    w.qvalue,
+                    w.scale,
+                    fmt=w.fmt,
+                    block_size=w.block_size,
+                    precision="int8",
+                )
+                err = np.abs(as64(got) - want[:m])
+                assert (err <= 1e-5 * bound[:m] + 1e-30).all(), (
+                    case,
+                    isa,
+                    m,
+                    float(np.max(err / (bound[:m] + 1e-30))),
+                )
+
+
 @pytest.mark.parametrize("case", ["int8-channel", "int4-b64", "nf4-b64"])
 @pytest.mark.parametrize("m", [3, 9])
 def test_int8_precision_non_finite_activations_give_nan_rows(case, m):

@@ -27,7 +27,8 @@
 // a block at a time, decoding each chunk just before its products; a group's int32 sums wait
 // in the scratch between its bands, so the float work and the scales come once per group.
 // Larger M decodes one or two whole groups for the block first (set by set) and then runs
-// 3-row register tiles over them.
+// 3-row register tiles over them; two groups that share one activation scale (the 4-bit
+// formats' pairs, Q8ScaleSpan) are summed in int32 and meet the float work once.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -328,6 +329,56 @@ inline void DotRowsGroups(const Q8Task& t, int64_t g, int64_t mi,
   }
 }
 
+// acc[r] += scale' * d[r] * (the int32 dot of row r with two consecutive groups' decoded
+// quads, from g) for groups that share one activation scale (Q8Activations::span): the 64
+// rows' products are summed in int32 and the float work comes once, where DotRowsGroups
+// converts, scales and adds each group's sum. The tile is bound by the multiply pipes, which
+// vpdpbusd shares with the float multiplies. kScaleLater as for DotRowsGroups.
+template <Format kFmt, int kR, bool kScaleLater>
+inline void DotRowsPair(const Q8Task& t, int64_t g, int64_t mi, const __m512i (*const w[2])[4],
+                        const __m512 sc[4], float* acc, int64_t lda) {
+  constexpr int32_t kZero = kFmt == Format::kInt4 ? 8 : 128;
+  constexpr int kQuads = 8;
+  const int64_t at = g * t.x.rows + mi, next = (g + 1) * t.x.rows + mi;
+  __m512i dot[kR][4];
+  const int8_t* xq[kR];
+  const int8_t* xq_next[kR];
+  for (int r = 0; r < kR; ++r) {
+    const __m512i start = _mm512_set1_epi32(-kZero * (t.x.sum[at + r] + t.x.sum[next + r]));
+    for (int j = 0; j < 4; ++j) dot[r][j] = start;
+    xq[r] = t.x.q + (at + r) * kQ8Group;
+    xq_next[r] = t.x.q + (next + r) * kQ8Group;
+  }
+#pragma GCC unroll 16
+  for (int qd = 0; qd < 2 * kQuads; ++qd) {
+    __m512i xb[kR];
+    for (int r = 0; r < kR; ++r) {
+      xb[r] = Broadcast4((qd < kQuads ? xq[r] : xq_next[r]) + 4 * (qd % kQuads));
+    }
+    for (int j = 0; j < 4; ++j) {
+      const __m512i wv = _mm512_load_si512(&w[qd / kQuads][qd % kQuads][j]);
+      for (int r = 0; r < kR; ++r) dot[r][j] = _mm512_dpbusd_epi32(dot[r][j], wv, xb[r]);
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    const __m512 d = _mm512_set1_ps(t.x.d[at + r]);
+    float* row = acc + (mi + r) * lda;
+    for (int j = 0; j < 4; ++j) {
+      const __m512 scale = kScaleLater ? d : _mm512_mul_ps(sc[j], d);
+      _mm512_store_ps(row + 16 * j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][j]), scale,
+                                                    _mm512_load_ps(row + 16 * j)));
+    }
+  }
+}
+
+template <Format kFmt, bool kScaleLater>
+inline void DotAllRowsPair(const Q8Task& t, int64_t g, const __m512i (*const w[2])[4],
+                           const __m512 sc[4], float* acc, int64_t lda) {
+  int64_t mi = 0;
+  for (; mi + 3 <= t.m; mi += 3) DotRowsPair<kFmt, 3, kScaleLater>(t, g, mi, w, sc, acc, lda);
+  for (; mi < t.m; ++mi) DotRowsPair<kFmt, 1, kScaleLater>(t, g, mi, w, sc, acc, lda);
+}
+
 template <Format kFmt, int kG, bool kScaleLater>
 inline void DotAllRows(const Q8Task& t, int64_t g, const __m512i (*const w[kG])[4],
                        const __m512 sc[4], float* acc, int64_t lda) {
@@ -396,7 +447,11 @@ void Q8TaskWide(const Q8Task& t) {
       const int64_t g = g0 / kQ8Group;
       if (kg == 2) {
         const __m512i(*const w[2])[4] = {decoded[ci], decoded[chunks + ci]};
-        DotAllRows<kFmt, 2, kScaleLater>(t, g, w, sc, acc, lda);
+        if (t.x.span == 2 && g % 2 == 0) {
+          DotAllRowsPair<kFmt, kScaleLater>(t, g, w, sc, acc, lda);
+        } else {
+          DotAllRows<kFmt, 2, kScaleLater>(t, g, w, sc, acc, lda);
+        }
       } else {
         const __m512i(*const w[1])[4] = {decoded[ci]};
         DotAllRows<kFmt, 1, kScaleLater>(t, g, w, sc, acc, lda);
@@ -424,38 +479,53 @@ void Q8TaskBlock(const Q8Task& t) {
 void Q8TaskAvx512(const Q8Task& t) { ForEachQ8TaskBlock(t, Q8TaskBlock); }
 
 // Q8QuantizePortable's arithmetic, 32 values at a time: the same amax, the same 127 / amax
-// and round-to-nearest-even, so the codes are identical, and the same NaN scale for a group
+// and round-to-nearest-even, so the codes are identical, and the same NaN scale for a unit
 // holding NaN or infinity. For the nibble-packed formats each eight codes are stored in the
 // order 0 2 4 6 1 3 5 7 (see the file comment).
-void Q8QuantizeAvx512(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
-                      int32_t* sum) {
+void Q8QuantizeAvx512(Format fmt, int span, const float* x, int64_t k, int64_t rows, int8_t* q,
+                      float* d, int32_t* sum) {
+  constexpr int kMaxSpan = 2;  // Q8ScaleSpan's largest
+  if (span < 1 || span > kMaxSpan) return Q8QuantizePortable(fmt, span, x, k, rows, q, d, sum);
   const __m256i order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
                                          0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
   const bool permute = fmt != Format::kInt8;
-  for (int64_t g = 0; g < k / kQ8Group; ++g) {
-    const float* xg = x + g * kQ8Group;
-    const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
-    const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
-    const __m512 most = _mm512_set1_ps(std::numeric_limits<float>::max());
-    if (_mm512_cmp_ps_mask(a0, most, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, most, _CMP_NLE_UQ)) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * rows * kQ8Group),
-                          _mm256_setzero_si256());
-      d[g * rows] = std::numeric_limits<float>::quiet_NaN();
-      sum[g * rows] = 0;
+  const __m512 most = _mm512_set1_ps(std::numeric_limits<float>::max());
+  for (int64_t g0 = 0; g0 + span <= k / kQ8Group; g0 += span) {
+    __m512 v[kMaxSpan][2];
+    __m512 amax16 = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int gi = 0; gi < span; ++gi) {
+      for (int h = 0; h < 2; ++h) {
+        v[gi][h] = _mm512_loadu_ps(x + (g0 + gi) * kQ8Group + 16 * h);
+        const __m512 a = _mm512_abs_ps(v[gi][h]);
+        bad |= _mm512_cmp_ps_mask(a, most, _CMP_NLE_UQ);  // NaN or infinity
+        amax16 = _mm512_max_ps(amax16, a);
+      }
+    }
+    if (bad) {
+      for (int64_t g = g0; g < g0 + span; ++g) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * rows * kQ8Group),
+                            _mm256_setzero_si256());
+        d[g * rows] = std::numeric_limits<float>::quiet_NaN();
+        sum[g * rows] = 0;
+      }
       continue;
     }
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    const float amax = _mm512_reduce_max_ps(amax16);
     const float dg = amax / 127.0f;
     const float inv = dg > 0.0f ? 127.0f / amax : 0.0f;
     const __m512 s = _mm512_set1_ps(inv);
-    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, s));
-    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, s));
-    __m256i codes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(i0)),
-                                            _mm512_cvtepi32_epi8(i1), 1);
-    if (permute) codes = _mm256_shuffle_epi8(codes, order);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * rows * kQ8Group), codes);
-    d[g * rows] = dg;
-    sum[g * rows] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    for (int gi = 0; gi < span; ++gi) {
+      const int64_t g = g0 + gi;
+      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v[gi][0], s));
+      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v[gi][1], s));
+      __m256i codes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(i0)),
+                                              _mm512_cvtepi32_epi8(i1), 1);
+      if (permute) codes = _mm256_shuffle_epi8(codes, order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * rows * kQ8Group), codes);
+      d[g * rows] = dg;
+      sum[g * rows] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    }
   }
 }
 

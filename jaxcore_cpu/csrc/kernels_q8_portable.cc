@@ -30,35 +30,40 @@ inline int32_t WeightCode(Format fmt, const uint8_t* q, int64_t ldq, int64_t r, 
 
 }  // namespace
 
-void Q8QuantizePortable(Format fmt, const float* x, int64_t k, int64_t rows, int8_t* q, float* d,
-                        int32_t* sum) {
-  for (int64_t g = 0; g < k / kQ8Group; ++g) {
-    const float* xg = x + g * kQ8Group;
+void Q8QuantizePortable(Format fmt, int span, const float* x, int64_t k, int64_t rows,
+                        int8_t* q, float* d, int32_t* sum) {
+  span = span < 1 ? 1 : span;
+  const int64_t unit = int64_t{kQ8Group} * span;  // values sharing one scale
+  for (int64_t u = 0; u < k / unit; ++u) {
+    const float* xu = x + u * unit;
     float amax = 0.0f;
     bool finite = true;
-    for (int i = 0; i < kQ8Group; ++i) {
-      const float a = std::fabs(xg[i]);
+    for (int64_t i = 0; i < unit; ++i) {
+      const float a = std::fabs(xu[i]);
       finite = finite && a <= std::numeric_limits<float>::max();  // false for NaN and inf
       amax = a > amax ? a : amax;
     }
-    if (!finite) {
-      // No int8 code stands for NaN or infinity: the group's scale is NaN instead, so every
-      // product it enters is NaN (as float32 arithmetic would make it, or infinite).
-      std::memset(q + g * rows * kQ8Group, 0, kQ8Group);
-      d[g * rows] = std::numeric_limits<float>::quiet_NaN();
-      sum[g * rows] = 0;
-      continue;
-    }
     const float dg = amax / 127.0f;
     const float inv = dg > 0.0f ? 127.0f / amax : 0.0f;
-    int32_t s = 0;
-    for (int i = 0; i < kQ8Group; ++i) {
-      const int32_t v = static_cast<int32_t>(std::nearbyint(xg[i] * inv));
-      q[g * rows * kQ8Group + Q8CodeAt(fmt, i)] = static_cast<int8_t>(v);
-      s += v;
+    for (int64_t g = u * span; g < (u + 1) * span; ++g) {
+      const float* xg = x + g * kQ8Group;
+      if (!finite) {
+        // No int8 code stands for NaN or infinity: the group's scale is NaN instead, so every
+        // product it enters is NaN (as float32 arithmetic would make it, or infinite).
+        std::memset(q + g * rows * kQ8Group, 0, kQ8Group);
+        d[g * rows] = std::numeric_limits<float>::quiet_NaN();
+        sum[g * rows] = 0;
+        continue;
+      }
+      int32_t s = 0;
+      for (int i = 0; i < kQ8Group; ++i) {
+        const int32_t v = static_cast<int32_t>(std::nearbyint(xg[i] * inv));
+        q[g * rows * kQ8Group + Q8CodeAt(fmt, i)] = static_cast<int8_t>(v);
+        s += v;
+      }
+      d[g * rows] = dg;
+      sum[g * rows] = s;
     }
-    d[g * rows] = dg;
-    sum[g * rows] = s;
   }
 }
 

@@ -95,6 +95,12 @@ void SetTail(const Problem& p, int workers, GemvSplit& s) {
   s.col_tasks = s.head_chunks + CeilDiv(p.n - s.head_chunks * s.ncols, tail_cols);
 }
 
+// Rows of K an int8-activation task's K range is a multiple of: whole activation scale
+// spans (Q8ScaleSpan), so a kernel always meets both groups of a pair.
+int64_t Q8Step(const Problem& p) {
+  return int64_t{internal::kQ8Group} * internal::Q8ScaleSpan(p.fmt, p.block_size);
+}
+
 }  // namespace
 
 bool UsesInt8(const KernelTable& kt, const Problem& p) {
@@ -130,7 +136,7 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
     if (ncols >= kWideTaskMinCols) {
       s.ncols = std::min(p.n, ncols);
       s.col_tasks = CeilDiv(p.n, s.ncols);
-      SetKRanges(p, 1, internal::kQ8Group, s);
+      SetKRanges(p, 1, Q8Step(p), s);
       SetTail(p, workers, s);
       return s;
     }
@@ -150,26 +156,27 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
                std::min({std::max(forced, std::min(wanted, KRangesUnder(p, p.m, kPartialShare))),
                          cap,
                          CeilDiv(p.k, 4 * internal::kQ8Group)}),
-               internal::kQ8Group, s);
+               Q8Step(p), s);
     s.ncols = std::min(p.n, RoundUp(CeilDiv(p.n, CeilDiv(wanted, s.k_tasks)), 64));
     // Halve the K ranges into twice the column chunks while one chunk's partial sums (which
     // the task finishing its last K range adds up alone) pass kChunkPartialBytes.
     while (s.k_tasks > 1 && s.ncols / 2 >= min_cols &&
            s.k_tasks * p.m * s.ncols * int64_t{sizeof(float)} > kChunkPartialBytes) {
-      SetKRanges(p, s.k_tasks / 2, internal::kQ8Group, s);
+      SetKRanges(p, s.k_tasks / 2, Q8Step(p), s);
       s.ncols = RoundUp(CeilDiv(s.ncols, 2), 64);
     }
     s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
-    SetKTail(p, workers, internal::kQ8Group, cap, s);
+    SetKTail(p, workers, Q8Step(p), cap, s);
     return s;
   }
   s.ncols = SplitCols(kt, p);
   s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
-  const int64_t step = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;
+  const int64_t step = UsesInt8(kt, p) ? Q8Step(p) : kGemvRowStep;
+  const int64_t min_len = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;
   const int64_t cap = KRangesUnder(p, SplitRows(kt, p), kPartialCapShare);
   SetKRanges(p,
-             std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)), CeilDiv(p.k, 4 * step),
-                       cap}),
+             std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)),
+                       CeilDiv(p.k, 4 * min_len), cap}),
              step, s);
   SetKTail(p, workers, step, cap, s);
   return s;

@@ -19,7 +19,8 @@ enum class HalfType : int32_t { kF16 = 0, kBF16 = 1 };
 enum class Path : int32_t { kAuto = 0, kGemv = 1, kGemm = 2 };
 // How activations enter the products. kFloat32 is exact (float32 products of the decoded
 // weights, as the dequantize-then-dot reference). kInt8 quantizes each activation row to
-// int8 in groups of 32 along K and sums integer products, as llama.cpp does: about twice
+// int8 with a scale per 32 values along K (per 64 for int4 and NF4 in blocks of a multiple
+// of 64: internal::Q8ScaleSpan) and sums integer products, as llama.cpp does: about twice
 // the arithmetic rate, at a relative error of a few 1e-3 (NF4 codes also round to int8).
 // It applies where block_size is a multiple of 32 and, with the portable kernels,
 // M <= kInt8MaxM (AVX2, AVX-VNNI and AVX-512 VNNI take every M); elsewhere kFloat32.

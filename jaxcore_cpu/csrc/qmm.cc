@@ -192,7 +192,8 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
   if (int8) {
     q.fmt = p.fmt;
     q.m = rows;
-    q.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m};
+    q.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m,
+              internal::Q8ScaleSpan(p.fmt, p.block_size)};
     q.q = s.q;
     q.ldq = p.n;
     q.n0 = n0;
@@ -290,7 +291,8 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
       internal::Q8Task t;
       t.fmt = p.fmt;
       t.m = rows;
-      t.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m};
+      t.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m,
+                internal::Q8ScaleSpan(p.fmt, p.block_size)};
       t.q = static_cast<const uint8_t*>(p.qvalue);
       t.ldq = p.n;
       t.r0 = k0;
@@ -443,8 +445,8 @@ void Run(const Problem& p, Path path, Runner& runner, void* workspace) {
   }
   if (UsesInt8(kt, p)) {
     const auto quantize = [&](int64_t mi, int) {
-      kt.q8_quantize(p.fmt, x + mi * p.k, p.k, p.m, b.xq + mi * internal::kQ8Group, b.xd + mi,
-                     b.xsum + mi);
+      kt.q8_quantize(p.fmt, internal::Q8ScaleSpan(p.fmt, p.block_size), x + mi * p.k, p.k, p.m,
+                     b.xq + mi * internal::kQ8Group, b.xd + mi, b.xsum + mi);
     };
     // A few tens of microseconds of work: cheaper on this thread than waking the others.
     if (p.m * p.k <= kSerialQuantizeFloats) {
