@@ -29,6 +29,7 @@ FFI_TEST_FILES = (
     "cpu_kernels_test.py",
     "cpu_kernels_dq_test.py",
     "cpu_kernels_half_scales_test.py",
+    "cpu_kernels_int8_test.py",
     "cpu_kernels_isa_test.py",
     "cpu_kernels_stacked_test.py",
     "cpu_kernels_transposed_test.py",

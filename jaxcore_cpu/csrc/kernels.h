@@ -155,11 +155,13 @@ constexpr int kQ8Group = 32;
 extern const int8_t kNf4Int8[16];
 
 // Groups (of kQ8Group rows of K) per activation scale: two for the nibble-packed formats when
-// the weight's scale blocks hold whole pairs, one otherwise. A pair shares its weight scales
-// and, so, its whole scale: the AVX-512 kernel sums its 64 rows in int32 and then does the
-// float work once, which made int4 at M = 16 10-14 % faster (Zen 4, K = N = 4096), at a
-// relative error still ~1e-3 (the 4-bit weight's own rounding is ~1e-1). It depends on the
-// format and block size only, so every instruction set and every M quantizes a row alike.
+// the weight's scale blocks hold whole pairs, one otherwise. A pair then lies in one weight
+// scale block, so all its products share one factor: the AVX-512 and AVX-VNNI kernels sum its
+// 64 rows in int32 and do the float work once, which made int4 at M = 16 8-13 % faster (Zen 4,
+// K = N = 4096), at a relative error still ~1e-3 (the 4-bit weight's own rounding is ~1e-1).
+// int8 weights, whose own rounding is far smaller, keep a scale per group. The span depends
+// on the format and block size only, so every instruction set and every M quantize a row
+// alike.
 inline int Q8ScaleSpan(Format fmt, int64_t block_size) {
   return fmt != Format::kInt8 && block_size % (2 * kQ8Group) == 0 ? 2 : 1;
 }
