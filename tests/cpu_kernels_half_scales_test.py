@@ -28,8 +28,7 @@ HALF = {"f16": jnp.float16, "bf16": jnp.bfloat16}
 np_dequant = kernel_test_util.numpy_dense
 
 
-def as64(a):
-    return np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64)
+as64 = kernel_test_util.as64
 
 
 def weight(fmt, k, n, block_size, half, seed):

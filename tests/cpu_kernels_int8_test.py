@@ -21,8 +21,7 @@ ISAS = jaxcore_cpu.available_isas()
 assert_int8_close = kernel_test_util.assert_int8_close
 
 
-def as64(a):
-    return np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64)
+as64 = kernel_test_util.as64
 
 
 @pytest.mark.parametrize("case", ["int8-channel", "int8-b32", "int4-b64", "nf4-b64", "nf4-dq"])

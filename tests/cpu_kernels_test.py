@@ -42,8 +42,7 @@ np_dequant = kernel_test_util.numpy_dense  # independent float64 decoding of the
 assert_int8_close = kernel_test_util.assert_int8_close
 
 
-def as64(a):
-    return np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64)
+as64 = kernel_test_util.as64
 
 
 def assert_matches(got, x, w64, out_dtype, what):

@@ -50,11 +50,15 @@ def numpy_dense(fmt, qvalue, scale, block_size):
     return values * np.repeat(np.asarray(scale, np.float64), block_size, axis=0)
 
 
+def as64(a):
+    """``a`` (any float dtype, JAX or NumPy) as a float64 NumPy array, through float32."""
+    return np.asarray(jnp.asarray(a).astype(jnp.float32), np.float64)
+
+
 def assert_int8_close(got, x, w64, what):
     """int8 activations: ``got`` within 2e-2 of sum |x||w| of ``x @ w64`` per entry (about
     1e-3 typical), in float64."""
-    x64 = np.asarray(jnp.asarray(x).astype(jnp.float32), np.float64)
-    got64 = np.asarray(jnp.asarray(got).astype(jnp.float32), np.float64)
+    x64, got64 = as64(x), as64(got)
     err = np.abs(got64 - x64 @ w64)
     bound = 2e-2 * (np.abs(x64) @ np.abs(w64)) + 1e-30
     assert (err <= bound).all(), (what, float(np.max(err / bound)))

@@ -86,6 +86,13 @@ struct Buffers {
                             //   worker, the scales of one task (TaskScaleFloats)
 };
 
+// The quantized activations (Run() writes them) from activation row m0 on, as the int8
+// kernels read them.
+internal::Q8Activations Q8ActivationsOf(const Problem& p, const Buffers& b, int64_t m0) {
+  return {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m,
+          internal::Q8ScaleSpan(p.fmt, p.block_size)};
+}
+
 // Scale rows a split-K task's K range [k0, k0 + k_len) can touch, times its columns: the
 // scratch each worker expands one task's scales into (ExpandsScales).
 int64_t TaskScaleFloats(const Problem& p, const GemvSplit& s) {
@@ -192,8 +199,7 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
   if (int8) {
     q.fmt = p.fmt;
     q.m = rows;
-    q.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m,
-              internal::Q8ScaleSpan(p.fmt, p.block_size)};
+    q.x = Q8ActivationsOf(p, b, m0);
     q.q = s.q;
     q.ldq = p.n;
     q.n0 = n0;
@@ -291,8 +297,7 @@ void RunGemv(const Problem& p, const float* x, int64_t m0, int64_t rows, const B
       internal::Q8Task t;
       t.fmt = p.fmt;
       t.m = rows;
-      t.x = {b.xq + m0 * internal::kQ8Group, b.xd + m0, b.xsum + m0, p.m,
-                internal::Q8ScaleSpan(p.fmt, p.block_size)};
+      t.x = Q8ActivationsOf(p, b, m0);
       t.q = static_cast<const uint8_t*>(p.qvalue);
       t.ldq = p.n;
       t.r0 = k0;
