@@ -287,11 +287,11 @@ inline void ForEachQ8TaskBlock(const Q8Task& t, Kernel kernel) {
 }
 
 // Floats of scratch a q8_task call needs: m rows of a column block, padded, then two groups'
-// decoded codes for the block (512 floats' worth per group and 64 columns) or one group's
-// activation codes widened to int16 (m rows of 32: AVX2's int16 pairs).
+// decoded codes for the block (512 floats' worth per group and 64 columns) or two groups'
+// activation codes widened to int16 (m rows of 32 each: AVX2's int16 pairs).
 inline int64_t Q8TaskAccFloats(int64_t m, int64_t cols) {
   const int64_t span = Q8TaskBlockCols(m, cols);
-  return m * (span + 16) + std::max(span, m) * 16;
+  return m * (span + 16) + std::max(span, 2 * m) * 16;
 }
 
 // Largest M for which the planner gives a q8_task kernel whole rows of the weight (tasks

@@ -287,7 +287,27 @@ inline void AccumulateRowsPair(const Q8Task& t, int64_t g, int64_t mi, const Gro
   }
   __m256i dot[kRows][4];
   DotGroup<P, kFmt, kRows>(xq[0], w0, dot);
-  DotGroup<P, kFmt, kRows, true>(xq[1], w1, dot);
+  if constexpr (P::kVnni) {
+    DotGroup<P, kFmt, kRows, true>(xq[1], w1, dot);
+  } else {
+    // AVX2's int16 sums are widened per group; the first group's int32 sums wait in memory
+    // (the asm makes GCC store and reload them): held in registers across the second
+    // group's products, they spilled inside its loop (1.01-1.17x the time, Zen 4, M = 16).
+    alignas(32) int32_t held[kRows][4][8];
+    for (int r = 0; r < kRows; ++r) {
+      for (int j = 0; j < 4; ++j) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(held[r][j]), dot[r][j]);
+      }
+    }
+    asm volatile("" : : "r"(held) : "memory");
+    DotGroup<P, kFmt, kRows>(xq[1], w1, dot);
+    for (int r = 0; r < kRows; ++r) {
+      for (int j = 0; j < 4; ++j) {
+        dot[r][j] = _mm256_add_epi32(
+            dot[r][j], _mm256_load_si256(reinterpret_cast<const __m256i*>(held[r][j])));
+      }
+    }
+  }
   AddDots<P, kFmt, kRows, kScaleLater, 2>(t, g, mi, dot, sc, acc, lda);
 }
 
@@ -393,29 +413,36 @@ inline void WidenActivations(const Q8Task& t, int64_t g, int16_t* xw) {
 }
 #undef JAXCORE_PAIR_COLUMN
 
-// AddDots() of the products of kRows rows from mi with one half's pairs.
-template <class P, Format kFmt, int kRows, bool kScaleLater>
+// AddDots() of the products of kRows rows from mi with one half's pairs of kGroups groups
+// from g (two: a pair sharing one activation scale, Q8ScaleSpan), whose widened activations
+// lie one after the other in xw (WidenActivations). vpmaddwd's products land in int32 lanes,
+// so the second group carries on in the first's sums and the float work comes once.
+template <class P, Format kFmt, int kRows, bool kScaleLater, int kGroups = 1>
 inline void AccumulatePairRows(const Q8Task& t, int64_t g, int64_t mi, const int16_t* xw,
-                               const GroupPairs& w, const __m256 sc[4], float* acc, int64_t lda) {
+                               const GroupPairs* const w[kGroups], const __m256 sc[4],
+                               float* acc, int64_t lda) {
   __m256i a[kRows][4];
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < 4; ++j) a[r][j] = _mm256_setzero_si256();
   }
-  const int16_t* x = xw + kQ8Group * mi;
-  for (int p = 0; p < kQ8Group / 2; ++p) {
-    if constexpr (kRows == 2) {
-      PairStep2(w.w[p][0], x + 2 * p, x + kQ8Group + 2 * p, a);
-    } else {
-      int32_t pair;
-      std::memcpy(&pair, x + 2 * p, sizeof(pair));
-      const __m256i xb = _mm256_set1_epi32(pair);
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(w.w[p][j]));
-        a[0][j] = _mm256_add_epi32(a[0][j], _mm256_madd_epi16(v, xb));
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const int16_t* x = xw + kQ8Group * (gi * t.m + mi);
+    const GroupPairs& wg = *w[gi];
+    for (int p = 0; p < kQ8Group / 2; ++p) {
+      if constexpr (kRows == 2) {
+        PairStep2(wg.w[p][0], x + 2 * p, x + kQ8Group + 2 * p, a);
+      } else {
+        int32_t pair;
+        std::memcpy(&pair, x + 2 * p, sizeof(pair));
+        const __m256i xb = _mm256_set1_epi32(pair);
+        for (int j = 0; j < 4; ++j) {
+          const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wg.w[p][j]));
+          a[0][j] = _mm256_add_epi32(a[0][j], _mm256_madd_epi16(v, xb));
+        }
       }
     }
   }
-  AddDots<P, kFmt, kRows, kScaleLater>(t, g, mi, a, sc, acc, lda);
+  AddDots<P, kFmt, kRows, kScaleLater, kGroups>(t, g, mi, a, sc, acc, lda);
 }
 
 // The scales of 32 columns (from `scale`), times `unit`, in decoder order.
@@ -473,6 +500,15 @@ void FinishBlock(const Q8Task& t, int64_t lda) {
   }
 }
 
+// Rows from which Q8TaskBlockT takes a pair's two groups in one step: a step then reads 32
+// (4-bit) stored rows a page apart instead of 16, which costs more than the halved float
+// work saves where there are few rows to share the decode. Zen 4, 2 threads, K = N = 4096
+// from memory, int4 pairs against single groups: AVX2 M = 6 1.09x, 8 1.02-1.04x, 12
+// 0.98-1.06x, 16 0.90-0.97x (NF4 M = 4-8 level, 12 0.98x, 16 0.94x); AVX-VNNI M = 6 1.03x, 8
+// 0.98x, 12 0.97x, 16 0.95x. One thread from L2, AVX2: int4 0.95-0.96x at M = 6-64, NF4
+// 0.96-0.97x at M = 16 and 64.
+constexpr int64_t kGroupPairMinM = 12;
+
 // One column block of a task of three or more rows (the whole of its K range): each group
 // is decoded for 64 columns at a time into GroupQuads, which 2-row register tiles share. The
 // sums stay in `acc` across the task's scale blocks, each group's weight scales folded into
@@ -488,8 +524,7 @@ void Q8TaskBlockT(const Q8Task& t) {
   const __m256 unit = ScaleUnit<kFmt>();
   const uint8_t* end = t.q + Q8StoredRow<kFmt>(t.r1) * t.ldq;
   constexpr bool kPair = kPairs<P, kFmt>;
-  // quads[gi][h]: half h of the step's group gi (with VNNI a step takes the two groups that
-  // share one activation scale, Q8ScaleSpan).
+  // quads[gi][h]: half h of the step's group gi (one group, or a pair's two).
   std::conditional_t<kPair, GroupPairs, GroupQuads> quads[2][2];
   int16_t* xw = reinterpret_cast<int16_t*>(t.acc + t.m * lda);  // Q8TaskAccFloats' tail
   __m256 sc[2][4] = {};
@@ -504,8 +539,12 @@ void Q8TaskBlockT(const Q8Task& t) {
   // The products of kRows rows from mi with half h of the step's kg groups from g.
   const auto accumulate = [&](auto rows, int64_t g, int kg, int64_t mi, int h, float* acc) {
     if constexpr (kPair) {
-      AccumulatePairRows<P, kFmt, rows(), kScaleLater>(t, g, mi, xw, quads[0][h], sc[h], acc,
-                                                       lda);
+      const GroupPairs* const w[2] = {&quads[0][h], &quads[1][h]};
+      if (kg == 2) {
+        AccumulatePairRows<P, kFmt, rows(), kScaleLater, 2>(t, g, mi, xw, w, sc[h], acc, lda);
+      } else {
+        AccumulatePairRows<P, kFmt, rows(), kScaleLater>(t, g, mi, xw, w, sc[h], acc, lda);
+      }
     } else {
       if (kg == 2) {
         AccumulateRowsPair<P, kFmt, rows(), kScaleLater>(t, g, mi, quads[0][h], quads[1][h],
@@ -517,13 +556,16 @@ void Q8TaskBlockT(const Q8Task& t) {
   };
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
+  // From kGroupPairMinM rows a step takes both groups of a pair that shares one activation scale
+  // (Q8ScaleSpan), so the float work comes once per pair.
+  const bool group_pairs = t.m >= kGroupPairMinM;
   for (int64_t g0 = t.r0; g0 < t.r1;) {
     const int64_t g = g0 / kQ8Group;
-    // Pairs with VNNI only: AVX2's int4 widens each group's int16 sums anyway, and with the
-    // first group's sums held over the second it measured 1.01-1.17x the time (Zen 4, M = 16);
-    // AVX-VNNI int4 0.89x, NF4 0.74-0.93x.
-    const int kg = P::kVnni && t.x.span == 2 && g % 2 == 0 && g0 + 2 * kQ8Group <= t.r1 ? 2 : 1;
-    if constexpr (kPair) WidenActivations(t, g, xw);
+    const int kg =
+        group_pairs && t.x.span == 2 && g % 2 == 0 && g0 + 2 * kQ8Group <= t.r1 ? 2 : 1;
+    if constexpr (kPair) {
+      for (int gi = 0; gi < kg; ++gi) WidenActivations(t, g + gi, xw + gi * kQ8Group * t.m);
+    }
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
     const uint8_t* group = t.q + Q8StoredRow<kFmt>(g0) * t.ldq + t.n0;
     for (int64_t c = 0; c < wide;) {

@@ -51,12 +51,14 @@ void CheckInt8AgreesWithPortable(const Operands& o, const char* what) {
 // Precision::kInt8 sums integers exactly, so every instruction set must agree with the
 // portable kernels to float32 rounding: a stricter check than the int8 tolerance. The cases
 // cover one and two rows (the register kernels), narrow (M <= 4) and wide blocks, ragged
-// columns, K split into ranges inside scale blocks and M = 64 (the most every table takes in
-// int8), each also with activations that are all rounding ties.
+// columns, K split into ranges inside scale blocks, M = 13 (4-bit groups taken in pairs, an
+// odd row left over) and M = 64 (the most every table takes in int8), each also with
+// activations that are all rounding ties.
 void CheckInt8AcrossIsas() {
   std::mt19937 rng(7);
-  const Case cases[] = {{9, 256, 200, false, 64, 64}, {3, 192, 130, true, 0, 0},
-                        {64, 128, 77, false, 32, 64}, {1, 256, 200, false, 64, 64},
+  const Case cases[] = {{9, 256, 200, false, 64, 64},  {13, 384, 200, false, 64, 128},
+                        {3, 192, 130, true, 0, 0},     {64, 128, 77, false, 32, 64},
+                        {1, 256, 200, false, 64, 64},
                         {1, 3840, 96, false, 128, 96}, {1, 1024, 70, true, 0, 0},
                         {2, 384, 100, false, 96, 64},  {4, 256, 90, false, 64, 128}};
   for (const Case& c : cases) {
