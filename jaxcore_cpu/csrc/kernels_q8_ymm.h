@@ -29,7 +29,9 @@
 // registers from decode to products (Q8TaskRows); more rows decode whole groups into memory
 // and run 2-row tiles over them (Q8TaskBlockT). There AVX2's int8 and NF4 leave the quads
 // for int16 pairs (GroupPairs): the weights and activations widened once, vpmaddwd takes 16
-// products per instruction where the signed quads need three instructions per 32. The
+// products per instruction where the signed quads need three instructions per 32. From
+// kGroupPairMinM rows a step takes both groups of a pair that shares one activation scale
+// (Q8ScaleSpan) and sums them as integers, so the float work comes once per pair. The
 // activations come from Q8QuantizeAvx2 (the portable kernels' codes and order).
 //
 // Everything here has internal linkage: each including source compiles its own copy with its
@@ -208,15 +210,14 @@ inline void DecodeGroup(const Q8Task& t, int64_t g0, int64_t n, GroupQuads* out)
 }
 
 // Integer dot products of kRows activation rows' group with the decoded quads (int32
-// lanes, decoder order), zero point not yet removed; with kAdd added to `dot` (the pair's
-// first group's, Q8ScaleSpan). Each quad is loaded once for all the rows; the accumulators
-// are named so they stay in registers (kRows <= 2 leaves room).
-template <class P, Format kFmt, int kRows, bool kAdd = false>
+// lanes, decoder order), zero point not yet removed; with kCarry (VNNI only, whose products
+// land in int32 lanes) carried on from the sums in `dot` (the pair's first group's,
+// Q8ScaleSpan). Each quad is loaded once for all the rows; the accumulators are named so
+// they stay in registers (kRows <= 2 leaves room).
+template <class P, Format kFmt, int kRows, bool kCarry = false>
 inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, __m256i dot[kRows][4]) {
   static_assert(P::kVnni || kFmt == Format::kInt4, "GroupQuads carry no signs");
-  // VNNI's products go straight into int32 lanes, so a pair's second group carries on in
-  // the first's sums; AVX2's int16 pair sums of one group are widened and then added.
-  constexpr bool kCarry = kAdd && P::kVnni;
+  static_assert(P::kVnni || !kCarry, "AVX2's int16 sums start from zero");
   __m256i a[kRows][4];
   for (int r = 0; r < kRows; ++r) {
     for (int j = 0; j < 4; ++j) a[r][j] = kCarry ? dot[r][j] : _mm256_setzero_si256();
@@ -234,10 +235,7 @@ inline void DotGroup(const int8_t* const xq[kRows], const GroupQuads& w, __m256i
 #pragma GCC unroll 2
   for (int qd = 0; qd < kQuads; ++qd) quad(qd);
   for (int r = 0; r < kRows; ++r) {
-    for (int j = 0; j < 4; ++j) {
-      const __m256i v = Widen<P, kFmt>(a[r][j]);
-      dot[r][j] = kAdd && !kCarry ? _mm256_add_epi32(dot[r][j], v) : v;
-    }
+    for (int j = 0; j < 4; ++j) dot[r][j] = Widen<P, kFmt>(a[r][j]);
   }
 }
 
