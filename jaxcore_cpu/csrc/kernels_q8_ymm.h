@@ -262,32 +262,23 @@ inline void AddDots(const Q8Task& t, int64_t g, int64_t mi, const __m256i dot[kR
   }
 }
 
-// AddDots() of the products of kRows rows from mi with one half's decoded quads.
-template <class P, Format kFmt, int kRows, bool kScaleLater>
-inline void AccumulateRows(const Q8Task& t, int64_t g, int64_t mi, const GroupQuads& w,
-                           const __m256 sc[4], float* acc, int64_t lda) {
-  const int8_t* xq[kRows];
-  for (int r = 0; r < kRows; ++r) xq[r] = t.x.q + (g * t.x.rows + mi + r) * kQ8Group;
-  __m256i dot[kRows][4];
-  DotGroup<P, kFmt, kRows>(xq, w, dot);
-  AddDots<P, kFmt, kRows, kScaleLater>(t, g, mi, dot, sc, acc, lda);
-}
-
-// AccumulateRows() over a pair of groups g, g + 1 that share one activation scale: their
-// products summed as integers, then one AddDots() (half the float work).
-template <class P, Format kFmt, int kRows, bool kScaleLater>
-inline void AccumulateRowsPair(const Q8Task& t, int64_t g, int64_t mi, const GroupQuads& w0,
-                               const GroupQuads& w1, const __m256 sc[4], float* acc,
-                               int64_t lda) {
-  const int8_t* xq[2][kRows];
-  for (int gi = 0; gi < 2; ++gi) {
+// AddDots() of the products of kRows rows from mi with one half's decoded quads of kGroups
+// groups from g (two: a pair sharing one activation scale, Q8ScaleSpan), their products
+// summed as integers, so the float work comes once.
+template <class P, Format kFmt, int kRows, bool kScaleLater, int kGroups = 1>
+inline void AccumulateRows(const Q8Task& t, int64_t g, int64_t mi,
+                           const GroupQuads* const w[kGroups], const __m256 sc[4], float* acc,
+                           int64_t lda) {
+  static_assert(kGroups == 1 || kGroups == 2, "one group or a pair");
+  const int8_t* xq[kGroups][kRows];
+  for (int gi = 0; gi < kGroups; ++gi) {
     for (int r = 0; r < kRows; ++r) xq[gi][r] = t.x.q + ((g + gi) * t.x.rows + mi + r) * kQ8Group;
   }
   __m256i dot[kRows][4];
-  DotGroup<P, kFmt, kRows>(xq[0], w0, dot);
-  if constexpr (P::kVnni) {
-    DotGroup<P, kFmt, kRows, true>(xq[1], w1, dot);
-  } else {
+  DotGroup<P, kFmt, kRows>(xq[0], *w[0], dot);
+  if constexpr (kGroups == 2 && P::kVnni) {
+    DotGroup<P, kFmt, kRows, true>(xq[1], *w[1], dot);
+  } else if constexpr (kGroups == 2) {
     // AVX2's int16 sums are widened per group; the first group's int32 sums wait in memory
     // (the asm makes GCC store and reload them): held in registers across the second
     // group's products, they spilled inside its loop (1.01-1.17x the time, Zen 4, M = 16).
@@ -298,7 +289,7 @@ inline void AccumulateRowsPair(const Q8Task& t, int64_t g, int64_t mi, const Gro
       }
     }
     asm volatile("" : : "r"(held) : "memory");
-    DotGroup<P, kFmt, kRows>(xq[1], w1, dot);
+    DotGroup<P, kFmt, kRows>(xq[1], *w[1], dot);
     for (int r = 0; r < kRows; ++r) {
       for (int j = 0; j < 4; ++j) {
         dot[r][j] = _mm256_add_epi32(
@@ -306,7 +297,7 @@ inline void AccumulateRowsPair(const Q8Task& t, int64_t g, int64_t mi, const Gro
       }
     }
   }
-  AddDots<P, kFmt, kRows, kScaleLater, 2>(t, g, mi, dot, sc, acc, lda);
+  AddDots<P, kFmt, kRows, kScaleLater, kGroups>(t, g, mi, dot, sc, acc, lda);
 }
 
 // AVX2's int8 and NF4 from M = 3 take their products as int16 pairs (vpmaddwd: 16 products
@@ -534,6 +525,8 @@ void Q8TaskBlockT(const Q8Task& t) {
       DecodeGroup<P, kFmt, halves()>(t, g0, t.n0 + c, quads[gi]);
     }
   };
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
   // The products of kRows rows from mi with half h of the step's kg groups from g.
   const auto accumulate = [&](auto rows, int64_t g, int kg, int64_t mi, int h, float* acc) {
     if constexpr (kPair) {
@@ -544,18 +537,14 @@ void Q8TaskBlockT(const Q8Task& t) {
         AccumulatePairRows<P, kFmt, rows(), kScaleLater>(t, g, mi, xw, w, sc[h], acc, lda);
       }
     } else {
+      const GroupQuads* const w[2] = {&quads[0][h], &quads[1][h]};
       if (kg == 2) {
-        AccumulateRowsPair<P, kFmt, rows(), kScaleLater>(t, g, mi, quads[0][h], quads[1][h],
-                                                         sc[h], acc, lda);
+        AccumulateRows<P, kFmt, rows(), kScaleLater, 2>(t, g, mi, w, sc[h], acc, lda);
       } else {
-        AccumulateRows<P, kFmt, rows(), kScaleLater>(t, g, mi, quads[0][h], sc[h], acc, lda);
+        AccumulateRows<P, kFmt, rows(), kScaleLater>(t, g, mi, w, sc[h], acc, lda);
       }
     }
   };
-  using One = std::integral_constant<int, 1>;
-  using Two = std::integral_constant<int, 2>;
-  // From kGroupPairMinM rows a step takes both groups of a pair that shares one activation scale
-  // (Q8ScaleSpan), so the float work comes once per pair.
   const bool group_pairs = t.m >= kGroupPairMinM;
   for (int64_t g0 = t.r0; g0 < t.r1;) {
     const int64_t g = g0 / kQ8Group;
