@@ -166,7 +166,7 @@ def main():
         "--isa",
         default=None,
         help="CPU: pin the native kernels to this instruction set (portable, avx2, avxvnni, "
-        "avx512; aarch64: portable, dotprod; default: the best the CPU has), e.g. to compare "
+        "avx512, amx; aarch64: portable, dotprod; default: the best the CPU has), e.g. to compare "
         "AVX2 and AVX-512 on one machine",
     )
     plot_tables.add_plot_option(parser)

@@ -44,7 +44,7 @@ DQ_STACKED_TARGET_NAME = "jaxcore_cpu_quantized_matmul_dq_stacked"
 operand with the stack's axis first)."""
 
 # Each architecture's instruction sets, least capable first (what available_isas() slices).
-_X86_ISAS = ("portable", "avx2", "avxvnni", "avx512")
+_X86_ISAS = ("portable", "avx2", "avxvnni", "avx512", "amx")
 _AARCH64_ISAS = ("portable", "dotprod")
 
 ISAS: tuple[str, ...] = _X86_ISAS + _AARCH64_ISAS[1:]
@@ -53,7 +53,10 @@ capable first, then aarch64's. ``avxvnni`` is the AVX2 table with 256-bit int8-a
 kernels built on ``vpdpbusd``: AVX-VNNI (Intel Alder Lake and later client cores) or, encoded
 for AVX-512, any CPU that has ``avx512``. ``avx512`` needs AVX-512 F/BW/VL/DQ and VNNI (Ice
 Lake and later Intel server cores, AMD Zen 4 and later); its table is the AVX2 one with
-512-bit int8-activation kernels built on ``vpdpbusd``. ``dotprod`` (aarch64 with the
+512-bit int8-activation kernels built on ``vpdpbusd``. ``amx`` is the ``avx512`` table whose
+float32 GEMV (M = 5 to 16, int8 and int4) runs on AMX tiles in bf16 products with each
+activation split into three bf16 parts (float32's precision): Intel Sapphire Rapids and later
+server cores, where Linux grants the process the tile state. ``dotprod`` (aarch64 with the
 dot-product extension: Neoverse N1 and later, Apple M1 and later) is the portable table with
 its int8-activation kernel on NEON's ``sdot``."""
 

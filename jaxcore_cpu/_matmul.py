@@ -407,7 +407,7 @@ reference's 0.71x-0.75x (int8, int4; NF4 level), M = 4 1.3x-1.9x against 0.52x-0
 6.9x-7.8x against 0.63x-1.02x. Decided by the CPU (`detected_isa`), not by `set_isa`, and at
 trace time (M is static); :func:`quantized_matmul` itself always runs the native kernels."""
 
-SIMD_ISAS = ("avx2", "avxvnni", "avx512")
+SIMD_ISAS = ("avx2", "avxvnni", "avx512", "amx")
 """The instruction sets whose tables the registry implementations run at every M (x86-64: each
 has SIMD kernels for every path and precision)."""
 

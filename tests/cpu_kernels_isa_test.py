@@ -40,7 +40,7 @@ def test_isa_controls():
     with pytest.raises(
         ValueError,
         match=r"unknown instruction set 'sse9'; expected one of "
-        r"\('portable', 'avx2', 'avxvnni', 'avx512', 'dotprod'\)",
+        r"\('portable', 'avx2', 'avxvnni', 'avx512', 'amx', 'dotprod'\)",
     ):
         jaxcore_cpu.set_isa("sse9")
     # Every other instruction set, the other architecture's included, is refused by name.
@@ -62,6 +62,7 @@ def test_available_isas_follow_the_machines_ladder(monkeypatch):
         ("portable", ("portable",)),
         ("avx2", ("portable", "avx2")),
         ("avx512", ("portable", "avx2", "avxvnni", "avx512")),
+        ("amx", ("portable", "avx2", "avxvnni", "avx512", "amx")),
         ("dotprod", ("portable", "dotprod")),
     ]:
         monkeypatch.setattr(_library, "detected_isa", lambda d=detected: d)

@@ -527,7 +527,7 @@ __attribute__((visibility("default"))) int JaxcoreCpuSetIsa(const char* name) {
   if (name == nullptr) return 0;
   for (auto isa : {jaxcore_cpu::Isa::kPortable, jaxcore_cpu::Isa::kAvx2,
                    jaxcore_cpu::Isa::kAvxVnni, jaxcore_cpu::Isa::kAvx512,
-                   jaxcore_cpu::Isa::kDotProd}) {
+                   jaxcore_cpu::Isa::kAmx, jaxcore_cpu::Isa::kDotProd}) {
     if (std::strcmp(name, jaxcore_cpu::IsaName(isa)) == 0) {
       return jaxcore_cpu::SetIsa(isa) ? 1 : 0;
     }

@@ -6,11 +6,38 @@
 #if defined(__aarch64__)
 #include <sys/auxv.h>
 #endif
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "qmm.h"
 
 namespace jaxcore_cpu {
 namespace {
+
+// AMX tiles with bf16 products that this process may use: the CPU has them (CPUID leaf 7:
+// EDX bits 22 AMX-BF16 and 24 AMX-TILE), the OS saves their state (XCR0 bits 17 and 18), and
+// Linux grants the process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16 and
+// later: without it the first tile instruction faults).
+bool AmxUsable() {
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__linux__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
+  if ((ecx & (1u << 27)) == 0) return false;  // OSXSAVE: XGETBV is available
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);
+  if ((xcr0_lo & kTileState) != kTileState) return false;
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 Isa Detect() {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -20,7 +47,7 @@ Isa Detect() {
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vnni")) {
-    return Isa::kAvx512;
+    return AmxUsable() ? Isa::kAmx : Isa::kAvx512;
   }
   if (avx2 && CpuHasAvxVnni()) return Isa::kAvxVnni;
   if (avx2) return Isa::kAvx2;
@@ -61,8 +88,12 @@ std::vector<Isa> SupportedIsas() {
   const Isa best = DetectIsa();
   std::vector<Isa> isas = {Isa::kPortable};
 #if defined(__x86_64__) || defined(_M_X64)
-  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512}) {
-    if (static_cast<int>(isa) <= static_cast<int>(best)) isas.push_back(isa);
+  // The ladder, least capable first, up to the best (kAmx's value is not its rung).
+  if (best != Isa::kPortable) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAmx}) {
+      isas.push_back(isa);
+      if (isa == best) break;
+    }
   }
 #else
   if (best != Isa::kPortable) isas.push_back(best);
@@ -89,6 +120,8 @@ const char* IsaName(Isa isa) {
       return "avx512";
     case Isa::kDotProd:
       return "dotprod";
+    case Isa::kAmx:
+      return "amx";
   }
   return "unknown";
 }

@@ -97,6 +97,34 @@ struct GemvSegment {
   int64_t ldy;
 };
 
+// A whole float32 GEMV task (Precision::kFloat32): rows [r0, r1) of K for columns
+// [n0, n0 + cols), added into y, for tables whose kernel takes a task at once (gemv_task).
+struct GemvTask {
+  Format fmt;
+  int m;
+  const float* x;  // x[mi][r] = x[mi * ldx + r], r logical
+  int64_t ldx;
+  const uint8_t* q;
+  int64_t ldq;
+  int64_t r0, r1;
+  int64_t n0, cols;
+  // The task's scales: scale[(b - r0 / block_size) * lds + c] for block b and column n0 + c.
+  const float* scale;
+  int64_t lds;
+  int64_t block_size;
+  float* scratch;  // GemvTaskFloats(m, cols) floats, 64-byte aligned
+  float* y;        // y[mi][c] at y[mi * ldy + c]
+  int64_t ldy;
+};
+
+// Floats of scratch a gemv_task kernel needs for m rows and `cols` columns: the sums, and a
+// band of kGemvTaskBand rows of K of the activations split into three bf16 parts
+// (kernels_gemv_amx.cc).
+constexpr int64_t kGemvTaskBand = 64;
+inline int64_t GemvTaskFloats(int64_t m, int64_t cols) {
+  return m * ((cols + 15) / 16 * 16) + m * kGemvTaskBand * 3 / 2;
+}
+
 // Decodes rows [r0, r1) and columns [n0, n0 + cols) of the weight, scaled, into
 // ceil(cols / kNr) slivers: panel[j][r - r0][i] = W[r][n0 + j * kNr + i] (zero past cols).
 // r0 and r1 are even for 4-bit formats; block_size gives each row's scale row.
@@ -331,6 +359,11 @@ struct KernelTable {
   int64_t q8_max_m = kInt8MaxM;
   // Largest M the float32 GEMV path takes with this table (gemv_segment's m).
   int64_t gemv_max_m = kGemvMaxM;
+  // Optional: a whole float32 GEMV task at once; returns false (having done nothing) for a
+  // task it does not take, which then runs as gemv_segment's segments. Its tables split K
+  // in multiples of gemv_row_step rows.
+  bool (*gemv_task)(const GemvTask&) = nullptr;
+  int64_t gemv_row_step = 4;
   ExpandDq expand_dq = ExpandDqPortable;
   ExpandHalf expand_half = ExpandHalfPortable;
   // Optional: two slivers per call (then the GEMM takes its slivers in pairs where it can).
@@ -377,6 +410,12 @@ void MicroKernelAvx512(int mr, int64_t kc, const float* a, const float* b, float
 void MicroKernelPairAvx512(int mr, int64_t kc, const float* a, const float* b0,
                            const float* b1, float* c, int64_t ldc, bool accumulate, int cols);
 void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, float* out);
+// AMX (tiles and bf16, Sapphire Rapids and later Intel server cores): the AVX-512 table whose
+// float32 GEMV takes int8 and int4 tasks of kAmxMinM rows or more as bf16 tile products
+// (kernels_gemv_amx.cc), K split in its 32-row steps.
+const KernelTable& AmxKernels();
+bool GemvTaskAmx(const GemvTask& t);
+constexpr int kAmxMinM = 5;
 void NtRowsAvx2(const NtPiece& p);
 void NtRowsAvx512(const NtPiece& p);
 void NtDecodePanelAvx2(const DecodePanel& d);

@@ -121,7 +121,9 @@ int64_t SplitRows(const KernelTable& kt, const Problem& p) {
 int64_t AccFloats(const KernelTable& kt, const Problem& p) {
   const int64_t rows = SplitRows(kt, p);
   if (UsesInt8(kt, p) && kt.q8_task) return internal::Q8TaskAccFloats(rows, p.n);
-  return rows * (SplitCols(kt, p) + kAccPad);
+  const int64_t segments = rows * (SplitCols(kt, p) + kAccPad);
+  if (kt.gemv_task) return std::max(segments, internal::GemvTaskFloats(rows, SplitCols(kt, p)));
+  return segments;
 }
 
 GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
@@ -171,8 +173,8 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   }
   s.ncols = SplitCols(kt, p);
   s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
-  const int64_t step = UsesInt8(kt, p) ? Q8Step(p) : kGemvRowStep;
-  const int64_t min_len = UsesInt8(kt, p) ? internal::kQ8Group : kGemvRowStep;
+  const int64_t step = UsesInt8(kt, p) ? Q8Step(p) : std::max(kGemvRowStep, kt.gemv_row_step);
+  const int64_t min_len = UsesInt8(kt, p) ? internal::kQ8Group : step;
   const int64_t cap = KRangesUnder(p, SplitRows(kt, p), kPartialCapShare);
   SetKRanges(p,
              std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)),

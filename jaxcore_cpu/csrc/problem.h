@@ -30,7 +30,14 @@ constexpr int64_t kInt8MaxM = 64;
 // 256-bit vpdpbusd: AVX-VNNI, or AVX-512 VL + VNNI (which every kAvx512 CPU has); kAvx512
 // needs AVX-512 F, BW, VL, DQ and VNNI. aarch64's: kDotProd, NEON with sdot (FEAT_DotProd).
 // SupportedIsas() (qmm.h) lists the ones a CPU runs.
-enum class Isa : int32_t { kPortable = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512 = 3, kDotProd = 4 };
+enum class Isa : int32_t {
+  kPortable = 0,
+  kAvx2 = 1,
+  kAvxVnni = 2,
+  kAvx512 = 3,
+  kDotProd = 4,
+  kAmx = 5,  // x86-64: kAvx512 and AMX tiles (bf16); after kDotProd to keep the values
+};
 
 // One quantized matmul. All arrays are dense row-major; the caller owns them.
 struct Problem {

@@ -40,6 +40,7 @@ constexpr int64_t kSerialQuantizeFloats = int64_t{1} << 16;
 // The table SetIsa(isa) makes Kernels() return.
 const KernelTable& KernelsFor([[maybe_unused]] Isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
+  if (isa == Isa::kAmx) return internal::AmxKernels();
   if (isa == Isa::kAvx512) return internal::Avx512Kernels();
   if (isa == Isa::kAvxVnni) {
     return CpuHasAvxVnni() ? internal::AvxVnniKernels() : internal::AvxVnniEvexKernels();
@@ -181,6 +182,26 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
                  int64_t ldacc, int64_t k0, int64_t k1, TaskScales scales, float* acc) {
   for (int64_t mi = 0; mi < rows; ++mi) {
     std::memset(partial + mi * p.n + n0, 0, sizeof(float) * cols);
+  }
+  if (!int8 && kt.gemv_task) {
+    internal::GemvTask t;
+    t.fmt = p.fmt;
+    t.m = static_cast<int>(rows);
+    t.x = x + m0 * p.k;
+    t.ldx = p.k;
+    t.q = static_cast<const uint8_t*>(p.qvalue);
+    t.ldq = p.n;
+    t.r0 = k0;
+    t.r1 = k1;
+    t.n0 = n0;
+    t.cols = cols;
+    t.scale = scales.at;
+    t.lds = scales.ld;
+    t.block_size = p.block_size;
+    t.scratch = acc;
+    t.y = partial + n0;
+    t.ldy = p.n;
+    if (kt.gemv_task(t)) return;
   }
   internal::GemvSegment s;
   s.fmt = p.fmt;

@@ -453,5 +453,46 @@ void CheckNonFiniteActivations() {
   SetIsa(best);
 }
 
+// Precision::kFloat32 with an infinity among the activations: as in float32 arithmetic, that
+// row's outputs are infinite (with the sign of the products) or NaN (where a weight is zero)
+// on every ISA, as on the portable kernels (AMX splits activations into bf16 parts: an
+// infinity must not leave a NaN remainder), and the other rows are unchanged.
+void CheckInfiniteActivationsFloat32() {
+  std::mt19937 rng(31);
+  const Isa best = DetectIsa();
+  for (const Case& c : {Case{8, 256, 130, false, 64, 64}, Case{16, 512, 96, true, 0, 0}}) {
+    for (Format fmt : {Format::kInt8, Format::kInt4, Format::kNf4}) {
+      Operands o = MakeOperands(fmt, c, false, rng);
+      o.x[2 * o.k + 33] = std::numeric_limits<float>::infinity();
+      o.x[5 * o.k + 70] = -std::numeric_limits<float>::infinity();
+      SetIsa(Isa::kPortable);
+      SerialRunner serial;
+      std::vector<float> want(o.m * o.n);
+      Run(F32Problem(o, want.data(), Precision::kFloat32), Path::kAuto, serial);
+      for (Isa isa : SupportedIsas()) {
+        SetIsa(isa);
+        ThreadRunner threads(2);
+        std::vector<float> got(o.m * o.n);
+        Run(F32Problem(o, got.data(), Precision::kFloat32), Path::kAuto, threads);
+        for (int64_t i = 0; i < o.m * o.n; ++i) {
+          const bool same =
+              std::isfinite(want[i])
+                  ? std::isfinite(got[i]) && std::fabs(got[i] - want[i]) <=
+                                                 1e-4 * std::max(1.0f, std::fabs(want[i]))
+                  : (std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i]);
+          if (!same) {
+            Fail(std::string("infinite activations, float32: ") + IsaName(isa) + " " +
+                 FormatName(fmt) + " m=" + std::to_string(o.m) + " out[" +
+                 std::to_string(i / o.n) + "," + std::to_string(i % o.n) + "] = " +
+                 std::to_string(got[i]) + ", want " + std::to_string(want[i]));
+            break;
+          }
+        }
+      }
+    }
+  }
+  SetIsa(best);
+}
+
 }  // namespace testing
 }  // namespace jaxcore_cpu

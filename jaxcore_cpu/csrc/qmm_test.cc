@@ -207,7 +207,7 @@ void CheckIsaControls() {
   if (supported.front() != Isa::kPortable || supported.back() != best) {
     Fail("SupportedIsas() does not run from portable to DetectIsa()");
   }
-  for (int isa = 0; isa <= static_cast<int>(Isa::kDotProd); ++isa) {
+  for (int isa = 0; isa <= static_cast<int>(Isa::kAmx); ++isa) {
     const char* name = IsaName(static_cast<Isa>(isa));
     if (name == nullptr || std::strlen(name) == 0 || std::strcmp(name, "unknown") == 0) {
       Fail("IsaName(" + std::to_string(isa) + ") is " + (name ? name : "null"));
@@ -311,6 +311,7 @@ int main() {
   CheckPartialSumsStaySmall();
   CheckEmptyK();
   CheckNonFiniteActivations();
+  CheckInfiniteActivationsFloat32();
   CheckDoubleQuantScales();
   CheckHalfScales();
   CheckPlacement();
