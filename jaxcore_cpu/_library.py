@@ -54,8 +54,8 @@ kernels built on ``vpdpbusd``: AVX-VNNI (Intel Alder Lake and later client cores
 for AVX-512, any CPU that has ``avx512``. ``avx512`` needs AVX-512 F/BW/VL/DQ and VNNI (Ice
 Lake and later Intel server cores, AMD Zen 4 and later); its table is the AVX2 one with
 512-bit int8-activation kernels built on ``vpdpbusd``. ``amx`` is the ``avx512`` table whose
-float32 GEMV (M = 5 to 16, int8 and int4) runs on AMX tiles in bf16 products with each
-activation split into three bf16 parts (float32's precision): Intel Sapphire Rapids and later
+float32 GEMV (M = 5 to 16 for int8 and int4, 12 to 16 for NF4) runs on AMX tiles in bf16
+products with each activation (and NF4 code) split into three bf16 parts (float32's precision): Intel Sapphire Rapids and later
 server cores, where Linux grants the process the tile state. ``dotprod`` (aarch64 with the
 dot-product extension: Neoverse N1 and later, Apple M1 and later) is the portable table with
 its int8-activation kernel on NEON's ``sdot``."""

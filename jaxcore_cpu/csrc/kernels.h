@@ -411,8 +411,8 @@ void MicroKernelPairAvx512(int mr, int64_t kc, const float* a, const float* b0,
                            const float* b1, float* c, int64_t ldc, bool accumulate, int cols);
 void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 // AMX (tiles and bf16, Sapphire Rapids and later Intel server cores): the AVX-512 table whose
-// float32 GEMV takes int8 and int4 tasks of kAmxMinM rows or more as bf16 tile products
-// (kernels_gemv_amx.cc), K split in its 32-row steps.
+// float32 GEMV takes int8 and int4 tasks of kAmxMinM rows or more (NF4 from 12) as bf16 tile
+// products (kernels_gemv_amx.cc), K split in its 32-row steps.
 const KernelTable& AmxKernels();
 bool GemvTaskAmx(const GemvTask& t);
 constexpr int kAmxMinM = 5;

@@ -1,12 +1,14 @@
-// AMX float32-activation GEMV tasks (Precision::kFloat32, kAmxMinM <= M <= kGemvAvx512MaxM,
-// int8 and int4), compiled with the AVX-512 and AMX (tile, bf16) flags and only called where
+// AMX float32-activation GEMV tasks (Precision::kFloat32, kAmxMinM <= M <= kGemvAvx512MaxM;
+// NF4 from kAmxNf4MinM), compiled with the AVX-512 and AMX (tile, bf16) flags and only called where
 // the CPU has AMX and Linux has granted this process the tile state (AmxUsable, isa.cc).
 //
 // The AVX-512 GEMV runs one 512-bit FMA per 16 products, so from M = 5 on it is bound by the
 // FMA ports. AMX's TDPBF16PS multiplies a tile of M x 32 bf16 activations by one of 32 x 16
 // bf16 weights into M x 16 float32 sums in one instruction. Without giving up float32
 // precision:
-// - the weights are small integers (int8 codes, int4 codes minus 8), exact in bf16;
+// - int8 and int4 weights are small integers (codes, codes minus 8), exact in bf16; NF4's
+//   code book values split into three bf16 parts as the activations do, and eight of the
+//   nine products of parts are taken (lo x lo, 2^-28 of x * w, is not);
 // - each float32 activation splits into three bf16 parts by truncation, x = hi + mid + lo
 //   exactly (8 significant bits each), so every product of a part and a weight is exact in
 //   float32 and the three tile products sum to x * w with float32 accumulation, as FMAs do.
@@ -14,17 +16,19 @@
 //
 // Tiles: 0-2 the activation parts (M rows x 32 rows of K), 3-4 the decoded weights (16 rows
 // of K pairs x 16 columns: TDPBF16PS pairs K rows 2i and 2i + 1 in each 32-bit element, which
-// is how a 4-bit byte already stores them), 5-7 a scale block's sums. NF4's code book is not
-// exact in bf16, so NF4 runs on the AVX-512 GEMV, as do tasks whose K range or blocks are not
-// whole 32-row steps; the last columns past a multiple of 16 run as AVX-512 segments.
+// is how a 4-bit byte already stores them; NF4: 3-5, its three parts), 5-7 (NF4: 6-7) a scale
+// block's sums. Tasks whose K range or blocks are not whole 32-row steps run on the AVX-512
+// GEMV (as NF4 with an infinite activation: see NoInfinities); the last columns past a
+// multiple of 16 run as AVX-512 segments.
 //
 // Measured on a 2-vCPU Intel Xeon VM with AVX-512 and AMX (K = N = 4096, 2 threads, weights
 // from memory; the AVX-512 GEMV's time / this one's): M = 5 1.2x, M = 8 1.5x, M = 16 int4
-// 1.7x-1.9x, int8 1.6x-1.8x.
+// 1.7x-1.9x, int8 1.6x-1.8x; NF4 M = 8 0.86x, M = 12 1.06x-1.18x, M = 16 1.25x.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -41,6 +45,9 @@ namespace {
 
 constexpr int kStep = 32;       // logical rows of K per tile product
 constexpr int kGroupCols = 16;  // columns per C tile
+// NF4 takes eight tile products per step (int8 and int4 three): fewer rows than this ran
+// faster on the AVX-512 GEMV.
+constexpr int kAmxNf4MinM = 12;
 
 // The tile configuration (palette 1): tiles 0-2 activations, 3-4 weights, 5-7 sums. The
 // stack buffers here take unaligned loads and stores: AddressSanitizer's fake stack frames
@@ -55,27 +62,29 @@ struct TileConfig {
 
 // The tile configuration for M rows of activations (a table, not a stack object: compilers
 // zero a 64-byte local with aligned stores, which AddressSanitizer's fake stack breaks).
-const TileConfig& ConfigFor(int m) {
+const TileConfig& ConfigFor(int m, bool nf4) {
   static const auto table = [] {
-    std::array<TileConfig, kGemvAvx512MaxM + 1> configs{};
-    for (int rows = 1; rows <= kGemvAvx512MaxM; ++rows) {
-      TileConfig& config = configs[rows];
+    std::array<TileConfig, 2 * (kGemvAvx512MaxM + 1)> configs{};
+    for (int i = 0; i < 2 * (kGemvAvx512MaxM + 1); ++i) {
+      const int rows = i % (kGemvAvx512MaxM + 1);
+      const int weight_tiles = i > kGemvAvx512MaxM ? 3 : 2;  // NF4: three parts
+      TileConfig& config = configs[i];
       for (int tile = 0; tile < 3; ++tile) {
         config.rows[tile] = static_cast<uint8_t>(rows);
         config.colsb[tile] = 2 * kStep;
       }
-      for (int tile = 3; tile < 5; ++tile) {
+      for (int tile = 3; tile < 3 + weight_tiles; ++tile) {
         config.rows[tile] = 16;
         config.colsb[tile] = 2 * kStep;
       }
-      for (int tile = 5; tile < 8; ++tile) {
+      for (int tile = 3 + weight_tiles; tile < 8; ++tile) {
         config.rows[tile] = static_cast<uint8_t>(rows);
         config.colsb[tile] = 4 * kGroupCols;
       }
     }
     return configs;
   }();
-  return table[m];
+  return table[(nf4 ? kGemvAvx512MaxM + 1 : 0) + m];
 }
 
 // Rows [r, r + 32 * steps) of the task's activations as bf16 parts: a[step][part][mi][32].
@@ -137,11 +146,64 @@ inline void DecodeB(const uint8_t* q, int64_t ldq, uint16_t* b) {
   }
 }
 
+// NF4's three B tiles of 16 columns (as DecodeB): its code book's values split by truncation
+// into three bf16 parts, v = hi + mid + lo exactly (a float32's 24 significant bits).
+inline void DecodeNf4B(const uint8_t* q, int64_t ldq, uint16_t (*b)[16 * kStep]) {
+  static const auto tables = [] {
+    std::array<std::array<uint16_t, 32>, 3> t{};
+    for (int e = 0; e < 32; ++e) {
+      float rest = kNf4Code[e & 15];
+      for (int part = 0; part < 3; ++part) {
+        uint32_t bits;
+        std::memcpy(&bits, &rest, sizeof(bits));
+        bits &= 0xFFFF0000u;
+        float head;
+        std::memcpy(&head, &bits, sizeof(head));
+        rest -= head;  // exact
+        t[part][e] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+    return t;
+  }();
+  const __m512i hi = _mm512_loadu_si512(tables[0].data());
+  const __m512i mid = _mm512_loadu_si512(tables[1].data());
+  const __m512i lo = _mm512_loadu_si512(tables[2].data());
+  for (int i = 0; i < 16; ++i) {
+    const __m512i u =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i * ldq)));
+    const __m512i idx = _mm512_or_si512(u, _mm512_slli_epi32(u, 12));  // as DecodeB's int4
+    _mm512_storeu_si512(b[0] + 32 * i, _mm512_permutexvar_epi16(idx, hi));
+    _mm512_storeu_si512(b[1] + 32 * i, _mm512_permutexvar_epi16(idx, mid));
+    _mm512_storeu_si512(b[2] + 32 * i, _mm512_permutexvar_epi16(idx, lo));
+  }
+}
+
 // GCC's tile intrinsics paste their tile numbers into the instruction text, so the numbers
 // must be literal: a macro, not template parameters. One step: the activation tiles of the
 // step at `at`, the B tile kB (decoded before), then the three parts' products into the
 // block's C tile kC, after decoding the next item's weights (so that their stores reach the
 // cache before their tile load).
+// NF4: the weights' three parts in tiles 3-5, and the eight products of an activation part
+// and a weight part whose sizes reach float32's (all but lo x lo, 2^-28 of x * w), into kC.
+#define JAXCORE_AMX_NF4_STEP(kC)                                     \
+  do {                                                               \
+    _tile_loadd(0, at, 2 * kStep);                                   \
+    _tile_loadd(1, at + m * kStep, 2 * kStep);                       \
+    _tile_loadd(2, at + 2 * m * kStep, 2 * kStep);                   \
+    _tile_loadd(3, b[0], 2 * kStep);                                 \
+    _tile_loadd(4, b[1], 2 * kStep);                                 \
+    _tile_loadd(5, b[2], 2 * kStep);                                 \
+    if (item + 1 < items) DecodeNf4B(rows_of(item + 1), t.ldq, b);    \
+    _tile_dpbf16ps(kC, 0, 3);                                        \
+    _tile_dpbf16ps(kC, 1, 3);                                        \
+    _tile_dpbf16ps(kC, 2, 3);                                        \
+    _tile_dpbf16ps(kC, 0, 4);                                        \
+    _tile_dpbf16ps(kC, 1, 4);                                        \
+    _tile_dpbf16ps(kC, 2, 4);                                        \
+    _tile_dpbf16ps(kC, 0, 5);                                        \
+    _tile_dpbf16ps(kC, 1, 5);                                        \
+  } while (0)
+
 #define JAXCORE_AMX_STEP(kC, kB)                                     \
   do {                                                               \
     _tile_loadd(0, at, 2 * kStep);                                   \
@@ -174,7 +236,9 @@ void TaskPasses(const GemvTask& t, int64_t wide, float* sums, uint16_t* a) {
   constexpr int64_t kRowsPerStored = kFmt == Format::kInt8 ? 1 : 2;
   constexpr int64_t kStoredPerStep = kStep / kRowsPerStored;
   constexpr int m = M;
-  alignas(64) uint16_t b[2][16 * kStep];   // by item parity
+  constexpr int kSumTiles = kFmt == Format::kNf4 ? 2 : 3;  // C tiles taken in turn
+  // int8 / int4: by item parity; NF4: its three parts.
+  alignas(64) uint16_t b[3][16 * kStep];
   alignas(64) float c[3][M * kGroupCols];  // by block, in turn
   const int64_t b0 = t.r0 / t.block_size;
   const int64_t passes = wide / kGroupCols;
@@ -187,7 +251,11 @@ void TaskPasses(const GemvTask& t, int64_t wide, float* sums, uint16_t* a) {
       const int64_t sr = (band0 + item % steps * kStep) / kRowsPerStored;
       return t.q + sr * t.ldq + t.n0 + item / steps * kGroupCols;
     };
-    DecodeB<kFmt>(rows_of(0), t.ldq, b[0]);
+    if constexpr (kFmt == Format::kNf4) {
+      DecodeNf4B(rows_of(0), t.ldq, b);
+    } else {
+      DecodeB<kFmt>(rows_of(0), t.ldq, b[0]);
+    }
     int64_t item = 0;
     for (int64_t pass = 0; pass < passes; ++pass) {
       const int64_t c0 = pass * kGroupCols;
@@ -215,11 +283,20 @@ void TaskPasses(const GemvTask& t, int64_t wide, float* sums, uint16_t* a) {
       for (int64_t st = 0; st < steps;) {
         const int64_t block = (band0 + st * kStep) / t.block_size;
         const int64_t end = std::min(steps, ((block + 1) * t.block_size - band0) / kStep);
-        if (tile == 0) _tile_zero(5);
-        if (tile == 1) _tile_zero(6);
-        if (tile == 2) _tile_zero(7);
+        const int ctile = (kFmt == Format::kNf4 ? 6 : 5) + tile;
+        if (ctile == 5) _tile_zero(5);
+        if (ctile == 6) _tile_zero(6);
+        if (ctile == 7) _tile_zero(7);
         for (; st < end; ++st, ++item) {
           const uint16_t* at = a + st * 3 * m * kStep;
+          if constexpr (kFmt == Format::kNf4) {
+            if (tile == 0) {
+              JAXCORE_AMX_NF4_STEP(6);
+            } else {
+              JAXCORE_AMX_NF4_STEP(7);
+            }
+            continue;
+          }
           const int which = tile * 2 + static_cast<int>(item & 1);
           switch (which) {
             case 0: JAXCORE_AMX_STEP(5, 3); break;
@@ -233,12 +310,12 @@ void TaskPasses(const GemvTask& t, int64_t wide, float* sums, uint16_t* a) {
         // The previous block's sums first: loads after a tile store wait for it, and this
         // block's store waits for this block's products.
         if (pending >= 0) add(pending, pending_tile);
-        if (tile == 0) _tile_stored(5, c[0], 4 * kGroupCols);
-        if (tile == 1) _tile_stored(6, c[1], 4 * kGroupCols);
-        if (tile == 2) _tile_stored(7, c[2], 4 * kGroupCols);
+        if (ctile == 5) _tile_stored(5, c[tile], 4 * kGroupCols);
+        if (ctile == 6) _tile_stored(6, c[tile], 4 * kGroupCols);
+        if (ctile == 7) _tile_stored(7, c[tile], 4 * kGroupCols);
         pending = block;
         pending_tile = tile;
-        tile = tile == 2 ? 0 : tile + 1;
+        tile = tile + 1 == kSumTiles ? 0 : tile + 1;
       }
       add(pending, pending_tile);
       for (int mi = 0; mi < M; ++mi) _mm512_storeu_ps(ps + mi * kGroupCols, y[mi]);
@@ -247,6 +324,7 @@ void TaskPasses(const GemvTask& t, int64_t wide, float* sums, uint16_t* a) {
 }
 
 #undef JAXCORE_AMX_STEP
+#undef JAXCORE_AMX_NF4_STEP
 
 template <Format kFmt>
 void TaskPassesOf(const GemvTask& t, int64_t wide, float* sums, uint16_t* a) {
@@ -266,25 +344,41 @@ void TaskPassesOf(const GemvTask& t, int64_t wide, float* sums, uint16_t* a) {
   }
 }
 
+// Whether the task's activations hold no infinity. NF4's weights split into three bf16 parts,
+// some of them zero, and infinity times a zero part is NaN where float32's x * w is infinite.
+bool NoInfinities(const GemvTask& t) {
+  __mmask16 any = 0;
+  for (int mi = 0; mi < t.m; ++mi) {
+    const float* x = t.x + mi * t.ldx;
+    int64_t r = t.r0;
+    for (; r + 16 <= t.r1; r += 16) any |= _mm512_fpclass_ps_mask(_mm512_loadu_ps(x + r), 0x18);
+    for (; r < t.r1; ++r) any |= static_cast<__mmask16>(std::isinf(x[r]));
+  }
+  return any == 0;
+}
+
 }  // namespace
 
 bool GemvTaskAmx(const GemvTask& t) {
   // Whole steps of whole blocks only: what the tiles do not fill runs as the AVX-512
   // segments (the caller's fallback).
-  if (t.fmt == Format::kNf4 || t.m < kAmxMinM || t.m > kGemvAvx512MaxM ||
+  if (t.m < (t.fmt == Format::kNf4 ? kAmxNf4MinM : kAmxMinM) || t.m > kGemvAvx512MaxM ||
       t.block_size % kStep != 0 || t.r0 % kStep != 0 || (t.r1 - t.r0) % kStep != 0 ||
       t.r1 <= t.r0 || t.cols < kGroupCols) {
     return false;
   }
+  if (t.fmt == Format::kNf4 && !NoInfinities(t)) return false;
   const int64_t wide = t.cols / kGroupCols * kGroupCols;
   // The sums pass by pass (sums[pass][mi][16]: a pass's rows in contiguous lines, where the
   // rows of y are a multiple of 4 KiB apart), then the bands' split activations.
   float* sums = t.scratch;
   uint16_t* a = reinterpret_cast<uint16_t*>(sums + t.m * wide);
   std::memset(sums, 0, sizeof(float) * t.m * wide);
-  _tile_loadconfig(&ConfigFor(t.m));
+  _tile_loadconfig(&ConfigFor(t.m, t.fmt == Format::kNf4));
   if (t.fmt == Format::kInt4) {
     TaskPassesOf<Format::kInt4>(t, wide, sums, a);
+  } else if (t.fmt == Format::kNf4) {
+    TaskPassesOf<Format::kNf4>(t, wide, sums, a);
   } else {
     TaskPassesOf<Format::kInt8>(t, wide, sums, a);
   }
