@@ -117,6 +117,28 @@ struct GemvTask {
   int64_t ldy;
 };
 
+// The task as one segment (its r0, r1 and scale to be narrowed to one scale block), with
+// `acc` as the segment kernel's scratch.
+inline GemvSegment SegmentOf(const GemvTask& t, float* acc, int64_t ldacc) {
+  GemvSegment s;
+  s.fmt = t.fmt;
+  s.m = t.m;
+  s.x = t.x;
+  s.ldx = t.ldx;
+  s.q = t.q;
+  s.ldq = t.ldq;
+  s.r0 = t.r0;
+  s.r1 = t.r1;
+  s.n0 = t.n0;
+  s.cols = t.cols;
+  s.scale = t.scale;
+  s.acc = acc;
+  s.ldacc = ldacc;
+  s.y = t.y;
+  s.ldy = t.ldy;
+  return s;
+}
+
 // Floats of scratch a gemv_task kernel needs for m rows and `cols` columns: the sums, and a
 // band of kGemvTaskBand rows of K of the activations split into three bf16 parts
 // (kernels_gemv_amx.cc).

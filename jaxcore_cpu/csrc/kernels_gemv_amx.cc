@@ -391,20 +391,11 @@ bool GemvTaskAmx(const GemvTask& t) {
     }
   }
   if (wide < t.cols) {
-    // The last columns, block by block, as AVX-512 segments.
-    GemvSegment s;
-    s.fmt = t.fmt;
-    s.m = t.m;
-    s.x = t.x;
-    s.ldx = t.ldx;
-    s.q = t.q;
-    s.ldq = t.ldq;
-    s.n0 = t.n0 + wide;
-    s.cols = t.cols - wide;
-    s.acc = t.scratch;  // the split activations are no longer needed
-    s.ldacc = s.cols;
-    s.y = t.y + wide;
-    s.ldy = t.ldy;
+    // The last columns, block by block, as AVX-512 segments (the scratch free again).
+    GemvSegment s = SegmentOf(t, t.scratch, t.cols - wide);
+    s.n0 += wide;
+    s.cols -= wide;
+    s.y += wide;
     for (int64_t r0 = t.r0; r0 < t.r1;) {
       const int64_t block = r0 / t.block_size;
       s.r0 = r0;

@@ -183,39 +183,25 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
   for (int64_t mi = 0; mi < rows; ++mi) {
     std::memset(partial + mi * p.n + n0, 0, sizeof(float) * cols);
   }
-  if (!int8 && kt.gemv_task) {
-    internal::GemvTask t;
-    t.fmt = p.fmt;
-    t.m = static_cast<int>(rows);
-    t.x = x + m0 * p.k;
-    t.ldx = p.k;
-    t.q = static_cast<const uint8_t*>(p.qvalue);
-    t.ldq = p.n;
-    t.r0 = k0;
-    t.r1 = k1;
-    t.n0 = n0;
-    t.cols = cols;
-    t.scale = scales.at;
-    t.lds = scales.ld;
-    t.block_size = p.block_size;
-    t.scratch = acc;
-    t.y = partial + n0;
-    t.ldy = p.n;
-    if (kt.gemv_task(t)) return;
-  }
-  internal::GemvSegment s;
-  s.fmt = p.fmt;
-  s.m = static_cast<int>(rows);
-  s.x = x + m0 * p.k;
-  s.ldx = p.k;
-  s.q = static_cast<const uint8_t*>(p.qvalue);
-  s.ldq = p.n;
-  s.n0 = n0;
-  s.cols = cols;
-  s.acc = acc;
-  s.ldacc = ldacc;
-  s.y = partial + n0;
-  s.ldy = p.n;
+  internal::GemvTask t;
+  t.fmt = p.fmt;
+  t.m = static_cast<int>(rows);
+  t.x = x + m0 * p.k;
+  t.ldx = p.k;
+  t.q = static_cast<const uint8_t*>(p.qvalue);
+  t.ldq = p.n;
+  t.r0 = k0;
+  t.r1 = k1;
+  t.n0 = n0;
+  t.cols = cols;
+  t.scale = scales.at;
+  t.lds = scales.ld;
+  t.block_size = p.block_size;
+  t.scratch = acc;
+  t.y = partial + n0;
+  t.ldy = p.n;
+  if (!int8 && kt.gemv_task && kt.gemv_task(t)) return;
+  internal::GemvSegment s = internal::SegmentOf(t, acc, ldacc);
   internal::Q8Segment q;
   if (int8) {
     q.fmt = p.fmt;
