@@ -12,7 +12,8 @@ layers reach the quantized kernel in place (``jaxcore.kernels.quantized_matmul_s
 XLA copies each step's slice of a dense stack (``--copied`` adds the quantized stacks traced
 without the stacked kernel, which XLA copies the same way). Timings are medians of --reps interleaved
 calls rotating over --copies copies of every weight set (default: enough to cover 4x the
-L3, at least 2), so every call reads its weights from memory; the quantized programs are
+L3, at least 2 and at most 256), so every call reads its weights from memory (a set so small
+that 256 copies fit in the L3 is read from cache whatever the count); the quantized programs are
 timed interleaved with each other, the dense ones and the copied ones in passes of their own.
 
 Usage: python3 benchmarks/stacked_layers.py [--d 1024] [--hidden 2816] [--layers 8] [--m 1 16]
@@ -34,6 +35,11 @@ from jaxcore.implicit import implicit
 from jaxcore.kernels import plugin_api
 
 NAMES = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")
+
+
+# Default copies at most: a 480 MB L3 (the Xeon VM's) over a test-sized model asked for
+# millions of copies.
+_MAX_COPIES = 256
 
 
 def _shapes(d: int, hidden: int) -> dict[str, tuple[int, int]]:
@@ -136,7 +142,7 @@ def main() -> None:
         weights[name] = [{k: make(w) for k, w in p.items()} for p in layers]
     sets = {}
     for name, ws in weights.items():
-        copies = args.copies or max(2, math.ceil(4 * l3 / qm._nbytes(ws)))
+        copies = args.copies or min(_MAX_COPIES, max(2, math.ceil(4 * l3 / qm._nbytes(ws))))
         sets[name] = {"separate": qm._copies(ws, copies), "stacked": qm._copies(_stack(ws), copies)}
 
     columns, plotted = [], []

@@ -207,7 +207,7 @@ def test_transposed_script_rejects_a_chain_below_one():
 def test_stacked_layers_script_times_every_layout_of_every_format():
     result = _run(
         *("--d", "64", "--hidden", "128", "--layers", "2", "--m", "1", "2", "--reps", "2"),
-        "--copied",
+        *("--copied", "--copies", "2"),
         script=STACKED_SCRIPT,
     )
     assert result.returncode == 0, result.stderr
