@@ -179,12 +179,13 @@ inline void DecodeNf4B(const uint8_t* q, int64_t ldq, uint16_t (*b)[16 * kStep])
 }
 
 // GCC's tile intrinsics paste their tile numbers into the instruction text, so the numbers
-// must be literal: a macro, not template parameters. One step: the activation tiles of the
-// step at `at`, the B tile kB (decoded before), then the three parts' products into the
-// block's C tile kC, after decoding the next item's weights (so that their stores reach the
-// cache before their tile load).
-// NF4: the weights' three parts in tiles 3-5, and the eight products of an activation part
-// and a weight part whose sizes reach float32's (all but lo x lo, 2^-28 of x * w), into kC.
+// must be literal: macros, not template parameters.
+//
+// One NF4 step: the activation tiles of the step at `at`, the weights' three parts (decoded
+// before) in tiles 3-5, then the eight products of an activation part and a weight part
+// whose sizes reach float32's (all but lo x lo, 2^-28 of x * w) into the block's C tile kC.
+// The next item's weights are decoded into the same buffers once their tile loads are
+// issued.
 #define JAXCORE_AMX_NF4_STEP(kC)                                     \
   do {                                                               \
     _tile_loadd(0, at, 2 * kStep);                                   \
@@ -204,6 +205,10 @@ inline void DecodeNf4B(const uint8_t* q, int64_t ldq, uint16_t (*b)[16 * kStep])
     _tile_dpbf16ps(kC, 1, 5);                                        \
   } while (0)
 
+// One int8 or int4 step: the activation tiles of the step at `at`, the B tile kB (decoded
+// before), then the three parts' products into the block's C tile kC, after decoding the
+// next item's weights into the other buffer (so that their stores reach the cache before
+// their tile load).
 #define JAXCORE_AMX_STEP(kC, kB)                                     \
   do {                                                               \
     _tile_loadd(0, at, 2 * kStep);                                   \
@@ -227,10 +232,9 @@ inline void DecodeNf4B(const uint8_t* q, int64_t ldq, uint16_t (*b)[16 * kStep])
 // chunk's lines are prefetched as the passes go.
 //
 // The tile products are pipelined, so nothing waits on one's result until it must: blocks
-// take C tiles 5, 6 and 7 in turn, a block's sums are read back only after the next block
-// has been issued, and the weights of the next (pass, step) are decoded while the tiles
-// multiply this one's, into the other B tile's buffer (a tile load waits for the stores
-// that wrote its bytes to reach the cache).
+// take C tiles 5, 6 and 7 (NF4: 6 and 7) in turn, a block's sums are read back only after
+// the next block has been issued, and the weights of the next (pass, step) are decoded while
+// the tiles multiply this one's.
 template <Format kFmt, int M>
 void TaskPasses(const GemvTask& t, int64_t wide, float* sums, uint16_t* a) {
   constexpr int64_t kRowsPerStored = kFmt == Format::kInt8 ? 1 : 2;
