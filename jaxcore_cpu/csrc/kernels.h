@@ -117,9 +117,9 @@ struct GemvTask {
   int64_t ldy;
 };
 
-// The task as one segment (its r0, r1 and scale to be narrowed to one scale block), with
-// `acc` as the segment kernel's scratch.
-inline GemvSegment SegmentOf(const GemvTask& t, float* acc, int64_t ldacc) {
+// The task's columns from `done` on as one segment (its r0, r1 and scale to be narrowed to one
+// scale block), with `acc` as the segment kernel's scratch.
+inline GemvSegment SegmentOf(const GemvTask& t, int64_t done, float* acc, int64_t ldacc) {
   GemvSegment s;
   s.fmt = t.fmt;
   s.m = t.m;
@@ -129,12 +129,12 @@ inline GemvSegment SegmentOf(const GemvTask& t, float* acc, int64_t ldacc) {
   s.ldq = t.ldq;
   s.r0 = t.r0;
   s.r1 = t.r1;
-  s.n0 = t.n0;
-  s.cols = t.cols;
-  s.scale = t.scale;
+  s.n0 = t.n0 + done;
+  s.cols = t.cols - done;
+  s.scale = t.scale + done;
   s.acc = acc;
   s.ldacc = ldacc;
-  s.y = t.y;
+  s.y = t.y + done;
   s.ldy = t.ldy;
   return s;
 }
@@ -381,10 +381,10 @@ struct KernelTable {
   int64_t q8_max_m = kInt8MaxM;
   // Largest M the float32 GEMV path takes with this table (gemv_segment's m).
   int64_t gemv_max_m = kGemvMaxM;
-  // Optional: a whole float32 GEMV task at once; returns false (having done nothing) for a
-  // task it does not take, which then runs as gemv_segment's segments. Its tables split K
-  // in multiples of gemv_row_step rows.
-  bool (*gemv_task)(const GemvTask&) = nullptr;
+  // Optional: a whole float32 GEMV task at once. Returns how many of its first columns it
+  // took (0: none, having done nothing); the rest run as gemv_segment's segments. Its tables
+  // split K in multiples of gemv_row_step rows.
+  int64_t (*gemv_task)(const GemvTask&) = nullptr;
   int64_t gemv_row_step = 4;
   ExpandDq expand_dq = ExpandDqPortable;
   ExpandHalf expand_half = ExpandHalfPortable;
@@ -436,7 +436,7 @@ void ExpandDqAvx512(const int8_t* codes, int64_t count, float gs, float offset, 
 // float32 GEMV takes int8 and int4 tasks of kAmxMinM rows or more (NF4 from 12) as bf16 tile
 // products (kernels_gemv_amx.cc), K split in its 32-row steps.
 const KernelTable& AmxKernels();
-bool GemvTaskAmx(const GemvTask& t);
+int64_t GemvTaskAmx(const GemvTask& t);
 constexpr int kAmxMinM = 5;
 void NtRowsAvx2(const NtPiece& p);
 void NtRowsAvx512(const NtPiece& p);

@@ -19,7 +19,7 @@
 // is how a 4-bit byte already stores them; NF4: 3-5, its three parts), 5-7 (NF4: 6-7) a scale
 // block's sums. Tasks whose K range or blocks are not whole 32-row steps run on the AVX-512
 // GEMV (as NF4 with an infinite activation: see NoInfinities); the last columns past a
-// multiple of 16 run as AVX-512 segments.
+// multiple of 16 run as the caller's AVX-512 segments.
 //
 // Measured on a 2-vCPU Intel Xeon VM with AVX-512 and AMX (K = N = 4096, 2 threads, weights
 // from memory; the AVX-512 GEMV's time / this one's): M = 5 1.2x, M = 8 1.5x, M = 16 int4
@@ -363,15 +363,15 @@ bool NoInfinities(const GemvTask& t) {
 
 }  // namespace
 
-bool GemvTaskAmx(const GemvTask& t) {
+int64_t GemvTaskAmx(const GemvTask& t) {
   // Whole steps of whole blocks only: what the tiles do not fill runs as the AVX-512
   // segments (the caller's fallback).
   if (t.m < (t.fmt == Format::kNf4 ? kAmxNf4MinM : kAmxMinM) || t.m > kGemvAvx512MaxM ||
       t.block_size % kStep != 0 || t.r0 % kStep != 0 || (t.r1 - t.r0) % kStep != 0 ||
       t.r1 <= t.r0 || t.cols < kGroupCols) {
-    return false;
+    return 0;
   }
-  if (t.fmt == Format::kNf4 && !NoInfinities(t)) return false;
+  if (t.fmt == Format::kNf4 && !NoInfinities(t)) return 0;
   const int64_t wide = t.cols / kGroupCols * kGroupCols;
   // The sums pass by pass (sums[pass][mi][16]: a pass's rows in contiguous lines, where the
   // rows of y are a multiple of 4 KiB apart), then the bands' split activations.
@@ -394,22 +394,7 @@ bool GemvTaskAmx(const GemvTask& t) {
                                         _mm512_loadu_ps(sums + (pass * t.m + mi) * kGroupCols)));
     }
   }
-  if (wide < t.cols) {
-    // The last columns, block by block, as AVX-512 segments (the scratch free again).
-    GemvSegment s = SegmentOf(t, t.scratch, t.cols - wide);
-    s.n0 += wide;
-    s.cols -= wide;
-    s.y += wide;
-    for (int64_t r0 = t.r0; r0 < t.r1;) {
-      const int64_t block = r0 / t.block_size;
-      s.r0 = r0;
-      s.r1 = std::min(t.r1, (block + 1) * t.block_size);
-      s.scale = t.scale + (block - t.r0 / t.block_size) * t.lds + wide;
-      GemvSegmentAvx512(s);
-      r0 = s.r1;
-    }
-  }
-  return true;
+  return wide;
 }
 
 const KernelTable& AmxKernels() {

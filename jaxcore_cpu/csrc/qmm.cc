@@ -200,8 +200,10 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
   t.scratch = acc;
   t.y = partial + n0;
   t.ldy = p.n;
-  if (!int8 && kt.gemv_task && kt.gemv_task(t)) return;
-  internal::GemvSegment s = internal::SegmentOf(t, acc, ldacc);
+  // A gemv_task kernel takes the columns it can; its segments take the rest.
+  const int64_t done = !int8 && kt.gemv_task ? kt.gemv_task(t) : 0;
+  if (done == cols) return;
+  internal::GemvSegment s = internal::SegmentOf(t, done, acc, ldacc);
   internal::Q8Segment q;
   if (int8) {
     q.fmt = p.fmt;
@@ -209,8 +211,8 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
     q.x = Q8ActivationsOf(p, b, m0);
     q.q = s.q;
     q.ldq = p.n;
-    q.n0 = n0;
-    q.cols = cols;
+    q.n0 = s.n0;
+    q.cols = s.cols;
     q.acc = s.acc;
     q.y = s.y;
     q.ldy = p.n;
@@ -218,7 +220,7 @@ void RunSegments(const Problem& p, const float* x, int64_t m0, int64_t rows, con
   for (int64_t r0 = k0; r0 < k1;) {
     const int64_t block = r0 / p.block_size;
     const int64_t r1 = std::min(k1, (block + 1) * p.block_size);
-    const float* scale = scales.at + (block - k0 / p.block_size) * scales.ld;
+    const float* scale = scales.at + (block - k0 / p.block_size) * scales.ld + done;
     if (int8) {
       q.r0 = r0;
       q.r1 = r1;
