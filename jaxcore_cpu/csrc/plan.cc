@@ -8,7 +8,7 @@ namespace internal {
 namespace {
 
 // GEMV: columns per task (each activation row's partial sums stay in L1) and the
-// granularity of its K split. At M <= 2, where the float32 GEMV waits on memory, tasks take
+// granularity of its K split. At M <= kStreamingMaxM, where the float32 GEMV waits on memory, tasks take
 // up to kGemvColsSmallM columns: longer runs of each row (whole rows at N = 4096) streamed
 // 10-16 % faster for int8 and 0-6 % for 4-bit (Zen 4, AVX-512 and AVX2, K = 4096, N = 4096
 // and 14336, 2 threads).
@@ -20,6 +20,17 @@ constexpr int64_t kGemvRowStep = 4;
 constexpr int64_t kAccPad = 16;
 // Tasks per worker the planners aim for, so a busy core simply claims fewer of them.
 constexpr int64_t kTasksPerWorker = 4;
+// Plans for at most kStreamingMaxM rows stream the weight from memory, whole rows split along
+// K. There each K range costs its task a plane of partial sums that starts cold (zeroed,
+// added into per block, read back by the reduction) and a restart of its rows' streams:
+// ~2.5 us per task at M = 1 (2-vCPU Xeon, K = N = 4096), ~1 % of the weight's time per range
+// per worker. So they take kStreamingRangesPerWorker K ranges per worker, none cut short
+// (SetKTail): at M = 1, 4-bit, float32 activations, 0.40-0.41 ms a product in XLA against
+// 0.43 for 4 ranges per worker and a tail (int8 activations 0.38-0.39 against 0.40); the
+// pool thread's late start (~10 us) costs less than the planes. With one core busy the
+// products took no longer than with the 4 ranges (0.54 against 0.58 ms).
+constexpr int64_t kStreamingMaxM = 2;
+constexpr int64_t kStreamingRangesPerWorker = 2;
 // Split-K partial sums (written, then read back by the reduction) stay under
 // 1 / kPartialCapShare of the weight's bytes.
 constexpr int64_t kPartialCapShare = 8;
@@ -45,9 +56,9 @@ constexpr int64_t kWideTaskMinCols = 256;
 constexpr int64_t kTailSplit = 3;
 
 // Columns per split-K task: each activation row's partial sums of a task stay in L1 (in
-// L2 for the float32 GEMV's wider tasks at M <= 2).
+// L2 for the float32 GEMV's wider tasks at M <= kStreamingMaxM).
 int64_t SplitCols(const KernelTable& kt, const Problem& p) {
-  if (!UsesInt8(kt, p)) return std::min(p.n, p.m <= 2 ? kGemvColsSmallM : kGemvCols);
+  if (!UsesInt8(kt, p)) return std::min(p.n, p.m <= kStreamingMaxM ? kGemvColsSmallM : kGemvCols);
   return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 64)));
 }
 
@@ -128,7 +139,8 @@ int64_t AccFloats(const KernelTable& kt, const Problem& p) {
 
 GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
   GemvSplit s;
-  const int64_t wanted = kTasksPerWorker * workers;
+  const bool streaming = p.m <= kStreamingMaxM;
+  const int64_t wanted = (streaming ? kStreamingRangesPerWorker : kTasksPerWorker) * workers;
   const bool whole_tasks = UsesInt8(kt, p) && kt.q8_task;  // the kernel takes a whole task
   if (whole_tasks && p.m > internal::kQ8TaskNarrowMaxM) {
     // Bound by arithmetic: column chunks over the whole of K, where they can be wide enough
@@ -168,7 +180,7 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
       s.ncols = RoundUp(CeilDiv(s.ncols, 2), 64);
     }
     s.col_tasks = CeilDiv(p.n, std::max<int64_t>(s.ncols, 1));
-    SetKTail(p, workers, Q8Step(p), cap, s);
+    if (!streaming) SetKTail(p, workers, Q8Step(p), cap, s);
     return s;
   }
   s.ncols = SplitCols(kt, p);
@@ -180,7 +192,7 @@ GemvSplit SplitOf(const KernelTable& kt, const Problem& p, int workers) {
              std::min({CeilDiv(wanted, std::max<int64_t>(s.col_tasks, 1)),
                        CeilDiv(p.k, 4 * min_len), cap}),
              step, s);
-  SetKTail(p, workers, step, cap, s);
+  if (!streaming) SetKTail(p, workers, step, cap, s);
   return s;
 }
 
