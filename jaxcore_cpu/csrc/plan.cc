@@ -8,10 +8,10 @@ namespace internal {
 namespace {
 
 // GEMV: columns per task (each activation row's partial sums stay in L1) and the
-// granularity of its K split. At M <= kStreamingMaxM, where the float32 GEMV waits on memory, tasks take
-// up to kGemvColsSmallM columns: longer runs of each row (whole rows at N = 4096) streamed
-// 10-16 % faster for int8 and 0-6 % for 4-bit (Zen 4, AVX-512 and AVX2, K = 4096, N = 4096
-// and 14336, 2 threads).
+// granularity of its K split. At M <= kStreamingMaxM, where the float32 GEMV waits on
+// memory, tasks take up to kGemvColsSmallM columns: longer runs of each row (whole rows at
+// N = 4096) streamed 10-16 % faster for int8 and 0-6 % for 4-bit (Zen 4, AVX-512 and AVX2,
+// K = 4096, N = 4096 and 14336, 2 threads).
 constexpr int64_t kGemvCols = 2048;
 constexpr int64_t kGemvColsSmallM = 8192;
 constexpr int64_t kGemvRowStep = 4;
@@ -58,7 +58,9 @@ constexpr int64_t kTailSplit = 3;
 // Columns per split-K task: each activation row's partial sums of a task stay in L1 (in
 // L2 for the float32 GEMV's wider tasks at M <= kStreamingMaxM).
 int64_t SplitCols(const KernelTable& kt, const Problem& p) {
-  if (!UsesInt8(kt, p)) return std::min(p.n, p.m <= kStreamingMaxM ? kGemvColsSmallM : kGemvCols);
+  if (!UsesInt8(kt, p)) {
+    return std::min(p.n, p.m <= kStreamingMaxM ? kGemvColsSmallM : kGemvCols);
+  }
   return std::min(p.n, std::max<int64_t>(256, RoundUp(8192 / std::max<int64_t>(p.m, 1), 64)));
 }
 
