@@ -416,6 +416,7 @@ void Q8QuantizeAvx2(Format fmt, int span, const float* x, int64_t k, int64_t row
                     float* d, int32_t* sum);
 void Q8TaskAvx2(const Q8Task& t);
 void ExpandHalfAvx2(const uint16_t* in, int64_t count, HalfType type, float* out);
+void ExpandDqAvx2(const int8_t* codes, int64_t count, float gs, float offset, float* out);
 // AVX-VNNI: the AVX2 table with the 256-bit int8-activation kernel on vpdpbusd, built twice
 // from one source: VEX-encoded (AvxVnniKernels, CPUs with AVX-VNNI) and EVEX-encoded
 // (AvxVnniEvexKernels, for AVX-512 VNNI CPUs without AVX-VNNI, where tests check it).

@@ -567,6 +567,7 @@ const KernelTable& Avx2Kernels() {
                      Q8SegmentPortable};
     t.q8_task = Q8TaskAvx2;  // the planner then never calls q8_segment
     t.expand_half = ExpandHalfAvx2;
+    t.expand_dq = ExpandDqAvx2;
     t.nt_rows = NtRowsAvx2;
     t.nt_decode_panel = NtDecodePanelAvx2;
     // Rows through M = 8 (M = 4: 0.31x-0.44x of dense against the GEMM's 0.78x-0.81x); at
