@@ -381,6 +381,9 @@ struct KernelTable {
   int64_t q8_max_m = kInt8MaxM;
   // Largest M the float32 GEMV path takes with this table (gemv_segment's m).
   int64_t gemv_max_m = kGemvMaxM;
+  // Largest M that Path::kAuto runs on the float32 GEMV, per Format (int8, int4, NF4): past
+  // gemv_max_m in passes of gemv_max_m rows, each pass reading the whole weight. 0: gemv_max_m.
+  int64_t gemv_auto_max_m[3] = {0, 0, 0};
   // Optional: a whole float32 GEMV task at once. Returns how many of its first columns it
   // took (0: none, having done nothing); the rest run as gemv_segment's segments. Its tables
   // split K in multiples of gemv_row_step rows.

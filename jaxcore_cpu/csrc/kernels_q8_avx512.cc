@@ -536,6 +536,7 @@ const KernelTable& Avx512Kernels() {
     KernelTable t = Avx2Kernels();
     t.gemv_segment = GemvSegmentAvx512;
     t.gemv_max_m = kGemvAvx512MaxM;
+    for (int64_t& m : t.gemv_auto_max_m) m = 0;  // its own GEMV's rows, not the AVX2 passes'
     t.microkernel = MicroKernelAvx512;
     t.microkernel_pair = MicroKernelPairAvx512;
     t.expand_dq = ExpandDqAvx512;

@@ -124,7 +124,8 @@ bool UsesInt8(const KernelTable& kt, const Problem& p) {
 Path Resolve(const KernelTable& kt, const Problem& p, Path path) {
   if (UsesInt8(kt, p)) return Path::kGemv;
   if (path != Path::kAuto) return path;
-  return p.m <= kt.gemv_max_m ? Path::kGemv : Path::kGemm;
+  const int64_t auto_max = kt.gemv_auto_max_m[static_cast<int>(p.fmt)];
+  return p.m <= (auto_max > 0 ? auto_max : kt.gemv_max_m) ? Path::kGemv : Path::kGemm;
 }
 
 int64_t SplitRows(const KernelTable& kt, const Problem& p) {

@@ -31,7 +31,7 @@
 namespace jaxcore_cpu {
 namespace testing {
 
-// M in {1, 3, 5, 7, 17, 33}, N in {1, 5, 17, 63, 130}, K from 2 to 520; every one of them
+// M in {1, 3, 5, 7, 11, 12, 17, 33}, N in {1, 5, 17, 63, 130}, K from 2 to 520; every one of them
 // misaligned to 8/16-wide SIMD and to the GEMM tiles somewhere.
 const Case kCases[] = {
     {1, 2, 1, true, 0, 0},        {3, 6, 5, false, 3, 2},      {7, 64, 17, false, 16, 16},
@@ -48,6 +48,8 @@ const Case kCases[] = {
     // Plans whose last tasks are shorter (on 4 threads): narrower last column chunks (M = 6,
     // int8 activations) and shorter last K ranges, across scale blocks (M = 1).
     {6, 64, 4200, false, 32, 32},   {1, 2048, 40, false, 64, 64},
+    // M = 9..12 under Path::kAuto: two passes of the AVX2 GEMV for int8 and int4.
+    {12, 192, 77, true, 0, 0},      {11, 160, 45, false, 32, 32},
 };
 
 // One Run() of `o` with the given dtypes and path on `runner`, checked against the
