@@ -536,10 +536,11 @@ const KernelTable& Avx512Kernels() {
     KernelTable t = Avx2Kernels();
     t.gemv_segment = GemvSegmentAvx512;
     t.gemv_max_m = kGemvAvx512MaxM;
-    // Passes of 16 rows of the GEMV beat the GEMM's decoded panels through M = 64 for every
-    // format (harness, K = N = 4096, 2 threads, weights from memory, GEMV against GEMM:
-    // M = 24 int8 / int4 / NF4 4.0 / 3.1 / 3.1 ms against 6.5 / 4.6 / 5.5; M = 64 9.4 / 7.9
-    // / 7.7 against 10.8 / 8.9 / 10.6; M = 128 int8 18 against 17: Xeon VM, AVX-512).
+    // Passes of 16 rows of the GEMV beat the GEMM's decoded panels past M = 16 (harness, K =
+    // N = 4096, 2 threads, weights from memory, GEMV against GEMM, int8 / int4 / NF4: M = 24
+    // 4.0 / 3.1 / 3.1 ms against 6.5 / 4.6 / 5.5; M = 64 9.4 / 7.9 / 7.7 against 10.8 / 8.9 /
+    // 10.6). Through JAX they are level at M = 64 and behind from M = 96 for every format
+    // (benchmarks/quantized_matmul.py --isa avx512: Xeon VM).
     for (int64_t& m : t.gemv_auto_max_m) m = 64;
     t.microkernel = MicroKernelAvx512;
     t.microkernel_pair = MicroKernelPairAvx512;

@@ -31,8 +31,8 @@
 namespace jaxcore_cpu {
 namespace testing {
 
-// M in {1, 3, 5, 7, 11, 12, 17, 33}, N in {1, 5, 17, 63, 130}, K from 2 to 520; every one of them
-// misaligned to 8/16-wide SIMD and to the GEMM tiles somewhere.
+// M in {1, 3, 5, 7, 11, 12, 17, 33}, N in {1, 5, 17, 63, 130}, K from 2 to 520; every one of
+// them misaligned to 8/16-wide SIMD and to the GEMM tiles somewhere.
 const Case kCases[] = {
     {1, 2, 1, true, 0, 0},        {3, 6, 5, false, 3, 2},      {7, 64, 17, false, 16, 16},
     {17, 130, 63, true, 0, 0},    {33, 130, 130, false, 65, 26}, {1, 130, 63, false, 13, 10},
