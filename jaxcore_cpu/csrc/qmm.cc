@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -361,50 +362,52 @@ bool Overflows(int64_t a, int64_t b) {
 }  // namespace
 
 std::string Validate(const Problem& p) {
-  std::ostringstream err;
+  // The stream only on failure: valid problems (every call) skip its construction.
+  std::optional<std::ostringstream> err;
+  const auto out = [&err]() -> std::ostringstream& { return err.emplace(); };
   const bool packed = p.fmt != Format::kInt8;
   if (p.fmt != Format::kInt8 && p.fmt != Format::kInt4 && p.fmt != Format::kNf4) {
-    err << "unknown format code " << static_cast<int>(p.fmt) << " (0=int8, 1=int4, 2=nf4)";
+    out() << "unknown format code " << static_cast<int>(p.fmt) << " (0=int8, 1=int4, 2=nf4)";
   } else if (p.x_dtype != DType::kF32 && p.x_dtype != DType::kBF16) {
-    err << "x must be float32 or bfloat16";
+    out() << "x must be float32 or bfloat16";
   } else if (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) {
-    err << "the result must be float32 or bfloat16";
+    out() << "the result must be float32 or bfloat16";
   } else if (p.precision != Precision::kFloat32 && p.precision != Precision::kInt8) {
-    err << "unknown precision code " << static_cast<int>(p.precision) << " (0=float32, 1=int8)";
+    out() << "unknown precision code " << static_cast<int>(p.precision) << " (0=float32, 1=int8)";
   } else if (p.m < 0 || p.k < 0 || p.n < 0) {
-    err << "negative size: M=" << p.m << ", K=" << p.k << ", N=" << p.n;
+    out() << "negative size: M=" << p.m << ", K=" << p.k << ", N=" << p.n;
   } else if (p.m > kMaxDim || p.k > kMaxDim || p.n > kMaxDim || Overflows(p.m, p.k) ||
              Overflows(p.k, p.n) || Overflows(p.m, p.n)) {
-    err << "sizes too large: M=" << p.m << ", K=" << p.k << ", N=" << p.n
+    out() << "sizes too large: M=" << p.m << ", K=" << p.k << ", N=" << p.n
         << " (each below 2^40, and their pairwise products below 2^62)";
   } else if (p.block_size <= 0) {
-    err << "block_size must be positive, got " << p.block_size;
+    out() << "block_size must be positive, got " << p.block_size;
   } else if (p.k % p.block_size) {
-    err << "block_size=" << p.block_size << " must divide K=" << p.k;
+    out() << "block_size=" << p.block_size << " must divide K=" << p.k;
   } else if (packed && p.block_size % 2) {
-    err << "4-bit formats need an even block_size, got " << p.block_size;
+    out() << "4-bit formats need an even block_size, got " << p.block_size;
   } else if (p.scale_codes && p.dq_group <= 0) {
-    err << "the double-quant group size must be positive, got " << p.dq_group;
+    out() << "the double-quant group size must be positive, got " << p.dq_group;
   } else if (p.scale_codes &&
              p.group_count != CeilDiv(p.k / p.block_size * p.n, p.dq_group)) {
-    err << "double-quant group_scale must hold ceil(K / block_size * N / " << p.dq_group
+    out() << "double-quant group_scale must hold ceil(K / block_size * N / " << p.dq_group
         << ") = " << CeilDiv(p.k / p.block_size * p.n, p.dq_group) << " entries, got "
         << p.group_count;
   } else if (p.scale_codes && p.scale_half) {
-    err << "double-quantized and 16-bit scales are exclusive: set scale_codes or scale_half";
+    out() << "double-quantized and 16-bit scales are exclusive: set scale_codes or scale_half";
   } else if (p.scale_half && p.scale_half_type != HalfType::kF16 &&
              p.scale_half_type != HalfType::kBF16) {
-    err << "unknown 16-bit scale type code " << static_cast<int>(p.scale_half_type)
+    out() << "unknown 16-bit scale type code " << static_cast<int>(p.scale_half_type)
         << " (0=float16, 1=bfloat16)";
   } else if (p.transposed && p.scale_codes) {
-    err << "the transposed product reads float32 scales, not double-quantized ones";
+    out() << "the transposed product reads float32 scales, not double-quantized ones";
   } else if (p.m * (p.transposed ? p.k : p.n) > 0 &&  // a non-empty result, from ...
              (!p.out || ((p.transposed ? p.n : p.k) > 0 &&  // ... non-empty sums
                          (!p.x || !p.qvalue ||
                           (p.scale_codes ? !p.group_scale : !p.scale && !p.scale_half))))) {
-    err << "null data pointer for a non-empty operand";
+    out() << "null data pointer for a non-empty operand";
   }
-  return err.str();
+  return err ? err->str() : std::string();
 }
 
 size_t WorkspaceBytes(const Problem& p, Path path, int max_workers) {
