@@ -379,7 +379,7 @@ std::string Validate(const Problem& p) {
   } else if (p.m > kMaxDim || p.k > kMaxDim || p.n > kMaxDim || Overflows(p.m, p.k) ||
              Overflows(p.k, p.n) || Overflows(p.m, p.n)) {
     out() << "sizes too large: M=" << p.m << ", K=" << p.k << ", N=" << p.n
-        << " (each below 2^40, and their pairwise products below 2^62)";
+          << " (each below 2^40, and their pairwise products below 2^62)";
   } else if (p.block_size <= 0) {
     out() << "block_size must be positive, got " << p.block_size;
   } else if (p.k % p.block_size) {
@@ -391,14 +391,14 @@ std::string Validate(const Problem& p) {
   } else if (p.scale_codes &&
              p.group_count != CeilDiv(p.k / p.block_size * p.n, p.dq_group)) {
     out() << "double-quant group_scale must hold ceil(K / block_size * N / " << p.dq_group
-        << ") = " << CeilDiv(p.k / p.block_size * p.n, p.dq_group) << " entries, got "
-        << p.group_count;
+          << ") = " << CeilDiv(p.k / p.block_size * p.n, p.dq_group) << " entries, got "
+          << p.group_count;
   } else if (p.scale_codes && p.scale_half) {
     out() << "double-quantized and 16-bit scales are exclusive: set scale_codes or scale_half";
   } else if (p.scale_half && p.scale_half_type != HalfType::kF16 &&
              p.scale_half_type != HalfType::kBF16) {
     out() << "unknown 16-bit scale type code " << static_cast<int>(p.scale_half_type)
-        << " (0=float16, 1=bfloat16)";
+          << " (0=float16, 1=bfloat16)";
   } else if (p.transposed && p.scale_codes) {
     out() << "the transposed product reads float32 scales, not double-quantized ones";
   } else if (p.m * (p.transposed ? p.k : p.n) > 0 &&  // a non-empty result, from ...
