@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcore._getters import tuple_getter
 from jaxcore.implicit._aval import (
     AvalAttribute,
     CallableAval,
@@ -322,19 +323,10 @@ class ImplicitArray(metaclass=ImplicitArrayMeta):
         return primitive.bind(*[materialize_full(a) for a in args], **(params or {}))
 
 
-def _dict_getter(names: tuple[str, ...]) -> tp.Callable[[dict], tuple]:
-    """A C-level reader of ``names`` from an instance ``__dict__``, always as a tuple."""
-    if not names:
-        return lambda d: ()
-    if len(names) == 1:
-        get_one = operator.itemgetter(names[0])
-        return lambda d: (get_one(d),)
-    return operator.itemgetter(*names)
-
-
 def _make_flattener(cls: type) -> tp.Callable[[tp.Any], tuple]:
     layout = field_layout(cls)
-    children, aux = _dict_getter(layout.children), _dict_getter(layout.aux)
+    children = tuple_getter(layout.children, by=operator.itemgetter)
+    aux = tuple_getter(layout.aux, by=operator.itemgetter)
 
     def flatten(obj: tp.Any) -> tuple:
         d = obj.__dict__

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import operator
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
 import jax
 
+from jaxcore._getters import tuple_getter
 from jaxcore.tree._static_check import StaticData, check_static_value, keyed
 
 T = TypeVar("T")
@@ -149,16 +149,6 @@ def is_static_field(f: dataclasses.Field) -> bool:
     return bool(f.metadata.get(STATIC_KEY, False))
 
 
-def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    """Returns a C-level getter producing a tuple of the named attributes."""
-    if not names:
-        return lambda obj: ()
-    if len(names) == 1:
-        single = operator.attrgetter(names[0])
-        return lambda obj: (single(obj),)
-    return operator.attrgetter(*names)
-
-
 def _uses_slots(cls: type, names: tuple[str, ...]) -> bool:
     """Returns whether any of the fields is stored in a ``__slots__`` slot."""
     return any(
@@ -249,11 +239,11 @@ def register_pytree_dataclass(cls: type[T]) -> type[T]:
         if is_static_field(f) and f.default is not dataclasses.MISSING:
             check_static_value(f"{cls.__qualname__}.{f.name}", f.default)
 
-    get_children = _tuple_getter(data_names)
+    get_children = tuple_getter(data_names)
     keys = tuple(jax.tree_util.GetAttrKey(name) for name in data_names)
 
     if static_names:
-        get_values = _tuple_getter(static_names)
+        get_values = tuple_getter(static_names)
         owner = cls.__qualname__
 
         def get_static(obj: Any) -> Any:
