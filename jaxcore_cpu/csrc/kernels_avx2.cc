@@ -281,12 +281,13 @@ int64_t GemvBands(const GemvSegment& s) {
     for (int64_t c = 0; c < wide_cols; c += 32) {
       // This band's share of the segment's scale lines for the chunk, which the flush reads.
       PrefetchLines(s.scale + c, 2, (sr0 - seg0) / kGemvBand, bands);
-      // Into L2, kPrefetchBytes along the band's rows and on into the next band's at the end
-      // of the columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2).
+      // kPrefetchBytes along the band's rows and on into the next band's at the end of the
+      // columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2); into L1 rather than L2:
+      // int8 4-7 %, int4 1-5 % faster at M = 1 and 2 (Xeon pinned to AVX2, harness).
       if (c % 64 == 0) {
         const uintptr_t next = BandAhead(s, sr0, sr1, c + kPrefetchBytes, wide_cols);
         for (int64_t r = 0; r < kGemvBand; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T1);
+          _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T0);
         }
       }
       GemvBandChunk<kFmt, M>(s, planes, sr0, sr1, c, sr0 == seg0, zero_shift);

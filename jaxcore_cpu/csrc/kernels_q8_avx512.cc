@@ -243,13 +243,13 @@ void Q8TaskNarrow(const Q8Task& t) {
       for (int64_t ci = 0; ci < chunks; ++ci) {
         const int64_t c = ci * kChunk;
         const int64_t valid = std::min<int64_t>(kChunk, t.cols - c);
-        // Into L2, kPrefetchAhead bytes further along the order the block reads its rows in
-        // (columns, then the next band).
+        // kPrefetchAhead bytes further along the order the block reads its rows in (columns,
+        // then the next band), into L1 (1-3 % faster than into L2 at M = 1 and 2, Xeon).
         const int64_t ahead = c + kPrefetchAhead;
         const uint8_t* next = rows + (ahead / span) * kRows * t.ldq + ahead % span;
         if (next < end) {
           for (int r = 0; r < kRows; ++r) {
-            _mm_prefetch(reinterpret_cast<const char*>(next + r * t.ldq), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(next + r * t.ldq), _MM_HINT_T0);
           }
         }
         for (int set = 0; set < kRows / 4; ++set) {

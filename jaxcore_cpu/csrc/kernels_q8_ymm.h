@@ -635,11 +635,13 @@ void Q8TaskRows(const Q8Task& t) {
       for (int64_t c = 0; c < wide; c += 32) {
         // This band's share of the next scale block's lines for the chunk.
         if (!kScaleLater) PrefetchNextBlockScales(t, g0, srow, c, 2, part, parts);
-        if (c % 64 == 0) {  // into L2, kPrefetchAhead along the band's rows
+        // kPrefetchAhead along the band's rows, into L1 (1-2 % faster than into L2 at M = 1
+        // and 2: Xeon, AVX-VNNI).
+        if (c % 64 == 0) {
           for (int r = 0; r < kBandRows; ++r) {
             const uint8_t* line = rows + r * t.ldq + c + kPrefetchAhead;
             if (line >= end) break;
-            _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
           }
         }
         __m256i a[kR][4];
