@@ -24,6 +24,16 @@ def tuple_getter(
 
     Returns:
         A function of one object returning the tuple of its ``names``.
+
+    Example:
+        >>> import operator
+        >>> point = {"x": 1, "y": 2, "z": 3}
+        >>> tuple_getter(("z", "x"), by=operator.itemgetter)(point)
+        (3, 1)
+        >>> tuple_getter(("y",), by=operator.itemgetter)(point)
+        (2,)
+        >>> tuple_getter(())(point)
+        ()
     """
     if not names:
         return lambda obj: ()
