@@ -40,8 +40,8 @@ constexpr int64_t kBand = 8;   // stored rows per pass over the segment's column
 // rows (past the segment's too) at the end of the columns (BandAhead): 4-10 % faster at M = 1
 // and 2 from memory (Zen 4, K = 4096, N = 4096 and 14336, 2 threads). Into L1 rather than L2
 // (a band's 8 rows x 1 KiB ahead is 8 KiB in flight): 2-4 % faster for every format at M = 1
-// and 2 on the Intel Xeon with AVX-512 (level at M = 4; 512 to 2048 bytes ahead level, 4096
-// slower; into L3 only 1-3 % slower than L2).
+// and 2 on the Intel Xeon with AVX-512 (level at M = 4; 512 to 2048 bytes ahead level; into
+// L3 level with L2). Zen 4 has not been measured with it.
 constexpr int64_t kPrefetchAhead = 1024;
 
 // The 16 decoded values of a 4-bit format, indexed by code.
