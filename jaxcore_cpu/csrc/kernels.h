@@ -326,6 +326,20 @@ inline void ForEachQ8TaskBlock(const Q8Task& t, Kernel kernel) {
   for (int64_t l = part; l < lines; l += parts) __builtin_prefetch(p + 16 * l, 0, 2);
 }
 
+// Whether the band kernels prefetch the stored rows they read next into L1 (true on Intel CPUs)
+// or into L2 (elsewhere): per vendor, the hint that measured faster (isa.cc says by how much).
+bool PrefetchRowsIntoL1();
+
+// Prefetches the cache line at p into L1 when `l1`, else into L2 (the hint must be a constant,
+// so the choice is a branch, once per line). Always inlined, for PrefetchLines' reason.
+[[gnu::always_inline]] inline void PrefetchRow(const void* p, bool l1) {
+  if (l1) {
+    __builtin_prefetch(p, 0, 3);
+  } else {
+    __builtin_prefetch(p, 0, 2);
+  }
+}
+
 // PrefetchLines of the next scale block's row of a q8_task's scales, from column c, where
 // `srow` is this block's row (if the task has a next block): int4 with 64-row blocks at M = 1,
 // each call reading its own weight's scales, ran ~7 % slower without (Zen 4, 2 threads).

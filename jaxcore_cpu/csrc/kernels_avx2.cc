@@ -271,6 +271,7 @@ int64_t GemvBands(const GemvSegment& s) {
     return wide_cols;
   }
   const int64_t bands = (seg1 - seg0 + kGemvBand - 1) / kGemvBand;
+  const bool l1 = PrefetchRowsIntoL1();
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kGemvBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kGemvBand);
     float zero_shift[M] = {};
@@ -282,12 +283,12 @@ int64_t GemvBands(const GemvSegment& s) {
       // This band's share of the segment's scale lines for the chunk, which the flush reads.
       PrefetchLines(s.scale + c, 2, (sr0 - seg0) / kGemvBand, bands);
       // kPrefetchBytes along the band's rows and on into the next band's at the end of the
-      // columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2); into L1 rather than L2:
-      // int8 4-7 %, int4 1-5 % faster at M = 1 and 2 (Xeon pinned to AVX2, harness).
+      // columns (M = 1 from memory: 4-15 %, Zen 4 pinned to AVX2); into L1 on Intel: int8
+      // 4-7 %, int4 1-5 % faster than L2 at M = 1 and 2 (Xeon pinned to AVX2, harness).
       if (c % 64 == 0) {
         const uintptr_t next = BandAhead(s, sr0, sr1, c + kPrefetchBytes, wide_cols);
         for (int64_t r = 0; r < kGemvBand; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T0);
+          PrefetchRow(reinterpret_cast<const void*>(next + r * s.ldq), l1);
         }
       }
       GemvBandChunk<kFmt, M>(s, planes, sr0, sr1, c, sr0 == seg0, zero_shift);

@@ -38,10 +38,10 @@ constexpr int64_t kCols = 64;  // columns per chunk: one cache line of each stor
 constexpr int64_t kBand = 8;   // stored rows per pass over the segment's columns
 // Bytes ahead along the band's rows that Bands prefetches, running on into the next band's
 // rows (past the segment's too) at the end of the columns (BandAhead): 4-10 % faster at M = 1
-// and 2 from memory (Zen 4, K = 4096, N = 4096 and 14336, 2 threads). Into L1 rather than L2
-// (a band's 8 rows x 1 KiB ahead is 8 KiB in flight): 2-4 % faster for every format at M = 1
-// and 2 on the Intel Xeon with AVX-512 (level at M = 4; 512 to 2048 bytes ahead level; into
-// L3 level with L2). Zen 4 has not been measured with it.
+// and 2 from memory (Zen 4, K = 4096, N = 4096 and 14336, 2 threads). Into L1 on Intel (a
+// band's 8 rows x 1 KiB ahead is 8 KiB in flight): 2-4 % faster for every format at M = 1 and
+// 2 on the Xeon with AVX-512 (level at M = 4; 512 to 2048 bytes ahead level; into L3 level with
+// L2); into L2 elsewhere (L1 was 4-22 % slower on Zen 4: PrefetchRowsIntoL1).
 constexpr int64_t kPrefetchAhead = 1024;
 
 // The 16 decoded values of a 4-bit format, indexed by code.
@@ -152,12 +152,13 @@ void Bands(const GemvSegment& s, int64_t wide) {
   const int64_t seg0 = s.r0 / kPerRow, seg1 = s.r1 / kPerRow;  // stored rows
   if (seg0 >= seg1) return;  // no rows: y is unchanged
   const int64_t bands = (seg1 - seg0 + kBand - 1) / kBand;
+  const bool l1 = PrefetchRowsIntoL1();
   for (int64_t sr0 = seg0; sr0 < seg1; sr0 += kBand) {
     const int64_t sr1 = std::min(seg1, sr0 + kBand);
     for (int64_t c = 0; c < wide; c += kCols) {
       const uintptr_t next = BandAhead(s, sr0, sr1, c + kPrefetchAhead, wide);
       for (int64_t r = 0; r < kBand; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + r * s.ldq), _MM_HINT_T0);
+        PrefetchRow(reinterpret_cast<const void*>(next + r * s.ldq), l1);
       }
       // This band's share of the segment's scale lines for the chunk, which the flush reads
       // (on demand they cost ~10 % at M = 1: int4 in blocks of 64, Zen 4, 2 threads).

@@ -614,6 +614,7 @@ void Q8TaskRows(const Q8Task& t) {
   constexpr int kBandQuads = kQuads / kBands;
   const __m256 unit = ScaleUnit<kFmt>();
   const uint8_t* end = t.q + Q8StoredRow<kFmt>(t.r1) * t.ldq;
+  const bool l1 = PrefetchRowsIntoL1();
   for (int64_t g0 = t.r0; g0 < t.r1; g0 += kQ8Group) {
     const int64_t g = g0 / kQ8Group;
     const float* srow = t.scale + (g0 / t.block_size - t.r0 / t.block_size) * t.lds;
@@ -635,13 +636,13 @@ void Q8TaskRows(const Q8Task& t) {
       for (int64_t c = 0; c < wide; c += 32) {
         // This band's share of the next scale block's lines for the chunk.
         if (!kScaleLater) PrefetchNextBlockScales(t, g0, srow, c, 2, part, parts);
-        // kPrefetchAhead along the band's rows, into L1 (1-2 % faster than into L2 at M = 1
-        // and 2: Xeon, AVX-VNNI).
+        // kPrefetchAhead along the band's rows, into L1 on Intel (1-2 % faster than into L2
+        // at M = 1 and 2: Xeon, AVX-VNNI).
         if (c % 64 == 0) {
           for (int r = 0; r < kBandRows; ++r) {
             const uint8_t* line = rows + r * t.ldq + c + kPrefetchAhead;
             if (line >= end) break;
-            _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+            PrefetchRow(line, l1);
           }
         }
         __m256i a[kR][4];
