@@ -326,6 +326,11 @@ inline void ForEachQ8TaskBlock(const Q8Task& t, Kernel kernel) {
   for (int64_t l = part; l < lines; l += parts) __builtin_prefetch(p + 16 * l, 0, 2);
 }
 
+// Whether the CPU is Intel's (the CPUID vendor). Where Intel and AMD cores measured
+// differently, the tables choose by it: GEMV passes or the GEMM for float32 past the GEMV's
+// rows (kernels_avx2.cc, kernels_q8_avx512.cc), and the row prefetch hint below.
+bool IntelCpu();
+
 // Whether the band kernels prefetch the stored rows they read next into L1 (true on Intel CPUs)
 // or into L2 (elsewhere): per vendor, the hint that measured faster (isa.cc says by how much).
 bool PrefetchRowsIntoL1();

@@ -536,12 +536,15 @@ const KernelTable& Avx512Kernels() {
     KernelTable t = Avx2Kernels();
     t.gemv_segment = GemvSegmentAvx512;
     t.gemv_max_m = kGemvAvx512MaxM;
-    // Passes of 16 rows of the GEMV beat the GEMM's decoded panels past M = 16 (harness, K =
-    // N = 4096, 2 threads, weights from memory, GEMV against GEMM, int8 / int4 / NF4: M = 24
-    // 4.0 / 3.1 / 3.1 ms against 6.5 / 4.6 / 5.5; M = 64 9.4 / 7.9 / 7.7 against 10.8 / 8.9 /
-    // 10.6). Through JAX they are level at M = 64 and behind from M = 96 for every format
-    // (benchmarks/quantized_matmul.py --isa avx512: Xeon VM).
-    for (int64_t& m : t.gemv_auto_max_m) m = 64;
+    // On Intel, passes of 16 rows of the GEMV beat the GEMM's decoded panels past M = 16
+    // (harness, K = N = 4096, 2 threads, weights from memory, GEMV against GEMM, int8 / int4
+    // / NF4: M = 24 4.0 / 3.1 / 3.1 ms against 6.5 / 4.6 / 5.5; M = 64 9.4 / 7.9 / 7.7 against
+    // 10.8 / 8.9 / 10.6); through JAX they are level at M = 64 and behind from M = 96 for
+    // every format (benchmarks/quantized_matmul.py --isa avx512: Xeon VM). On Zen 4 the
+    // passes are level with the GEMM through M = 24 and behind from M = 28 (GEMM / passes
+    // through JAX, benchmarks/cpu_kernels_ab.py, int8 / int4 / NF4: M = 28 0.91-0.95, M = 40
+    // 0.85-0.90, M = 64 0.79-0.86).
+    for (int64_t& m : t.gemv_auto_max_m) m = IntelCpu() ? 64 : 24;
     t.microkernel = MicroKernelAvx512;
     t.microkernel_pair = MicroKernelPairAvx512;
     t.expand_dq = ExpandDqAvx512;
