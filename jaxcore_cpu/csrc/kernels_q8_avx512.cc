@@ -36,6 +36,7 @@
 #include <limits>
 
 #include "kernels.h"
+#include "lanes_avx512.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (a self-initialized variable),
 // which -Wmaybe-uninitialized reports once they are inlined here (GCC bug 105593).
@@ -55,19 +56,6 @@ static_assert(kNarrowMaxM <= 12, "the narrow kernel's int32 carry must fit the d
 // Bytes ahead along its rows that the small-M kernel prefetches into L2: at M = 1 on Zen 4,
 // 2 KiB measured 5-10 % faster than 512 B (K = 4096, N = 4096 and 14336, 2 threads).
 constexpr int64_t kPrefetchAhead = 2048;
-
-// 4 x 4 transpose of the 128-bit lanes of v[0..3] (its own inverse): lane L of v[j] goes
-// to lane j of v[L]. Maps column order to the decoder's order and back.
-inline void TransposeLanes(__m512 v[4]) {
-  const __m512 a0 = _mm512_shuffle_f32x4(v[0], v[1], 0x44);
-  const __m512 a1 = _mm512_shuffle_f32x4(v[0], v[1], 0xEE);
-  const __m512 a2 = _mm512_shuffle_f32x4(v[2], v[3], 0x44);
-  const __m512 a3 = _mm512_shuffle_f32x4(v[2], v[3], 0xEE);
-  v[0] = _mm512_shuffle_f32x4(a0, a2, 0x88);
-  v[1] = _mm512_shuffle_f32x4(a0, a2, 0xDD);
-  v[2] = _mm512_shuffle_f32x4(a1, a3, 0x88);
-  v[3] = _mm512_shuffle_f32x4(a1, a3, 0xDD);
-}
 
 // The first `cols` (<= 64) bytes of a row; the rest read as zero and are never touched.
 inline __m512i LoadRow(const uint8_t* p, __mmask64 mask) { return _mm512_maskz_loadu_epi8(mask, p); }
