@@ -582,13 +582,13 @@ const KernelTable& Avx2Kernels() {
     // against 0.49x, int4 0.37x against 0.43x, int8 in blocks of 32 level). At M = 16 the
     // GEMM was level or ahead for all but per-channel int8, and for NF4 (two code-book
     // lookups per decode, paid once per pass) from M = 12 (Xeon VM pinned to AVX2, K = N =
-    // 4096, 2 threads, weights from memory). On Zen 4 pinned to AVX2 the GEMM is level or
-    // ahead from M = 9 (GEMM / passes through JAX, benchmarks/cpu_kernels_ab.py, M = 9..12:
-    // int8 0.92-0.98, int4 0.80-0.94), so there every format takes it past M = 8.
-    if (IntelCpu()) {
-      t.gemv_auto_max_m[static_cast<int>(Format::kInt8)] = 12;
-      t.gemv_auto_max_m[static_cast<int>(Format::kInt4)] = 12;
-    }
+    // 4096, 2 threads, weights from memory). On Zen 4 pinned to AVX2 the GEMM / the passes
+    // through JAX (benchmarks/cpu_kernels_ab.py, three runs) took int8 0.98-1.14 at M = 9,
+    // 0.96-1.06 at M = 10 and 0.92-1.00 at M = 11 and 12, int4 0.80-0.94 from M = 9, so
+    // there int8 keeps the passes through M = 10 and int4 takes the GEMM past M = 8.
+    const bool intel = IntelCpu();
+    t.gemv_auto_max_m[static_cast<int>(Format::kInt8)] = intel ? 12 : 10;
+    if (intel) t.gemv_auto_max_m[static_cast<int>(Format::kInt4)] = 12;
     // Every M: at M = 256 the int8 products take 0.53x (int4) to 0.80x (int8, NF4) of the
     // float32 GEMM's time (Zen 4 pinned to AVX2, 2 threads).
     t.q8_max_m = int64_t{1} << 40;
