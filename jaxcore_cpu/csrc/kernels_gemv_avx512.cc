@@ -44,7 +44,7 @@ constexpr int64_t kBand = 8;   // stored rows per pass over the segment's column
 // and 2 from memory (Zen 4, K = 4096, N = 4096 and 14336, 2 threads). Into L1 on Intel (a
 // band's 8 rows x 1 KiB ahead is 8 KiB in flight): 2-4 % faster for every format at M = 1 and
 // 2 on the Xeon with AVX-512 (level at M = 4; 512 to 2048 bytes ahead level; into L3 level with
-// L2); into L2 elsewhere (L1 was 4-22 % slower on Zen 4: PrefetchRowsIntoL1).
+// L2); into L2 elsewhere (L1 was up to 22 % slower on Zen 4: PrefetchRowsIntoL1).
 constexpr int64_t kPrefetchAhead = 1024;
 
 // The 16 decoded values of a 4-bit format, indexed by code.
@@ -93,7 +93,8 @@ inline void Flush(const GemvSegment& s, int m, int64_t wide) {
 // order BytesToColumnOrder undoes. Byte b of each lane is shifted down to the low bits and its
 // nibbles looked up as DecodeSliverRow does: shifts where widening each 16 bytes (vpmovzxbd)
 // took the shuffle ports the lookups need. ~25 % faster for int4 and NF4 with the weight in
-// L2 (Zen 4, one thread, M = 1); from memory through JAX (2 threads) 3-9 % at M = 1 and 2.
+// L2 (Zen 4, one thread, M = 1); from memory through JAX (2 threads) 3-9 % at M = 1, 2-5 %
+// at M = 2.
 template <Format kFmt>
 inline void DecodeChunkRow(const uint8_t* row, __m512 table, __m512 lo[4], __m512 hi[4]) {
   const __m512i u = _mm512_loadu_si512(row);

@@ -234,7 +234,7 @@ void Q8TaskNarrow(const Q8Task& t) {
         const int64_t valid = std::min<int64_t>(kChunk, t.cols - c);
         // kPrefetchAhead bytes further along the order the block reads its rows in (columns,
         // then the next band), into L1 on Intel (1-3 % faster than into L2 at M = 1 and 2,
-        // Xeon; 18-28 % slower on Zen 4 through JAX).
+        // Xeon; 8-28 % slower on Zen 4 through JAX).
         const int64_t ahead = c + kPrefetchAhead;
         const uint8_t* next = rows + (ahead / span) * kRows * t.ldq + ahead % span;
         if (next < end) {
@@ -530,8 +530,8 @@ const KernelTable& Avx512Kernels() {
     // 10.8 / 8.9 / 10.6); through JAX they are level at M = 64 and behind from M = 96 for
     // every format (benchmarks/quantized_matmul.py --isa avx512: Xeon VM). On Zen 4 the
     // passes are level with the GEMM through M = 24 and behind from M = 28 (GEMM / passes
-    // through JAX, benchmarks/cpu_kernels_ab.py, int8 / int4 / NF4: M = 28 0.91-0.95, M = 40
-    // 0.85-0.90, M = 64 0.79-0.86).
+    // through JAX, benchmarks/cpu_kernels_ab.py, int8 / int4 / NF4: M = 28 0.89-0.95, M = 48
+    // 0.74-0.90, M = 64 0.69-0.86).
     for (int64_t& m : t.gemv_auto_max_m) m = IntelCpu() ? 64 : 24;
     t.microkernel = MicroKernelAvx512;
     t.microkernel_pair = MicroKernelPairAvx512;
