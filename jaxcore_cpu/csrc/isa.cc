@@ -89,12 +89,6 @@ bool IntelCpu() {
 #endif
 }
 
-// Through JAX, the two hints' builds alternating in one process (benchmarks/cpu_kernels_ab.py,
-// 2 threads, weights from memory, M = 1 and 2): on an Intel Xeon (AVX-512 with AMX, and pinned
-// to AVX2) L1 was 2-11 % faster; on AMD Zen 4 it took 0.98-1.22 of L2's time in float32 and
-// 1.08-1.28 with int8 activations, so L2 stays the hint there and on CPUs not measured.
-bool PrefetchRowsIntoL1() { return IntelCpu(); }
-
 }  // namespace internal
 
 Isa DetectIsa() {

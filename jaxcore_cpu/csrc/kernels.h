@@ -331,9 +331,13 @@ inline void ForEachQ8TaskBlock(const Q8Task& t, Kernel kernel) {
 // rows (kernels_avx2.cc, kernels_q8_avx512.cc), and the row prefetch hint below.
 bool IntelCpu();
 
-// Whether the band kernels prefetch the stored rows they read next into L1 (true on Intel CPUs)
-// or into L2 (elsewhere): per vendor, the hint that measured faster (isa.cc says by how much).
-bool PrefetchRowsIntoL1();
+// Whether the band kernels prefetch the stored rows they read next into L1 (Intel) or into L2
+// (elsewhere), the hint that measured faster per vendor. Through JAX, the two hints' builds
+// alternating in one process (benchmarks/cpu_kernels_ab.py, 2 threads, weights from memory,
+// M = 1 and 2): on an Intel Xeon (AVX-512 with AMX, and pinned to AVX2) L1 was 2-11 % faster;
+// on AMD Zen 4 it took 0.98-1.22 of L2's time in float32 and 1.08-1.28 with int8 activations,
+// so L2 stays the hint there and on CPUs not measured.
+inline bool PrefetchRowsIntoL1() { return IntelCpu(); }
 
 // Prefetches the cache line at p into L1 when `l1`, else into L2 (the hint must be a constant,
 // so the choice is a branch, once per line). Always inlined, for PrefetchLines' reason.
